@@ -1,0 +1,34 @@
+# The two commands: `make demo` and `make test`. Both create .venv and install what they need.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+# CPU environment: the pinned CPU build of PyTorch (see constraints/cpu.txt).
+CONSTRAINTS := -c constraints/cpu.txt
+EXTRAS := serve,portable,server,train,demo,test
+STAMP  := $(VENV)/.installed-$(shell cat setup.cfg constraints/cpu.txt | cksum | cut -d' ' -f1)
+DEMO_ARTIFACTS := .cache/demo-artifacts
+DEMO_REPO      := .cache/demo-repository
+
+.PHONY: demo test venv clean gpu-check
+
+venv: $(STAMP)
+
+$(STAMP): setup.cfg constraints/cpu.txt pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --quiet --upgrade pip
+	$(PIP) install --quiet $(CONSTRAINTS) -e ".[$(EXTRAS)]"
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+demo: $(STAMP)
+	$(VENV)/bin/readability-triton demo --artifacts $(DEMO_ARTIFACTS) --repository $(DEMO_REPO)
+
+test: $(STAMP)
+	$(PY) -m pytest -q
+
+gpu-check:
+	bash scripts/gpu-check.sh
+
+clean:
+	rm -rf $(VENV) .cache .pytest_cache .hypothesis

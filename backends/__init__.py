@@ -1,0 +1,2 @@
+"""The `TritonPythonModel` adapters, one folder per model (installed as
+`readability_triton._backends` so that `readability-triton assemble` finds them)."""

@@ -1,0 +1,1 @@
+../../../backends/postprocess/model.py

@@ -1,0 +1,24 @@
+"""Sub-commands of the `readability-triton` CLI, one module per area.
+
+Each module has `register(subparsers)`, which adds its commands and sets `func` on each;
+a command raises `CommandError` for anything the user can fix (the message says what is
+wrong and what to do), and the CLI prints it without a traceback.
+"""
+from __future__ import annotations
+
+import sys
+
+
+class CommandError(Exception):
+    """A problem the user can fix; printed as one line, exit status 2."""
+
+
+def progress(iterable=None, **kwargs):
+    """A tqdm progress bar on stderr (quiet when stderr is not a terminal and
+    `disable` is not given: tqdm then prints nothing)."""
+    from tqdm.auto import tqdm
+
+    kwargs.setdefault("file", sys.stderr)
+    kwargs.setdefault("dynamic_ncols", True)
+    kwargs.setdefault("disable", None)  # None: off when not attached to a terminal
+    return tqdm(iterable, **kwargs)

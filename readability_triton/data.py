@@ -1,0 +1,85 @@
+"""Reading CommonLit-style CSV files (`excerpt`, `target`) with clear errors.
+
+Plain `csv` (no pandas) so that serving-side tools need nothing heavy. Every error says
+which file, which column or row, and what to do.
+"""
+from __future__ import annotations
+
+import csv
+import math
+import os
+import sys
+from dataclasses import dataclass
+
+#: Where the shared CommonLit training excerpts live, relative to a checkout.
+COMMONLIT_CSV = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                             "..", "shared", "data", "commonlit", "train.csv")
+
+
+class DataError(ValueError):
+    """A CSV that cannot be used (missing, empty, wrong columns, bad values)."""
+
+
+@dataclass
+class Table:
+    texts: list[str]
+    targets: list[float] | None
+    path: str
+
+
+def _open_rows(path: str):
+    if path == "-":
+        return csv.DictReader(sys.stdin), None
+    if not os.path.exists(path):
+        raise DataError(f"{path}: no such file")
+    handle = open(path, newline="", encoding="utf-8")
+    return csv.DictReader(handle), handle
+
+
+def read_table(path: str, column: str = "excerpt", target: str | None = None) -> Table:
+    """Texts from `column` (and float targets from `target`, if given) of a CSV file.
+
+    `path` may be "-" for standard input.
+    """
+    csv.field_size_limit(min(sys.maxsize, 2**31 - 1))
+    reader, handle = _open_rows(path)
+    try:
+        try:
+            fields = reader.fieldnames
+        except UnicodeDecodeError as err:
+            raise DataError(f"{path}: not UTF-8 text ({err})") from None
+        if not fields:
+            raise DataError(f"{path}: the file is empty (expected a header row with a {column!r} column)")
+        wanted = [column] + ([target] if target else [])
+        missing = [name for name in wanted if name not in fields]
+        if missing:
+            raise DataError(f"{path}: no column {', '.join(map(repr, missing))}; the columns are "
+                            f"{', '.join(map(repr, fields))} (choose one with --column)")
+        texts: list[str] = []
+        targets: list[float] = []
+        try:
+            for line, row in enumerate(reader, start=2):
+                text = row[column]
+                if text is None:
+                    raise DataError(f"{path}, line {line}: the row has no {column!r} value")
+                texts.append(text)
+                if target:
+                    raw = (row[target] or "").strip()
+                    try:
+                        value = float(raw)
+                    except ValueError:
+                        raise DataError(f"{path}, line {line}: target {raw!r} in column {target!r} "
+                                        "is not a number") from None
+                    if not math.isfinite(value):
+                        raise DataError(f"{path}, line {line}: target {raw!r} is not finite")
+                    targets.append(value)
+        except UnicodeDecodeError as err:
+            raise DataError(f"{path}: not UTF-8 text ({err})") from None
+        except csv.Error as err:
+            raise DataError(f"{path}: malformed CSV ({err})") from None
+    finally:
+        if handle is not None:
+            handle.close()
+    if not texts:
+        raise DataError(f"{path}: no data rows (only a header)")
+    return Table(texts, targets if target else None, path)

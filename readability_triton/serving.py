@@ -1,0 +1,308 @@
+"""What the Python-backend models share: device choice, parameters, request batching.
+
+The adapters in `backends/<model>/model.py` stay thin: they read their parameters and
+artifacts in `initialize`, then hand the whole list of requests of an `execute` call to
+the helpers here, which
+
+- read every request's input, validate it *per request* (a bad request gets its own
+  INVALID_ARG error and never fails the others),
+- concatenate the good ones into one batch for one vectorized pass,
+- split the results back into one response per request, as NumPy arrays on a CPU
+  instance or through DLPack (no host copy) on a GPU instance.
+
+`pb_utils` (the `triton_python_backend_utils` module, real or the test stub) is passed
+in, so this module imports nothing Triton-specific and is testable on its own.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from . import contracts
+
+
+# --------------------------------------------------------------------------- device
+
+
+@dataclass(frozen=True)
+class Device:
+    """Where a model instance runs: `kind` is "cpu" or "gpu"."""
+
+    kind: str = "cpu"
+    device_id: int = 0
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.kind == "gpu"
+
+    def array_module(self):
+        """`numpy` on a CPU instance; `cupy`, bound to this instance's GPU, on a GPU one."""
+        if not self.is_gpu:
+            return np
+        try:
+            import cupy
+        except ImportError as exc:  # pragma: no cover - depends on the deployment
+            raise RuntimeError(
+                "this model instance is KIND_GPU but CuPy is not importable in the Python "
+                "backend's environment: install readability-triton[gpu] there, or use the "
+                "'hybrid' or 'cpu' profile"
+            ) from exc
+        cupy.cuda.Device(self.device_id).use()
+        return cupy
+
+
+def instance_device(args: dict) -> Device:
+    """The device of a model instance, from the `args` Triton passes to `initialize`."""
+    kind = str(args.get("model_instance_kind", "CPU")).upper()
+    device_id = int(args.get("model_instance_device_id", 0) or 0)
+    return Device("gpu" if kind == "GPU" else "cpu", device_id)
+
+
+def version_dir(args: dict) -> str:
+    """The model's version folder, where its artifacts are."""
+    return os.path.join(args["model_repository"], str(args["model_version"]))
+
+
+# ----------------------------------------------------------------------- parameters
+
+
+def model_config(args: dict) -> dict:
+    config = args["model_config"]
+    return json.loads(config) if isinstance(config, str) else config
+
+
+def parameters(config: dict) -> dict[str, str]:
+    """The `parameters` of a model config as plain strings."""
+    out = {}
+    for key, value in (config.get("parameters") or {}).items():
+        out[key] = value.get("string_value", "") if isinstance(value, dict) else str(value)
+    return out
+
+
+def int_parameter(params: dict[str, str], name: str, default: int, minimum: int = 1) -> int:
+    raw = params.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ValueError(f"parameter {name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ValueError(f"parameter {name} must be at least {minimum}, got {value}")
+    return value
+
+
+def float_parameter(params: dict[str, str], name: str, default: float) -> float:
+    raw = params.get(name, "")
+    if raw == "":
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ValueError(f"parameter {name} must be a number, got {raw!r}") from None
+    if not np.isfinite(value):
+        raise ValueError(f"parameter {name} must be finite, got {raw!r}")
+    return value
+
+
+def output_dims(config: dict, name: str) -> tuple[int, ...]:
+    for output in config.get("output", []):
+        if output["name"] == name:
+            return tuple(int(d) for d in output.get("dims", []))
+    raise ValueError(f"the model config has no output {name!r}")
+
+
+def bool_parameter(params: dict[str, str], name: str, default: bool) -> bool:
+    raw = params.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw in ("1", "true", "yes", "on"):
+        return True
+    if raw in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"parameter {name} must be true or false, got {raw!r}")
+
+
+# ------------------------------------------------------------------------- requests
+
+
+def first_invalid_utf8(items: Sequence[bytes]) -> int | None:
+    """Index of the first item that is not valid UTF-8, or None; one decode for all.
+
+    Items are joined with a newline: an ASCII byte is never part of a multi-byte
+    sequence, so a truncated sequence at the end of one item, or a stray continuation
+    byte at the start of the next, is still an error and cannot merge into a valid one.
+    """
+    if not items:
+        return None
+    joined = b"\n".join(items)
+    try:
+        joined.decode("utf-8")
+    except UnicodeDecodeError as err:
+        ends = np.cumsum(np.fromiter(map(len, items), dtype=np.int64, count=len(items)) + 1)
+        return int(np.searchsorted(ends, err.start, side="right"))
+    return None
+
+
+@dataclass
+class Batch:
+    """The inputs of all good requests of one `execute` call, concatenated."""
+
+    n_requests: int
+    counts: list[int] = field(default_factory=list)  # rows per request (0 for failed ones)
+    errors: dict[int, tuple[str, str]] = field(default_factory=dict)  # index -> (message, code)
+    items: list = field(default_factory=list)  # concatenated rows (texts or arrays)
+
+    @property
+    def good(self) -> list[int]:
+        return [i for i in range(self.n_requests) if i not in self.errors]
+
+    def fail(self, index: int, message: str, code: str = "INVALID_ARG") -> None:
+        self.errors[index] = (message, code)
+        self.counts[index] = 0
+
+
+def read_text_requests(pb_utils, requests, name: str = contracts.TEXT,
+                       max_text_bytes: int = contracts.DEFAULT_MAX_TEXT_BYTES) -> Batch:
+    """Collect the `TEXT` rows of every request; bad requests are set aside with a reason.
+
+    A request fails alone when its input is missing, is not a [batch, 1] BYTES tensor,
+    holds a text over `max_text_bytes` bytes, or holds a text that is not valid UTF-8.
+    """
+    batch = Batch(len(requests), counts=[0] * len(requests))
+    texts: list[bytes] = []
+    for index, request in enumerate(requests):
+        tensor = pb_utils.get_input_tensor_by_name(request, name)
+        if tensor is None:
+            batch.fail(index, f"missing input {name}")
+            continue
+        array = tensor.as_numpy()  # BYTES tensors always live on the CPU
+        if array.dtype != np.object_ or array.ndim != 2 or array.shape[1] != 1:
+            batch.fail(index, f"input {name} must be a [batch, 1] BYTES tensor, got "
+                              f"dtype {array.dtype} and shape {list(array.shape)}")
+            continue
+        rows = [row if isinstance(row, bytes) else str(row).encode("utf-8") for row in array[:, 0]]
+        sizes = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+        if sizes.size and int(sizes.max()) > max_text_bytes:
+            at = int(np.argmax(sizes > max_text_bytes))
+            batch.fail(index, f"text {at} of the request has {int(sizes[at])} bytes, over the "
+                              f"limit of {max_text_bytes} (parameter MAX_TEXT_BYTES)")
+            continue
+        bad = first_invalid_utf8(rows)
+        if bad is not None:
+            batch.fail(index, f"text {bad} of the request is not valid UTF-8")
+            continue
+        batch.counts[index] = len(rows)
+        texts.extend(rows)
+    batch.items = texts
+    return batch
+
+
+def input_array(tensor, xp):
+    """A numeric input tensor as an `xp` array, without `as_numpy()` on a GPU tensor."""
+    if tensor.is_cpu():
+        array = tensor.as_numpy()
+        return array if xp is np else xp.asarray(array)
+    if xp is np:  # a GPU tensor reached a CPU instance: copy it down through CuPy
+        import cupy
+
+        return cupy.asnumpy(cupy.from_dlpack(tensor))
+    return xp.from_dlpack(tensor)
+
+
+def read_array_requests(pb_utils, requests, names: Sequence[str], xp,
+                        dims: dict[str, tuple[int, ...]]) -> tuple[Batch, dict[str, object]]:
+    """Collect numeric inputs of every request and concatenate each along the batch axis."""
+    batch = Batch(len(requests), counts=[0] * len(requests))
+    parts: dict[str, list] = {name: [] for name in names}
+    for index, request in enumerate(requests):
+        arrays = {}
+        for name in names:
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            if tensor is None:
+                batch.fail(index, f"missing input {name}")
+                break
+            array = input_array(tensor, xp)
+            if tuple(array.shape[1:]) != tuple(dims[name]) or array.ndim != 1 + len(dims[name]):
+                batch.fail(index, f"input {name} must have shape [batch, "
+                                  f"{', '.join(map(str, dims[name]))}], got {list(array.shape)}")
+                break
+            arrays[name] = array
+        else:
+            counts = {int(a.shape[0]) for a in arrays.values()}
+            if len(counts) != 1:
+                batch.fail(index, f"inputs {', '.join(names)} have different batch sizes")
+                continue
+            batch.counts[index] = counts.pop()
+            for name in names:
+                parts[name].append(arrays[name])
+    joined = {name: (xp.concatenate(parts[name]) if parts[name] else None) for name in names}
+    return batch, joined
+
+
+def output_tensor(pb_utils, name: str, array):
+    """A `pb_utils.Tensor`: NumPy arrays by value, device arrays through DLPack."""
+    if isinstance(array, np.ndarray):
+        return pb_utils.Tensor(name, np.ascontiguousarray(array))
+    # CuPy arrays carry __dlpack__/__dlpack_device__; passing the object (not a raw
+    # capsule) lets the backend synchronise on the producer's stream.
+    return pb_utils.Tensor.from_dlpack(name, array)
+
+
+def _error_response(pb_utils, error: tuple[str, str]):
+    message, code = error
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, getattr(pb_utils.TritonError, code)))
+
+
+def responses(pb_utils, batch: Batch, outputs: dict[str, object]) -> list:
+    """One response per request: its slice of every output, or its own error."""
+    out = []
+    start = 0
+    for index in range(batch.n_requests):
+        if index in batch.errors:
+            out.append(_error_response(pb_utils, batch.errors[index]))
+            continue
+        stop = start + batch.counts[index]
+        tensors = [output_tensor(pb_utils, name, array[start:stop]) for name, array in outputs.items()]
+        out.append(pb_utils.InferenceResponse(output_tensors=tensors))
+        start = stop
+    return out
+
+
+def run_batch(pb_utils, batch: Batch, compute: Callable[[list], dict[str, object]], logger=None) -> list:
+    """Run `compute` once on the rows of all good requests and split the result back.
+
+    If the batched pass raises, retry request by request, so that only the requests that
+    cause the error fail (INVALID_ARG for a ValueError, INTERNAL otherwise).
+    """
+    if not batch.items:
+        return responses(pb_utils, batch, {})
+    try:
+        return responses(pb_utils, batch, compute(batch.items))
+    except Exception as exc:  # noqa: BLE001 - isolate the culprit below
+        if logger is not None:
+            logger.log_warn(f"batched pass over {batch.n_requests} requests failed ({exc}); "
+                            "retrying request by request")
+    out = []
+    start = 0
+    for index in range(batch.n_requests):
+        if index in batch.errors:
+            out.append(_error_response(pb_utils, batch.errors[index]))
+            continue
+        stop = start + batch.counts[index]
+        rows, start = batch.items[start:stop], stop
+        try:
+            result = compute(rows)
+        except ValueError as exc:
+            out.append(_error_response(pb_utils, (str(exc), "INVALID_ARG")))
+            continue
+        except Exception as exc:  # noqa: BLE001
+            out.append(_error_response(pb_utils, (f"{type(exc).__name__}: {exc}", "INTERNAL")))
+            continue
+        out.append(pb_utils.InferenceResponse(output_tensors=[
+            output_tensor(pb_utils, name, array) for name, array in result.items()]))
+    return out

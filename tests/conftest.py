@@ -1,0 +1,53 @@
+"""Test set-up shared by the whole suite.
+
+- `triton_python_backend_utils` resolves to the stub in tests/stubs (unit tests of the
+  Python models run in-process; integration tests use the real module inside a real
+  tritonserver);
+- tests marked `gpu` are skipped, with the reason, where no CUDA GPU with CuPy is present;
+- `commonlit` gives the shared CommonLit excerpts, or skips saying where they are missing.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "stubs"))
+sys.path.insert(0, HERE)
+
+from readability_triton.data import COMMONLIT_CSV, read_table  # noqa: E402
+
+
+def _gpu_reason() -> str | None:
+    try:
+        import cupy
+    except ImportError:
+        return "no CuPy installed (GPU tests run on a machine with a CUDA GPU: scripts/gpu-check.sh)"
+    try:
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return "CuPy sees no CUDA GPU"
+    except Exception as exc:  # noqa: BLE001 - any CUDA failure means no usable GPU
+        return f"CuPy cannot use a GPU here ({exc})"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = None
+    checked = False
+    for item in items:
+        if "gpu" in item.keywords:
+            if not checked:
+                reason, checked = _gpu_reason(), True
+            if reason:
+                item.add_marker(pytest.mark.skip(reason=reason))
+
+
+@pytest.fixture(scope="session")
+def commonlit():
+    """The shared CommonLit training excerpts (texts and targets)."""
+    path = os.path.normpath(COMMONLIT_CSV)
+    if not os.path.isfile(path):
+        pytest.skip(f"CommonLit data not found at {path} (it is read from ../shared, never committed)")
+    return read_table(path, "excerpt", "target")

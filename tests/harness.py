@@ -1,0 +1,87 @@
+"""Run a `backends/<model>/model.py` in-process, with the pb_utils stub, as Triton would.
+
+`load_model(model_dir)` reads `model_dir/config.pbtxt` the way Triton does (strictly,
+as Triton's `ModelConfig` proto, handed to `initialize` as JSON with int64 as strings),
+imports `model_dir/1/model.py` under a fresh name and calls `initialize`.
+"""
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import json
+import os
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+from google.protobuf import json_format, text_format
+from tritonclient.grpc import model_config_pb2
+
+from readability_triton import repository
+
+_counter = itertools.count()
+
+
+def parse_config(path: str) -> model_config_pb2.ModelConfig:
+    with open(path, encoding="utf-8") as handle:
+        return text_format.Parse(handle.read(), model_config_pb2.ModelConfig())
+
+
+def config_json(path: str) -> str:
+    message = parse_config(path)
+    return json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True))
+
+
+def load_model(model_dir: str, kind: str = "CPU", device_id: int = 0, version: str = "1"):
+    """Import and initialize the Python model in `model_dir` (a folder of a repository)."""
+    name = os.path.basename(os.path.normpath(model_dir))
+    source = os.path.join(model_dir, version, "model.py")
+    spec = importlib.util.spec_from_file_location(f"_triton_model_{name}_{next(_counter)}", source)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    model = module.TritonPythonModel()
+    model.initialize({
+        "model_config": config_json(os.path.join(model_dir, "config.pbtxt")),
+        "model_instance_kind": kind,
+        "model_instance_name": f"{name}_0",
+        "model_instance_device_id": str(device_id),
+        "model_repository": os.path.abspath(model_dir),
+        "model_version": version,
+        "model_name": name,
+    })
+    return model
+
+
+def make_model_dir(root: str, model: str, profile: str = "portable", files: dict[str, str] | None = None,
+                   **render_kw) -> str:
+    """A one-model folder: rendered config, the backend's model.py, and artifact files copied in."""
+    import shutil
+
+    model_dir = os.path.join(root, model)
+    os.makedirs(os.path.join(model_dir, "1"), exist_ok=True)
+    with open(os.path.join(model_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
+        handle.write(repository.render_config(model, profile, **render_kw))
+    source = repository.backend_file(model, profile)
+    shutil.copyfile(os.path.join(repository.backends_root(), source, "model.py"),
+                    os.path.join(model_dir, "1", "model.py"))
+    for name, path in (files or {}).items():
+        shutil.copyfile(path, os.path.join(model_dir, "1", name))
+    return model_dir
+
+
+def text_request(texts, name: str = "TEXT"):
+    """A request with a [len(texts), 1] BYTES input (str items are UTF-8 encoded)."""
+    rows = [t.encode("utf-8") if isinstance(t, str) else t for t in texts]
+    array = np.empty((len(rows), 1), dtype=np.object_)
+    array[:, 0] = rows
+    return pb_utils.InferenceRequest(inputs=[pb_utils.Tensor(name, array)])
+
+
+def array_request(**arrays):
+    return pb_utils.InferenceRequest(inputs=[pb_utils.Tensor(k, np.asarray(v)) for k, v in arrays.items()])
+
+
+def output(response, name: str) -> np.ndarray:
+    assert not response.has_error(), response.error().message()
+    tensor = pb_utils.get_output_tensor_by_name(response, name)
+    assert tensor is not None, f"no output {name}"
+    return tensor.as_numpy()

@@ -1,0 +1,231 @@
+"""A stand-in for Triton's `triton_python_backend_utils`, for unit tests outside a server.
+
+The real module is two halves: pure-Python helpers (`get_input_tensor_by_name`,
+`triton_string_to_numpy`, `serialize_byte_tensor`, ...) and the C++ classes of
+`c_python_backend_utils` (`Tensor`, `TritonError`, `InferenceRequest`,
+`InferenceResponse`, `Logger`). This stub runs the *real* pure-Python half, read from the
+python backend shipped in the `nvidia-pytriton` wheel, and re-implements the C++ classes
+with the behaviour the models depend on, as observed on Triton 2.51:
+
+- `TritonError(message, code=INTERNAL)` is not an exception; `code()` and `message()`;
+  the codes are the `TRITONSERVER_Error_Code` values (UNKNOWN 0 ... CANCELLED 7);
+- `Tensor(name, ndarray)`; `Tensor.from_dlpack(name, obj)` takes an object with
+  `__dlpack__` (or a capsule); `is_cpu()`; `as_numpy()` raises `TritonModelException` on a
+  GPU tensor; `to_dlpack()` / `__dlpack__` raise on BYTES tensors;
+- `InferenceResponse(output_tensors=[], error=None)`.
+
+A tensor that lives on a GPU can be simulated with `Tensor._on_gpu(name, array)`: it
+reports `is_cpu() == False` and a CUDA DLPack device, and refuses `as_numpy()` exactly as
+the real module does, so tests can show that a model never reads a GPU tensor through
+the host.
+"""
+from __future__ import annotations
+
+import enum
+import importlib.util
+import json
+import logging
+import os
+
+import numpy as np
+
+
+def _real_helpers_path() -> str:
+    spec = importlib.util.find_spec("pytriton")
+    if spec is None or not spec.submodule_search_locations:
+        raise ImportError("the pb_utils stub needs the nvidia-pytriton wheel (it reads the real "
+                          "triton_python_backend_utils.py from it): pip install -e '.[test]'")
+    root = list(spec.submodule_search_locations)[0]
+    return os.path.join(root, "tritonserver", "backends", "python", "triton_python_backend_utils.py")
+
+
+# The real pure-Python half of the module, executed here.
+with open(_real_helpers_path(), encoding="utf-8") as _f:
+    exec(compile(_f.read(), _real_helpers_path(), "exec"), globals())  # noqa: S102
+
+
+class TritonModelException(Exception):
+    """What the real module raises from misuse of a tensor (e.g. `as_numpy()` on a GPU)."""
+
+
+class _ErrorCode(enum.IntEnum):
+    UNKNOWN = 0
+    INTERNAL = 1
+    NOT_FOUND = 2
+    INVALID_ARG = 3
+    UNAVAILABLE = 4
+    UNSUPPORTED = 5
+    ALREADY_EXISTS = 6
+    CANCELLED = 7
+
+
+class TritonError:
+    UNKNOWN = _ErrorCode.UNKNOWN
+    INTERNAL = _ErrorCode.INTERNAL
+    NOT_FOUND = _ErrorCode.NOT_FOUND
+    INVALID_ARG = _ErrorCode.INVALID_ARG
+    UNAVAILABLE = _ErrorCode.UNAVAILABLE
+    UNSUPPORTED = _ErrorCode.UNSUPPORTED
+    ALREADY_EXISTS = _ErrorCode.ALREADY_EXISTS
+    CANCELLED = _ErrorCode.CANCELLED
+
+    def __init__(self, message: str, code: _ErrorCode = _ErrorCode.INTERNAL):
+        if not isinstance(message, str):
+            raise TypeError("TritonError(message: str, code)")
+        self._message = message
+        self._code = _ErrorCode(code)
+
+    def message(self) -> str:
+        return self._message
+
+    def code(self) -> _ErrorCode:
+        return self._code
+
+    def __repr__(self) -> str:
+        return f"TritonError({self._message!r}, {self._code.name})"
+
+
+_KDL_CPU, _KDL_CUDA = 1, 2
+
+
+class Tensor:
+    def __init__(self, name: str, array: np.ndarray):
+        if not isinstance(array, np.ndarray):
+            raise TypeError(f"Tensor({name!r}, ...) takes a numpy.ndarray, got {type(array).__name__}")
+        self._name = name
+        self._array = array
+        self._device = (_KDL_CPU, 0)
+
+    # -- construction -----------------------------------------------------------
+    @staticmethod
+    def from_dlpack(name: str, obj) -> "Tensor":
+        if hasattr(obj, "__dlpack_device__"):
+            device = tuple(int(v) for v in obj.__dlpack_device__())
+        elif type(obj).__name__ == "PyCapsule":
+            device = (_KDL_CPU, 0)
+        else:
+            raise TritonModelException(
+                f"from_dlpack({name!r}): object of type {type(obj).__name__} supports neither "
+                "__dlpack__ nor is a DLPack capsule")
+        if device[0] == _KDL_CPU:
+            tensor = Tensor(name, np.from_dlpack(obj) if hasattr(obj, "__dlpack__") else np.asarray(obj))
+            tensor._source = obj
+            return tensor
+        tensor = Tensor.__new__(Tensor)
+        tensor._name, tensor._array, tensor._device = name, obj, device
+        return tensor
+
+    @staticmethod
+    def _on_gpu(name: str, array, device_id: int = 0) -> "Tensor":
+        """A tensor that behaves as if it lived on GPU `device_id` (test helper)."""
+        tensor = Tensor.__new__(Tensor)
+        tensor._name, tensor._array, tensor._device = name, array, (_KDL_CUDA, device_id)
+        return tensor
+
+    # -- inspection -------------------------------------------------------------
+    def name(self) -> str:
+        return self._name
+
+    def is_cpu(self) -> bool:
+        return self._device[0] == _KDL_CPU
+
+    def shape(self) -> list[int]:
+        return list(self._array.shape)
+
+    def triton_dtype(self) -> int:
+        return numpy_to_triton_type(self._array.dtype)  # noqa: F821 - from the real helpers
+
+    def as_numpy(self) -> np.ndarray:
+        if not self.is_cpu():
+            raise TritonModelException("Tensor is stored in GPU and cannot be converted to NumPy.")
+        return self._array
+
+    def __dlpack_device__(self):
+        return self._device
+
+    def __dlpack__(self, stream=None):
+        if self._array.dtype == np.object_:
+            raise TritonModelException("DLPack does not have support for string tensors.")
+        return self._array.__dlpack__() if stream is None else self._array.__dlpack__(stream=stream)
+
+    def to_dlpack(self):
+        return self.__dlpack__()
+
+    def __repr__(self) -> str:
+        where = "cpu" if self.is_cpu() else f"gpu:{self._device[1]}"
+        return f"Tensor({self._name!r}, shape={self.shape()}, {where})"
+
+
+class InferenceRequest:
+    """The parts of a request the models read (built by tests with input tensors)."""
+
+    def __init__(self, inputs=(), requested_output_names=(), request_id: str = "", model_name: str = "",
+                 parameters: dict | None = None):
+        self._inputs = list(inputs)
+        self._requested = list(requested_output_names)
+        self._request_id = request_id
+        self._model_name = model_name
+        self._parameters = json.dumps(parameters or {})
+
+    def inputs(self):
+        return list(self._inputs)
+
+    def requested_output_names(self):
+        return list(self._requested)
+
+    def request_id(self) -> str:
+        return self._request_id
+
+    def parameters(self) -> str:
+        return self._parameters
+
+    def is_cancelled(self) -> bool:
+        return False
+
+
+class InferenceResponse:
+    def __init__(self, output_tensors=(), error: TritonError | None = None):
+        if error is not None and not isinstance(error, TritonError):
+            raise TypeError("InferenceResponse(error=) takes a TritonError")
+        for tensor in output_tensors:
+            if not isinstance(tensor, Tensor):
+                raise TypeError(f"InferenceResponse takes pb_utils.Tensor outputs, got {type(tensor).__name__}")
+        self._outputs = list(output_tensors)
+        self._error = error
+
+    def output_tensors(self):
+        return list(self._outputs)
+
+    def has_error(self) -> bool:
+        return self._error is not None
+
+    def error(self) -> TritonError | None:
+        return self._error
+
+
+class Logger:
+    """Collects what models log (`Logger.records`) and forwards it to `logging`."""
+
+    records: list[tuple[str, str]] = []
+    _log = logging.getLogger("triton_python_backend")
+
+    @classmethod
+    def _emit(cls, level: str, message: str) -> None:
+        cls.records.append((level, str(message)))
+        cls._log.log(getattr(logging, level), message)
+
+    @classmethod
+    def log_info(cls, message):
+        cls._emit("INFO", message)
+
+    @classmethod
+    def log_warn(cls, message):
+        cls._emit("WARNING", message)
+
+    @classmethod
+    def log_error(cls, message):
+        cls._emit("ERROR", message)
+
+    @classmethod
+    def log_verbose(cls, message):
+        cls._emit("DEBUG", message)
