@@ -157,10 +157,6 @@ class Batch:
     errors: dict[int, tuple[str, str]] = field(default_factory=dict)  # index -> (message, code)
     items: list = field(default_factory=list)  # concatenated rows (texts or arrays)
 
-    @property
-    def good(self) -> list[int]:
-        return [i for i in range(self.n_requests) if i not in self.errors]
-
     def fail(self, index: int, message: str, code: str = "INVALID_ARG") -> None:
         self.errors[index] = (message, code)
         self.counts[index] = 0

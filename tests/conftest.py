@@ -37,7 +37,7 @@ def pytest_collection_modifyitems(config, items):
     reason = None
     checked = False
     for item in items:
-        if "gpu" in item.keywords:
+        if item.get_closest_marker("gpu") is not None:
             if not checked:
                 reason, checked = _gpu_reason(), True
             if reason:

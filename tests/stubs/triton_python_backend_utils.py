@@ -146,7 +146,10 @@ class Tensor:
     def __dlpack__(self, stream=None):
         if self._array.dtype == np.object_:
             raise TritonModelException("DLPack does not have support for string tensors.")
-        return self._array.__dlpack__() if stream is None else self._array.__dlpack__(stream=stream)
+        array = self._array
+        if isinstance(array, np.ndarray) and not array.flags.writeable:
+            array = array.copy()  # NumPy 1.x cannot export read-only arrays (e.g. from torch)
+        return array.__dlpack__() if stream is None else array.__dlpack__(stream=stream)
 
     def to_dlpack(self):
         return self.__dlpack__()

@@ -1,0 +1,50 @@
+"""`bert` in the `portable` profile: the TorchScript regressor `1/model.pt` run by torch.jit
+inside the python backend, with the pytorch_libtorch backend's tensor names
+(`input__0` token ids, `input__1` attention mask, INT64 -> `output__0` FP32 [1]).
+
+For servers without the pytorch_libtorch backend (e.g. the tritonserver of the
+nvidia-pytriton wheel). It runs on the CPU; GPU deployments use the `gpu`/`hybrid`
+profiles, where Triton's own libtorch backend serves the same `model.pt`.
+"""
+import os
+
+import triton_python_backend_utils as pb_utils
+
+from readability_triton import contracts as C
+from readability_triton import manifest, serving
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        import numpy as np
+        import torch
+
+        self.np, self.torch = np, torch
+        if serving.instance_device(args).is_gpu:
+            raise ValueError("the portable bert model runs on the CPU (KIND_CPU); on a GPU use the "
+                             "gpu or hybrid profile, where the pytorch_libtorch backend serves model.pt")
+        config = serving.model_config(args)
+        folder = serving.version_dir(args)
+        path = os.path.join(folder, "model.pt")
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"{path}: missing; assemble the repository with `readability-triton assemble`")
+        if os.path.isfile(os.path.join(folder, manifest.MANIFEST)):
+            manifest.verify_files(folder, manifest.load_manifest(folder), ["model.pt"])
+        self.module = torch.jit.load(path, map_location="cpu").eval()
+        self.dims = {spec["name"]: tuple(int(d) for d in spec["dims"]) for spec in config["input"]}
+        for name in (C.INPUT_0, C.INPUT_1):
+            if name not in self.dims:
+                raise ValueError(f"the bert config must have the input {name}")
+
+    def execute(self, requests):
+        batch, inputs = serving.read_array_requests(
+            pb_utils, requests, (C.INPUT_0, C.INPUT_1), self.np, self.dims)
+        if not any(batch.counts):
+            return serving.responses(pb_utils, batch, {})
+        torch = self.torch
+        ids = torch.from_numpy(self.np.ascontiguousarray(inputs[C.INPUT_0], dtype=self.np.int64))
+        mask = torch.from_numpy(self.np.ascontiguousarray(inputs[C.INPUT_1], dtype=self.np.int64))
+        with torch.inference_mode():
+            scores = self.module(ids, mask)
+        scores = scores.reshape(-1, 1).to(torch.float32).numpy()
+        return serving.responses(pb_utils, batch, {C.OUTPUT_0: scores})

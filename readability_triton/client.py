@@ -1,0 +1,94 @@
+"""Score texts through the `readability` ensemble of a running Triton server.
+
+One request per chunk of texts (up to the ensemble's max_batch_size), over HTTP or gRPC
+(tritonclient). Each result carries the ensemble's three outputs and the round-trip time
+of the request that carried it.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import contracts as C
+
+
+class ClientError(RuntimeError):
+    """The server could not be reached or refused a request."""
+
+
+@dataclass
+class Score:
+    text: str
+    score: float
+    bert: float
+    forest: float
+    latency_ms: float  # round trip of the request that carried this text
+
+
+def _module(protocol: str):
+    if protocol == "http":
+        import tritonclient.http as module
+    elif protocol == "grpc":
+        import tritonclient.grpc as module
+    else:
+        raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
+    return module
+
+
+class ReadabilityClient:
+    """A small client of the ensemble: `score(texts)` -> list of `Score`."""
+
+    def __init__(self, url: str, protocol: str = "http", model: str = C.ENSEMBLE,
+                 batch_size: int = C.MAX_BATCH_SIZE[C.ENSEMBLE], timeout: float = 60.0):
+        self.module = _module(protocol)
+        self.protocol = protocol
+        self.model = model
+        self.batch_size = batch_size
+        self.timeout = timeout
+        try:
+            if protocol == "http":
+                self.client = self.module.InferenceServerClient(url, connection_timeout=timeout,
+                                                                network_timeout=timeout)
+            else:
+                self.client = self.module.InferenceServerClient(url)
+        except Exception as exc:  # noqa: BLE001 - tritonclient raises several types
+            raise ClientError(f"cannot create a {protocol} client for {url}: {exc}") from exc
+        self.url = url
+
+    def ready(self) -> bool:
+        try:
+            return bool(self.client.is_server_ready() and self.client.is_model_ready(self.model))
+        except Exception:  # noqa: BLE001 - not reachable means not ready
+            return False
+
+    def infer_batch(self, texts: list[str | bytes]) -> tuple[dict[str, np.ndarray], float]:
+        """One request with `texts`; returns the outputs and the round-trip time in ms."""
+        contract = C.contracts()[C.ENSEMBLE]
+        rows = np.array([[t.encode("utf-8") if isinstance(t, str) else t] for t in texts], dtype=np.object_)
+        request = self.module.InferInput(C.TEXT, list(rows.shape), contract.input(C.TEXT).wire_dtype)
+        request.set_data_from_numpy(rows)
+        outputs = [self.module.InferRequestedOutput(spec.name) for spec in contract.outputs]
+        start = time.perf_counter()
+        try:
+            if self.protocol == "grpc":
+                result = self.client.infer(self.model, [request], outputs=outputs, client_timeout=self.timeout)
+            else:
+                result = self.client.infer(self.model, [request], outputs=outputs)
+        except Exception as exc:  # noqa: BLE001 - InferenceServerException and transport errors
+            raise ClientError(f"{self.model} at {self.url}: {exc}") from exc
+        elapsed = (time.perf_counter() - start) * 1e3
+        return {spec.name: result.as_numpy(spec.name).reshape(-1) for spec in contract.outputs}, elapsed
+
+    def score(self, texts: list[str], progress=None) -> list[Score]:
+        results: list[Score] = []
+        for start in range(0, len(texts), self.batch_size):
+            chunk = texts[start:start + self.batch_size]
+            out, elapsed = self.infer_batch(chunk)
+            for i, text in enumerate(chunk):
+                results.append(Score(text, float(out[C.SCORE][i]), float(out[C.BERT_SCORE][i]),
+                                     float(out[C.FOREST_SCORE][i]), elapsed))
+            if progress is not None:
+                progress.update(len(chunk))
+        return results

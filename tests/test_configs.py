@@ -1,0 +1,152 @@
+"""Every config.pbtxt (canonical and each profile) parses strictly as Triton's ModelConfig
+and matches the tensor contracts; the ensemble graph is consistent."""
+from __future__ import annotations
+
+import os
+
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from readability_triton import contracts as C
+from readability_triton import repository
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CANONICAL = os.path.join(ROOT, "model_repository")
+DataType = model_config_pb2.DataType
+Kind = model_config_pb2.ModelInstanceGroup.Kind
+
+
+def parse(text: str) -> model_config_pb2.ModelConfig:
+    # text_format.Parse is strict: unknown fields, bad enum names and bad syntax raise.
+    return text_format.Parse(text, model_config_pb2.ModelConfig())
+
+
+def check_against_contract(config: model_config_pb2.ModelConfig, contract: C.ModelContract) -> None:
+    def as_tuples(tensors):
+        return [(t.name, DataType.Name(t.data_type), tuple(t.dims)) for t in tensors]
+
+    assert as_tuples(config.input) == [(s.name, s.data_type, s.dims) for s in contract.inputs]
+    assert as_tuples(config.output) == [(s.name, s.data_type, s.dims) for s in contract.outputs]
+
+
+def test_canonical_configs_are_the_rendered_gpu_profile():
+    for model in C.ALL_MODELS:
+        with open(os.path.join(CANONICAL, model, "config.pbtxt"), encoding="utf-8") as handle:
+            committed = handle.read()
+        assert committed == repository.render_config(model, "gpu"), (
+            f"model_repository/{model}/config.pbtxt is stale: run "
+            "`python -m readability_triton.repository model_repository`")
+
+
+@pytest.mark.parametrize("model", C.ALL_MODELS)
+def test_canonical_config_parses_and_matches_contract(model):
+    with open(os.path.join(CANONICAL, model, "config.pbtxt"), encoding="utf-8") as handle:
+        config = parse(handle.read())
+    assert config.name == model
+    check_against_contract(config, C.contracts()[model])
+
+
+def test_canonical_python_models_link_to_the_backends():
+    for model in C.PYTHON_MODELS:
+        link = os.path.join(CANONICAL, model, "1", "model.py")
+        assert os.path.islink(link)
+        target = os.path.realpath(link)
+        assert target == os.path.join(ROOT, "backends", model, "model.py")
+        assert os.path.isfile(target)
+    for model in C.ALL_MODELS:
+        assert os.path.isdir(os.path.join(CANONICAL, model, "1")), f"{model}/1 version folder is missing"
+
+
+def test_parser_is_strict():
+    with pytest.raises(text_format.ParseError):
+        parse('name: "x"\nmax_batch_sise: 4\n')
+    with pytest.raises(text_format.ParseError):
+        parse('name: "x"\ninput [ { name: "a" data_type: TYPE_FLOAT32 dims: [ 1 ] } ]\n')
+
+
+@pytest.mark.parametrize("profile", repository.PROFILES)
+@pytest.mark.parametrize("max_length", [16, 256])
+def test_profile_configs(profile, max_length):
+    configs = {m: parse(repository.render_config(m, profile, max_length=max_length)) for m in C.ALL_MODELS}
+    contracts = C.contracts(max_length)
+    for model, config in configs.items():
+        check_against_contract(config, contracts[model])
+        assert config.max_batch_size == C.MAX_BATCH_SIZE[model] > 0
+        if model == C.ENSEMBLE:
+            assert config.platform == "ensemble"
+            continue
+        # every step batches dynamically and runs on the device the profile says
+        assert config.HasField("dynamic_batching")
+        (group,) = config.instance_group
+        assert group.count >= 1
+        assert Kind.Name(group.kind) == repository.placement(model, profile).kind
+    kinds = {m: Kind.Name(configs[m].instance_group[0].kind) for m in C.STEP_MODELS}
+    expected_python = "KIND_GPU" if profile == "gpu" else "KIND_CPU"
+    assert {kinds[m] for m in C.PYTHON_MODELS} == {expected_python}
+    expected_models = "KIND_GPU" if profile in ("gpu", "hybrid") else "KIND_CPU"
+    assert {kinds[C.BERT], kinds[C.FOREST]} == {expected_models}
+
+    bert, forest, post = configs[C.BERT], configs[C.FOREST], configs[C.POSTPROCESS]
+    if profile == "portable":
+        assert bert.backend == forest.backend == "python"
+    else:
+        assert bert.platform == "pytorch_libtorch" and not bert.backend
+        assert forest.backend == "fil"
+        assert forest.parameters["model_type"].string_value == "treelite_checkpoint"
+        assert forest.parameters["output_class"].string_value == "false"
+    for model in C.PYTHON_MODELS:
+        assert configs[model].backend == "python"
+    if profile == "gpu":
+        assert post.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value == "no"
+    else:
+        assert "FORCE_CPU_ONLY_INPUT_TENSORS" not in post.parameters
+    assert configs[C.PREPROCESS].parameters["MAX_LENGTH"].string_value == str(max_length)
+    assert float(post.parameters["BERT_WEIGHT"].string_value) == 0.5
+    assert float(post.parameters["FOREST_WEIGHT"].string_value) == 0.5
+
+
+@pytest.mark.parametrize("profile", repository.PROFILES)
+def test_ensemble_graph(profile):
+    """Every ensemble tensor is produced exactly once and consumed; dtypes and dims agree
+    between producer and consumer; the ensemble's batch size fits every step."""
+    configs = {m: parse(repository.render_config(m, profile)) for m in C.ALL_MODELS}
+    ensemble = configs[C.ENSEMBLE]
+    steps = ensemble.ensemble_scheduling.step
+    assert {s.model_name for s in steps} == set(C.STEP_MODELS)
+
+    def spec(tensors, name):
+        (match,) = [t for t in tensors if t.name == name]
+        return match.data_type, tuple(match.dims)
+
+    produced = {t.name: spec(ensemble.input, t.name) for t in ensemble.input}
+    producers = {name: "<input>" for name in produced}
+    consumed = set()
+    # Steps may be listed in any order; resolve them in dependency order.
+    pending = list(steps)
+    while pending:
+        ready = [s for s in pending if all(v in produced for v in s.input_map.values())]
+        assert ready, f"unsatisfiable inputs in steps {[s.model_name for s in pending]}"
+        for step in ready:
+            step_config = configs[step.model_name]
+            assert set(step.input_map) == {t.name for t in step_config.input}
+            assert set(step.output_map) == {t.name for t in step_config.output}
+            for model_input, tensor in step.input_map.items():
+                assert produced[tensor] == spec(step_config.input, model_input), (step.model_name, model_input)
+                consumed.add(tensor)
+            for model_output, tensor in step.output_map.items():
+                assert tensor not in producers, f"{tensor} produced twice ({producers[tensor]}, {step.model_name})"
+                producers[tensor] = step.model_name
+                produced[tensor] = spec(step_config.output, model_output)
+            assert step_config.max_batch_size >= ensemble.max_batch_size
+            pending.remove(step)
+    for output in ensemble.output:
+        assert output.name in produced and producers[output.name] != "<input>"
+        assert produced[output.name] == (output.data_type, tuple(output.dims))
+        consumed.add(output.name)
+    assert consumed == set(produced), f"produced but never used: {set(produced) - consumed}"
+
+
+def test_unknown_profile_is_refused():
+    with pytest.raises(repository.AssemblyError, match="unknown profile"):
+        repository.render_config(C.BERT, "tpu")

@@ -1,0 +1,147 @@
+"""The helpers every Python model uses: request validation, batching, splitting, errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import triton_python_backend_utils as pb_utils
+from harness import array_request, text_request
+from hypothesis import given
+from hypothesis import strategies as st
+
+from readability_triton import serving
+
+
+def naive_first_invalid(items):
+    for i, item in enumerate(items):
+        try:
+            item.decode("utf-8")
+        except UnicodeDecodeError:
+            return i
+    return None
+
+
+@given(st.lists(st.binary(max_size=12), max_size=12))
+def test_first_invalid_utf8_matches_per_item_decoding(items):
+    assert serving.first_invalid_utf8(items) == naive_first_invalid(items)
+
+
+def test_first_invalid_utf8_cannot_be_fooled_across_items():
+    # "é" split across two items: each half alone is invalid, the concatenation is valid.
+    a, b = "é".encode()[:1], "é".encode()[1:]
+    assert serving.first_invalid_utf8([b"ok", a, b]) == 1
+    assert serving.first_invalid_utf8([b"ok", b"x" + a]) == 1
+    assert serving.first_invalid_utf8([b"ok", b]) == 1
+    assert serving.first_invalid_utf8(["naïve ☃ 😀".encode(), b""]) is None
+
+
+def test_read_text_requests_isolates_bad_requests():
+    requests = [
+        text_request(["good one", "two"]),
+        text_request([b"\xff\xfe bad"]),
+        text_request(["x" * 50]),
+        pb_utils.InferenceRequest(inputs=[]),
+        array_request(TEXT=np.zeros((1, 1), dtype=np.float32)),
+        text_request(["last"]),
+    ]
+    batch = serving.read_text_requests(pb_utils, requests, max_text_bytes=20)
+    assert batch.counts == [2, 0, 0, 0, 0, 1]
+    assert batch.items == [b"good one", b"two", b"last"]
+    assert set(batch.errors) == {1, 2, 3, 4}
+    assert "not valid UTF-8" in batch.errors[1][0]
+    assert "over the limit of 20" in batch.errors[2][0] and "MAX_TEXT_BYTES" in batch.errors[2][0]
+    assert "missing input TEXT" in batch.errors[3][0]
+    assert "BYTES" in batch.errors[4][0]
+    assert all(code == "INVALID_ARG" for _, code in batch.errors.values())
+
+
+def _lengths(rows):
+    return {"LENGTH": np.array([[float(len(r))] for r in rows], dtype=np.float32)}
+
+
+def test_run_batch_splits_results_and_errors_back():
+    requests = [text_request(["a", "bb"]), text_request([b"\xc3"]), text_request(["ccc"])]
+    calls = []
+
+    def compute(rows):
+        calls.append(len(rows))
+        return _lengths(rows)
+
+    batch = serving.read_text_requests(pb_utils, requests)
+    out = serving.run_batch(pb_utils, batch, compute)
+    assert calls == [3], "all good requests must be computed in one pass"
+    assert out[0].output_tensors()[0].as_numpy().ravel().tolist() == [1.0, 2.0]
+    assert out[1].has_error() and out[1].error().code() == pb_utils.TritonError.INVALID_ARG
+    assert out[2].output_tensors()[0].as_numpy().ravel().tolist() == [3.0]
+
+
+def test_run_batch_isolates_a_request_that_breaks_the_batched_pass():
+    requests = [text_request(["fine"]), text_request(["boom"]), text_request(["also fine", "x"])]
+
+    def compute(rows):
+        if b"boom" in rows:
+            raise ValueError("cannot handle boom")
+        return _lengths(rows)
+
+    batch = serving.read_text_requests(pb_utils, requests)
+    out = serving.run_batch(pb_utils, batch, compute, logger=pb_utils.Logger)
+    assert [r.has_error() for r in out] == [False, True, False]
+    assert out[1].error().message() == "cannot handle boom"
+    assert out[1].error().code() == pb_utils.TritonError.INVALID_ARG
+    assert out[2].output_tensors()[0].as_numpy().ravel().tolist() == [9.0, 1.0]
+
+    def crash(rows):
+        if b"boom" in rows:
+            raise RuntimeError("device fault")
+        return _lengths(rows)
+
+    out = serving.run_batch(pb_utils, serving.read_text_requests(pb_utils, requests), crash)
+    assert out[1].error().code() == pb_utils.TritonError.INTERNAL
+    assert not out[0].has_error() and not out[2].has_error()
+
+
+def test_read_array_requests_checks_shapes_and_concatenates():
+    dims = {"A": (2,), "B": (2,)}
+    requests = [
+        array_request(A=np.ones((2, 2), np.float32), B=np.zeros((2, 2), np.float32)),
+        array_request(A=np.ones((1, 3), np.float32), B=np.zeros((1, 3), np.float32)),
+        array_request(A=np.ones((1, 2), np.float32), B=np.zeros((2, 2), np.float32)),
+        array_request(A=np.full((1, 2), 5, np.float32), B=np.full((1, 2), 6, np.float32)),
+    ]
+    batch, arrays = serving.read_array_requests(pb_utils, requests, ("A", "B"), np, dims)
+    assert batch.counts == [2, 0, 0, 1]
+    assert "shape [batch, 2]" in batch.errors[1][0]
+    assert "different batch sizes" in batch.errors[2][0]
+    assert arrays["A"].shape == (3, 2) and arrays["B"][2].tolist() == [6, 6]
+
+
+def test_input_array_never_calls_as_numpy_on_a_gpu_tensor():
+    tensor = pb_utils.Tensor._on_gpu("A", np.ones((1, 1), np.float32))
+    with pytest.raises(pb_utils.TritonModelException):
+        tensor.as_numpy()
+
+    class DeviceModule:
+        """Stands in for CuPy: takes GPU tensors through DLPack only."""
+
+        @staticmethod
+        def from_dlpack(obj):
+            assert obj.__dlpack_device__()[0] == 2
+            return obj._array
+
+    assert serving.input_array(tensor, DeviceModule).tolist() == [[1.0]]
+
+
+def test_parameters():
+    config = {"parameters": {"A": {"string_value": "3"}, "B": {"string_value": "x"},
+                             "W": {"string_value": "0.25"}, "F": {"string_value": "no"}}}
+    params = serving.parameters(config)
+    assert serving.int_parameter(params, "A", 1) == 3
+    assert serving.int_parameter(params, "MISSING", 7) == 7
+    with pytest.raises(ValueError, match="parameter B must be an integer"):
+        serving.int_parameter(params, "B", 1)
+    with pytest.raises(ValueError, match="at least 5"):
+        serving.int_parameter(params, "A", 1, minimum=5)
+    assert serving.float_parameter(params, "W", 0.5) == 0.25
+    assert serving.bool_parameter(params, "F", True) is False
+    assert serving.instance_device({"model_instance_kind": "GPU", "model_instance_device_id": "1"}) == \
+        serving.Device("gpu", 1)
+    assert serving.instance_device({"model_instance_kind": "CPU"}).array_module() is np
