@@ -57,6 +57,19 @@ class ReadabilityClient:
             raise ClientError(f"cannot create a {protocol} client for {url}: {exc}") from exc
         self.url = url
 
+    def close(self) -> None:
+        """Close the connection (an open HTTP keep-alive connection delays a server's shutdown)."""
+        try:
+            self.client.close()
+        except Exception:  # noqa: BLE001 - closing twice or a dead server is fine
+            pass
+
+    def __enter__(self) -> "ReadabilityClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
     def ready(self) -> bool:
         try:
             return bool(self.client.is_server_ready() and self.client.is_model_ready(self.model))

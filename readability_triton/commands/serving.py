@@ -1,0 +1,241 @@
+"""CLI: `assemble`, `serve`, `score` and `demo`."""
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import sys
+import time
+
+from . import CommandError, progress
+
+#: Texts of clearly different difficulty, written for this demo.
+DEMO_TEXTS = (
+    "The cat sat on the mat. It was a warm day. The cat was happy and went to sleep in the sun.",
+    "Tom and his sister ran down to the lake after lunch. They threw small stones into the water and "
+    "counted the rings until their mother called them home for supper.",
+    "The city council voted on Tuesday to extend the bus line to the new hospital, a change that "
+    "officials said would shorten many patients' trips by half an hour.",
+    "Photosynthesis converts light energy into chemical energy: chlorophyll absorbs photons, and the "
+    "resulting electron transport drives the synthesis of ATP and NADPH, which the Calvin cycle then "
+    "consumes to fix atmospheric carbon dioxide into carbohydrates.",
+    "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor against "
+    "any liability, howsoever arising, consequent upon the lessee's failure to observe covenants "
+    "hereinbefore enumerated, save insofar as such liability proceeds from the lessor's negligence.",
+)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "assemble", help="build a complete model repository for a profile from an artifact set",
+        description="Write the configs of a profile (gpu, hybrid, cpu, portable), the Python models' "
+                    "model.py and the artifacts into a Triton model repository, after checking the "
+                    "artifacts against their manifest.json and the tensor contracts.")
+    p.add_argument("--profile", required=True, choices=("gpu", "hybrid", "cpu", "portable"))
+    p.add_argument("--artifacts", required=True, metavar="DIR",
+                   help="artifact set (model.pt, tokenizer files, checkpoint.tl, vocabulary.json, manifest.json)")
+    p.add_argument("--out", required=True, metavar="REPO", help="repository folder to write")
+    p.add_argument("--bert-weight", type=float, default=0.5, help="weight of BERT_SCORE in SCORE (default 0.5)")
+    p.add_argument("--forest-weight", type=float, default=0.5, help="weight of FOREST_SCORE in SCORE (default 0.5)")
+    p.add_argument("--max-text-bytes", type=int, default=None,
+                   help="largest UTF-8 text the Python steps accept (default 100000)")
+    p.add_argument("--force", action="store_true", help="replace REPO if it exists")
+    p.set_defaults(func=cmd_assemble)
+
+    p = subparsers.add_parser(
+        "serve", help="run the tritonserver of the nvidia-pytriton wheel on a repository (127.0.0.1)",
+        description="Run the official tritonserver binary shipped in the nvidia-pytriton wheel (python "
+                    "backend and ensembles; it serves the 'portable' profile) on 127.0.0.1, forward its "
+                    "log, and stop it cleanly on Ctrl-C or SIGTERM.")
+    p.add_argument("--repository", required=True, metavar="REPO")
+    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--grpc-port", type=int, default=8001)
+    p.add_argument("--metrics-port", type=int, default=8002)
+    p.add_argument("--log-file", default=None, help="write the server log here instead of stderr")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness")
+    p.set_defaults(func=cmd_serve)
+
+    p = subparsers.add_parser(
+        "score", help="score texts through the readability ensemble of a running server",
+        description="Send texts to the 'readability' ensemble and print (or write) SCORE, BERT_SCORE and "
+                    "FOREST_SCORE. Texts come from the arguments, a CSV file (--csv), or standard input "
+                    "(one text per line).")
+    p.add_argument("texts", nargs="*", help="texts to score")
+    p.add_argument("--csv", dest="csv_path", metavar="FILE", help="CSV with a text column")
+    p.add_argument("--column", default="excerpt", help="text column of --csv (default: excerpt)")
+    p.add_argument("--out", metavar="FILE", help="write a CSV with the scores here")
+    p.add_argument("--url", default=None, help="server address (default 127.0.0.1:8000 http, :8001 grpc)")
+    p.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    p.add_argument("--batch-size", type=int, default=64, help="texts per request (at most 64)")
+    p.set_defaults(func=cmd_score)
+
+    p = subparsers.add_parser(
+        "demo", help="build demo artifacts, serve them, score example texts, stop",
+        description="Build (or reuse) demo artifacts, assemble the portable profile, start a real "
+                    "tritonserver on 127.0.0.1, score example texts through the ensemble, print a table "
+                    "and stop the server.")
+    p.add_argument("--artifacts", default=".cache/demo-artifacts", metavar="DIR")
+    p.add_argument("--repository", default=".cache/demo-repository", metavar="REPO")
+    p.add_argument("--data", default=None, metavar="CSV",
+                   help="training CSV (default: the shared CommonLit data if present, else a generated corpus)")
+    p.add_argument("--bert", choices=("minilm", "tiny"), default="minilm")
+    p.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    p.set_defaults(func=cmd_demo)
+
+
+# ------------------------------------------------------------------------- assemble
+
+
+def cmd_assemble(args) -> int:
+    from .. import contracts
+    from ..repository import AssemblyError, assemble
+
+    try:
+        manifest = assemble(args.artifacts, args.out, args.profile, bert_weight=args.bert_weight,
+                            forest_weight=args.forest_weight,
+                            max_text_bytes=args.max_text_bytes or contracts.DEFAULT_MAX_TEXT_BYTES,
+                            force=args.force)
+    except AssemblyError as err:
+        raise CommandError(err) from None
+    print(f"assembled profile {args.profile!r} in {args.out} (max_length {manifest['max_length']}, "
+          f"{manifest['n_features']} features)")
+    return 0
+
+
+# ---------------------------------------------------------------------------- serve
+
+
+def cmd_serve(args) -> int:
+    from ..server import ServerError, TritonServer
+
+    server = TritonServer(args.repository, args.http_port, args.grpc_port, args.metrics_port,
+                          log_file=args.log_file)
+    stopping = []
+
+    def on_signal(signum, _frame):
+        stopping.append(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        try:
+            server.start(timeout=args.timeout)
+        except ServerError as err:
+            raise CommandError(err) from None
+        print(f"tritonserver ready (pid {server.process.pid}): http {server.http_url}, grpc {server.grpc_url}, "
+              f"metrics {server.metrics_url}; Ctrl-C stops it", file=sys.stderr, flush=True)
+        while not stopping and server.process.poll() is None:
+            time.sleep(0.2)
+    finally:
+        code = server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if not stopping:
+        raise CommandError(f"tritonserver exited on its own with status {code}")
+    print(f"tritonserver stopped (status {code})", file=sys.stderr)
+    return 0
+
+
+# ---------------------------------------------------------------------------- score
+
+
+def _read_texts(args) -> tuple[list[str], object]:
+    from ..data import DataError, read_table
+
+    if args.csv_path:
+        try:
+            table = read_table(args.csv_path, args.column)
+        except DataError as err:
+            raise CommandError(err) from None
+        return table.texts, table
+    if args.texts:
+        return list(args.texts), None
+    if sys.stdin.isatty():
+        raise CommandError("no texts: give them as arguments, with --csv FILE, or on standard input")
+    texts = [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    if not texts:
+        raise CommandError("standard input holds no text")
+    return texts, None
+
+
+def cmd_score(args) -> int:
+    from ..client import ClientError, ReadabilityClient
+
+    if not 1 <= args.batch_size <= 64:
+        raise CommandError("--batch-size must be between 1 and 64 (the ensemble's max_batch_size)")
+    texts, _ = _read_texts(args)
+    url = args.url or ("127.0.0.1:8000" if args.protocol == "http" else "127.0.0.1:8001")
+    try:
+        with ReadabilityClient(url, args.protocol, batch_size=args.batch_size) as client:
+            if not client.ready():
+                raise CommandError(f"no ready 'readability' model at {url} ({args.protocol}); start one "
+                                   "with `readability-triton serve --repository REPO`")
+            with progress(total=len(texts), unit="text", desc="scoring") as bar:
+                scores = client.score(texts, progress=bar)
+    except ClientError as err:
+        raise CommandError(err) from None
+    if args.out:
+        with open(args.out, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["text", "score", "bert_score", "forest_score"])
+            for s in scores:
+                writer.writerow([s.text, f"{s.score:.6f}", f"{s.bert:.6f}", f"{s.forest:.6f}"])
+        print(f"wrote {len(scores)} scores to {args.out}", file=sys.stderr)
+    else:
+        print_table(scores)
+    return 0
+
+
+def print_table(scores, width: int = 60, latency: bool = False) -> None:
+    header = f"{'text':<{width}}  {'BERT':>7}  {'forest':>7}  {'score':>7}"
+    if latency:
+        header += f"  {'latency':>9}"
+    print(header)
+    print("-" * len(header))
+    for s in scores:
+        text = " ".join(s.text.split())
+        text = text if len(text) <= width else text[: width - 1] + "…"
+        line = f"{text:<{width}}  {s.bert:>7.3f}  {s.forest:>7.3f}  {s.score:>7.3f}"
+        if latency:
+            line += f"  {s.latency_ms:>6.1f} ms"
+        print(line)
+
+
+# ----------------------------------------------------------------------------- demo
+
+
+def cmd_demo(args) -> int:
+    from ..client import ReadabilityClient
+    from ..data import COMMONLIT_CSV
+    from ..repository import AssemblyError, assemble
+    from ..server import ServerError, TritonServer
+    from ..training_demo import ensure_demo_artifacts
+
+    data = args.data
+    if data is None and os.path.isfile(COMMONLIT_CSV):
+        data = os.path.normpath(COMMONLIT_CSV)
+    ensure_demo_artifacts(args.artifacts, data=data, bert=args.bert)
+    try:
+        assemble(args.artifacts, args.repository, "portable", force=True)
+    except AssemblyError as err:
+        raise CommandError(err) from None
+    log_file = os.path.abspath(args.repository.rstrip("/") + ".server.log")
+    open(log_file, "w").close()
+    server = TritonServer(args.repository, log_file=log_file)
+    print(f"starting tritonserver on 127.0.0.1 (http {server.http_port}, grpc {server.grpc_port}); "
+          f"log: {log_file}", file=sys.stderr, flush=True)
+    try:
+        server.start(timeout=300)
+    except ServerError as err:
+        raise CommandError(err) from None
+    try:
+        url = server.http_url if args.protocol == "http" else server.grpc_url
+        with ReadabilityClient(url, args.protocol) as client:
+            client.score([DEMO_TEXTS[0]])  # warm-up: the first request pays one-time costs in each step
+            scores = [client.score([text])[0] for text in DEMO_TEXTS]
+    finally:
+        code = server.stop()
+    print(f"\nScores from the 'readability' ensemble ({args.protocol}, one request per text; "
+          "higher = easier, CommonLit scale):\n")
+    print_table(scores, latency=True)
+    print(f"\ntritonserver (pid {server.process.pid}) stopped, status {code}.")
+    return 0
