@@ -69,3 +69,15 @@ def vocab_dir():
     if not os.path.isfile(os.path.join(path, "vocab.txt")):
         pytest.skip(f"no vocab.txt in {path}")
     return path
+
+
+@pytest.fixture(scope="session")
+def tiny_artifacts(tmp_path_factory):
+    """A complete artifact set built by `build-demo --bert tiny` on a small generated corpus
+    (a random 2-layer BERT and a small forest: seconds, scores without meaning)."""
+    from readability_triton.demo_artifacts import build_demo
+
+    out = tmp_path_factory.mktemp("tiny") / "artifacts"
+    build_demo(str(out), data=None, bert="tiny", max_length=64, folds=2, corpus_size=240,
+               forest_params={"n_estimators": 12, "max_depth": 8})
+    return str(out)

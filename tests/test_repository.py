@@ -1,0 +1,127 @@
+"""`assemble`: complete repositories for every profile, and refusal of artifacts that do
+not fit; the native (libtorch, FIL) artifacts load the way those backends load them."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from google.protobuf import text_format
+from tritonclient.grpc import model_config_pb2
+
+from readability_triton import cli
+from readability_triton import contracts as C
+from readability_triton import manifest as M
+from readability_triton import repository
+
+
+def parse(path):
+    with open(path, encoding="utf-8") as handle:
+        return text_format.Parse(handle.read(), model_config_pb2.ModelConfig())
+
+
+@pytest.mark.parametrize("profile", repository.PROFILES)
+def test_assembled_repository_is_complete(tiny_artifacts, tmp_path, profile):
+    out = tmp_path / profile
+    manifest = repository.assemble(tiny_artifacts, str(out), profile)
+    assert sorted(os.listdir(out)) == sorted(C.ALL_MODELS)
+    contracts = C.contracts(manifest["max_length"], manifest["n_features"])
+    for model in C.ALL_MODELS:
+        config = parse(out / model / "config.pbtxt")
+        assert [t.name for t in config.input] == [s.name for s in contracts[model].inputs]
+        assert [tuple(t.dims) for t in config.output] == [s.dims for s in contracts[model].outputs]
+        version = out / model / "1"
+        python = repository.backend_file(model, profile)
+        assert (version / "model.py").is_file() == (python is not None)
+        if python:
+            source = os.path.join(repository.backends_root(), python, "model.py")
+            assert (version / "model.py").read_bytes() == open(source, "rb").read()
+            assert not (version / "model.py").is_symlink()
+    for model, names in M.MODEL_FILES.items():
+        for name in names + (M.MANIFEST,):
+            assert (out / model / "1" / name).is_file(), f"{model}/1/{name}"
+    assert (out / "preprocess" / "1" / "tokenizer.json").is_file()
+    max_length = parse(out / "preprocess" / "config.pbtxt").parameters["MAX_LENGTH"].string_value
+    assert int(max_length) == manifest["max_length"] == 64
+
+
+def test_native_artifacts_load_like_their_backends(tiny_artifacts, tmp_path):
+    """What pytorch_libtorch and FIL do with the gpu/cpu repositories, done in-process:
+    torch::jit::load + forward(input__0, input__1) in config order; Treelite deserialize
+    (the FIL backend reads Treelite 4.x checkpoints) with the config's feature count."""
+    import torch
+    import treelite
+    import treelite.gtil
+
+    out = tmp_path / "cpu"
+    repository.assemble(tiny_artifacts, str(out), "cpu")
+    bert = parse(out / "bert" / "config.pbtxt")
+    module = torch.jit.load(str(out / "bert" / "1" / "model.pt"), map_location="cpu")
+    inputs = [torch.ones((3, *t.dims), dtype=torch.int64) for t in bert.input]
+    result = module(*inputs)
+    assert result.dtype == torch.float32 and tuple(result.shape) == (3, *bert.output[0].dims)
+
+    forest = parse(out / "forest" / "config.pbtxt")
+    assert forest.backend == "fil" and forest.parameters["model_type"].string_value == "treelite_checkpoint"
+    model = treelite.Model.deserialize(str(out / "forest" / "1" / "checkpoint.tl"))
+    assert model.num_feature == forest.input[0].dims[0] == C.N_FEATURES
+    header = json.loads(model.dump_as_json(pretty_print=False))
+    assert header["num_target"] == 1 and header["num_class"] == [1], "a single-output regressor"
+    assert treelite.gtil.predict(model, np.zeros((2, C.N_FEATURES), np.float32)).size == 2
+
+
+def _copy(src, tmp_path):
+    dst = tmp_path / "artifacts"
+    shutil.copytree(src, dst)
+    return dst
+
+
+def test_refuses_missing_and_changed_files(tiny_artifacts, tmp_path):
+    art = _copy(tiny_artifacts, tmp_path)
+    (art / "checkpoint.tl").write_bytes(b"not a checkpoint")
+    with pytest.raises(repository.AssemblyError, match="checksum differs"):
+        repository.assemble(str(art), str(tmp_path / "r1"), "portable")
+    (art / "checkpoint.tl").unlink()
+    with pytest.raises(repository.AssemblyError, match="missing checkpoint.tl"):
+        repository.assemble(str(art), str(tmp_path / "r2"), "portable")
+    with pytest.raises(repository.AssemblyError, match="no such artifact folder"):
+        repository.assemble(str(tmp_path / "nowhere"), str(tmp_path / "r3"), "portable")
+
+
+def test_refuses_artifacts_that_break_the_contracts(tiny_artifacts, tmp_path):
+    art = _copy(tiny_artifacts, tmp_path)
+    manifest = json.loads((art / "manifest.json").read_text())
+    (art / "manifest.json").write_text(json.dumps({**manifest, "n_features": 100}))
+    with pytest.raises(repository.AssemblyError, match="trained on 100 features"):
+        repository.assemble(str(art), str(tmp_path / "r"), "gpu")
+    (art / "manifest.json").unlink()
+    with pytest.raises(repository.AssemblyError, match="no manifest.json"):
+        repository.assemble(str(art), str(tmp_path / "r"), "gpu")
+
+
+def test_refuses_to_overwrite_and_bad_options(tiny_artifacts, tmp_path):
+    out = tmp_path / "repo"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(repository.AssemblyError, match="--force"):
+        repository.assemble(tiny_artifacts, str(out), "cpu")
+    repository.assemble(tiny_artifacts, str(out), "cpu", force=True)
+    assert not (out / "keep.txt").exists()
+    with pytest.raises(repository.AssemblyError, match="unknown profile"):
+        repository.assemble(tiny_artifacts, str(tmp_path / "x"), "tpu")
+    with pytest.raises(repository.AssemblyError, match="non-negative"):
+        repository.assemble(tiny_artifacts, str(tmp_path / "x"), "cpu", bert_weight=-1)
+
+
+def test_assemble_cli(tiny_artifacts, tmp_path, capsys):
+    out = tmp_path / "repo"
+    assert cli.main(["assemble", "--profile", "hybrid", "--artifacts", tiny_artifacts, "--out", str(out),
+                     "--bert-weight", "0.25", "--forest-weight", "0.75"]) == 0
+    post = parse(out / "postprocess" / "config.pbtxt")
+    assert float(post.parameters["BERT_WEIGHT"].string_value) == 0.25
+    assert "assembled profile 'hybrid'" in capsys.readouterr().out
+    assert cli.main(["assemble", "--profile", "cpu", "--artifacts", str(tmp_path / "none"),
+                     "--out", str(tmp_path / "r")]) == 2
+    assert "no such artifact folder" in capsys.readouterr().err

@@ -1,0 +1,259 @@
+"""Integration: the assembled `portable` repository served by a real tritonserver (the
+binary of the nvidia-pytriton wheel), queried over HTTP and gRPC."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import numpy as np
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+from tritonclient.utils import InferenceServerException
+
+from readability_triton import contracts as C
+from readability_triton import repository
+from readability_triton.client import ReadabilityClient
+from readability_triton.server import TritonServer, free_port
+
+pytestmark = pytest.mark.integration
+
+MAX_TEXT_BYTES = 4000
+BATCH_WINDOW_US = 200_000
+TEXTS = [
+    "The cat sat on the mat. It was happy.",
+    "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor.",
+    "",
+    "Don't panic... \"Mr. Smith’s dog-house,\" she said!",
+    "Ünïcödé — “quotes”, 漢字とかな, עברית, emoji 😀🚀 and a very long wordddddddddddddddddddddddd.",
+    "word " * 300,
+]
+
+
+@pytest.fixture(scope="module")
+def repo(tiny_artifacts, tmp_path_factory):
+    out = tmp_path_factory.mktemp("served") / "repository"
+    repository.assemble(tiny_artifacts, str(out), "portable", max_text_bytes=MAX_TEXT_BYTES)
+    # A long batching window on the two text steps, so that requests sent together are
+    # certain to share execute() calls (the production window is 1 ms: too short to rely on).
+    for model in (C.PREPROCESS, C.FEATURIZE):
+        path = out / model / "config.pbtxt"
+        config = path.read_text()
+        old = f"max_queue_delay_microseconds: {repository.QUEUE_DELAY_US[model]}"
+        assert old in config
+        path.write_text(config.replace(old, f"max_queue_delay_microseconds: {BATCH_WINDOW_US}"))
+    return str(out)
+
+
+@pytest.fixture(scope="module")
+def server(repo, tmp_path_factory):
+    log = tmp_path_factory.mktemp("log") / "server.log"
+    server = TritonServer(repo, log_file=str(log), backend_dir=str(tmp_path_factory.mktemp("backends")))
+    try:
+        server.start(timeout=240)
+    except Exception:
+        print(log.read_text()[-5000:])
+        raise
+    yield server
+    status = server.stop()
+    assert server.process.poll() is not None, "the server must be gone after stop()"
+    assert status is not None
+
+
+@pytest.fixture(scope="module")
+def expected(tiny_artifacts):
+    """What the artifacts compute in-process: tokens -> torch.jit, features -> Treelite."""
+    import torch
+    import treelite
+    import treelite.gtil
+
+    from readability_triton.features import Vocabulary, featurize
+    from readability_triton.manifest import load_manifest
+    from readability_triton.tokenization import WordPieceTokenizer
+
+    max_length = load_manifest(tiny_artifacts)["max_length"]
+    tokenizer = WordPieceTokenizer.from_directory(tiny_artifacts, max_length)
+    module = torch.jit.load(os.path.join(tiny_artifacts, "model.pt"), map_location="cpu").eval()
+    vocabulary = Vocabulary.load(os.path.join(tiny_artifacts, "vocabulary.json"))
+    forest = treelite.Model.deserialize(os.path.join(tiny_artifacts, "checkpoint.tl"))
+
+    def compute(texts):
+        ids, mask = tokenizer.encode(texts)
+        with torch.inference_mode():
+            bert = module(torch.from_numpy(ids), torch.from_numpy(mask)).numpy().reshape(-1)
+        features = featurize(texts, vocabulary)
+        trees = treelite.gtil.predict(forest, features).reshape(-1).astype(np.float32)
+        return {"ids": ids, "mask": mask, "features": features, "bert": bert, "forest": trees}
+
+    return compute
+
+
+def test_health_readiness_and_metadata(server):
+    with urllib.request.urlopen(f"http://{server.http_url}/v2/health/ready") as reply:
+        assert reply.status == 200
+    http = httpclient.InferenceServerClient(server.http_url)
+    grpc = grpcclient.InferenceServerClient(server.grpc_url)
+    try:
+        assert http.is_server_live() and grpc.is_server_ready()
+        for model in C.ALL_MODELS:
+            assert http.is_model_ready(model) and grpc.is_model_ready(model), model
+        meta = http.get_model_metadata(C.ENSEMBLE)
+        assert [(t["name"], t["datatype"]) for t in meta["inputs"]] == [("TEXT", "BYTES")]
+        assert [t["name"] for t in meta["outputs"]] == ["SCORE", "BERT_SCORE", "FOREST_SCORE"]
+    finally:
+        http.close()
+        grpc.close()
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_ensemble_scores_equal_the_in_process_computation(server, expected, protocol):
+    url = server.http_url if protocol == "http" else server.grpc_url
+    with ReadabilityClient(url, protocol) as client:
+        outputs, _ = client.infer_batch(TEXTS)
+    want = expected(TEXTS)
+    # the forest: same checkpoint, same float32 features -> the same numbers
+    np.testing.assert_array_equal(outputs[C.FOREST_SCORE], want["forest"])
+    # BERT: same TorchScript module; batch composition may change float rounding slightly
+    np.testing.assert_allclose(outputs[C.BERT_SCORE], want["bert"], rtol=0, atol=1e-5)
+    mean = ((outputs[C.BERT_SCORE].astype(np.float64) + outputs[C.FOREST_SCORE]) / 2).astype(np.float32)
+    np.testing.assert_array_equal(outputs[C.SCORE], mean)
+    assert all(v.dtype == np.float32 and v.shape == (len(TEXTS),) for v in outputs.values())
+
+
+def test_step_models_answer_directly(server, expected):
+    want = expected(TEXTS)
+    client = httpclient.InferenceServerClient(server.http_url)
+    try:
+        rows = np.array([[t.encode()] for t in TEXTS], dtype=np.object_)
+        text = httpclient.InferInput("TEXT", list(rows.shape), "BYTES")
+        text.set_data_from_numpy(rows)
+        tokens = client.infer(C.PREPROCESS, [text])
+        np.testing.assert_array_equal(tokens.as_numpy(C.INPUT_IDS), want["ids"])
+        np.testing.assert_array_equal(tokens.as_numpy(C.ATTENTION_MASK), want["mask"])
+        features = client.infer(C.FEATURIZE, [text]).as_numpy(C.FEATURES)
+        assert features.dtype == np.float32 and features.shape == (len(TEXTS), C.N_FEATURES)
+        np.testing.assert_array_equal(features, want["features"])
+    finally:
+        client.close()
+
+
+def _text_input(payload: bytes):
+    text = httpclient.InferInput("TEXT", [1, 1], "BYTES")
+    text.set_data_from_numpy(np.array([[payload]], dtype=np.object_))
+    return text
+
+
+def _infer_concurrently(url, payloads):
+    """One request per payload, all in flight at once (the HTTP client's own concurrency:
+    tritonclient.http is not thread-safe, so no threads); a failed request gives its error."""
+    client = httpclient.InferenceServerClient(url, concurrency=len(payloads))
+    try:
+        pending = [client.async_infer(C.ENSEMBLE, [_text_input(p)]) for p in payloads]
+        results = []
+        for request in pending:
+            try:
+                results.append(request.get_result().as_numpy(C.SCORE)[0, 0])
+            except InferenceServerException as err:
+                results.append(err)
+        return results
+    finally:
+        client.close()
+
+
+def _stats(url, model):
+    client = httpclient.InferenceServerClient(url)
+    try:
+        (stats,) = client.get_inference_statistics(model)["model_stats"]
+        return int(stats["inference_count"]), int(stats["execution_count"])
+    finally:
+        client.close()
+
+
+def test_a_bad_request_among_good_ones_fails_alone(server, expected):
+    good = [f"Sentence number {i} is short. It is easy to read." for i in range(14)]
+    payloads = [t.encode() for t in good]
+    bad = {3: b"broken \xff\xfe utf-8", 9: b"x" * (MAX_TEXT_BYTES + 1)}
+    for index, payload in bad.items():
+        payloads.insert(index, payload)
+    before = _stats(server.http_url, C.FEATURIZE)
+    results = _infer_concurrently(server.http_url, payloads)
+    after = _stats(server.http_url, C.FEATURIZE)
+    want = expected(good)
+    mean = ((want["bert"].astype(np.float64) + want["forest"]) / 2).astype(np.float32)
+    goods = iter(range(len(good)))
+    for index, result in enumerate(results):
+        if index in bad:
+            assert isinstance(result, InferenceServerException), f"request {index} should fail"
+            assert "not valid UTF-8" in str(result) or "over the limit" in str(result), str(result)
+        else:
+            assert not isinstance(result, Exception), f"good request {index} failed: {result}"
+            assert result == pytest.approx(mean[next(goods)], abs=1e-5)
+    inferences, executions = after[0] - before[0], after[1] - before[1]
+    assert inferences == len(payloads)
+    assert executions < inferences, "concurrent requests were batched into shared execute() calls"
+
+
+def test_metrics_endpoint(server):
+    _infer_concurrently(server.http_url, [b"One more text."])
+    with urllib.request.urlopen(server.metrics_url) as reply:
+        text = reply.read().decode()
+    lines = [line for line in text.splitlines()
+             if line.startswith("nv_inference_request_success") and f'model="{C.ENSEMBLE}"' in line]
+    assert lines and float(lines[0].rsplit(" ", 1)[1]) >= 1
+    assert 'nv_inference_count{model="featurize"' in text
+
+
+def _cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "readability_triton.cli", *args], capture_output=True,
+                          text=True, timeout=120, **kw)
+
+
+def test_serve_and_score_commands(repo, tmp_path, expected):
+    ports = [free_port() for _ in range(3)]
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "readability_triton.cli", "serve", "--repository", repo,
+         "--http-port", str(ports[0]), "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2]),
+         "--log-file", str(tmp_path / "serve.log")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 240
+        client = ReadabilityClient(f"127.0.0.1:{ports[0]}")
+        while not client.ready():
+            assert serve.poll() is None, serve.stderr.read()
+            assert time.monotonic() < deadline, "serve did not become ready"
+            time.sleep(0.5)
+        client.close()
+        texts = ["A short and easy text.", "Another, somewhat longer, sentence follows it."]
+        want = expected(texts)
+        mean = ((want["bert"].astype(np.float64) + want["forest"]) / 2).astype(np.float32)
+
+        result = _cli("score", *texts, "--url", f"127.0.0.1:{ports[0]}")
+        assert result.returncode == 0, result.stderr
+        lines = result.stdout.strip().splitlines()[2:]
+        assert [float(line.split()[-1]) for line in lines] == pytest.approx(mean.tolist(), abs=1e-3)
+
+        csv_in, csv_out = tmp_path / "in.csv", tmp_path / "out.csv"
+        csv_in.write_text("id,excerpt\n1," + texts[0] + "\n2,\"" + texts[1] + "\"\n")
+        result = _cli("score", "--csv", str(csv_in), "--out", str(csv_out), "--protocol", "grpc",
+                      "--url", f"127.0.0.1:{ports[1]}")
+        assert result.returncode == 0, result.stderr
+        rows = csv_out.read_text().strip().splitlines()
+        assert rows[0] == "text,score,bert_score,forest_score" and len(rows) == 3
+        assert [float(r.rsplit(",", 3)[1]) for r in rows[1:]] == pytest.approx(mean.tolist(), abs=1e-5)
+
+        result = _cli("score", "--url", f"127.0.0.1:{ports[0]}", input=texts[0] + "\n\n" + texts[1] + "\n")
+        assert result.returncode == 0 and len(result.stdout.strip().splitlines()) == 4, result.stderr
+
+        serve.send_signal(signal.SIGINT)
+        assert serve.wait(timeout=60) == 0
+        assert "tritonserver stopped" in serve.stderr.read()
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+            serve.wait()
+    result = _cli("score", "text", "--url", f"127.0.0.1:{ports[0]}")
+    assert result.returncode == 2 and "no ready 'readability' model" in result.stderr
