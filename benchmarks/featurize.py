@@ -1,0 +1,157 @@
+"""Throughput of `featurize` (NumPy, and CuPy when a GPU is present) against the plain
+per-text reference implementation of the spec, in the same run, on CommonLit excerpts.
+
+    .venv/bin/python benchmarks/featurize.py [--data train.csv] [--batch-sizes 1,64,2048]
+                                             [--rounds 5] [--min-seconds 0.5] [--json out.json]
+
+For every batch size the implementations are timed in interleaved rounds (reference,
+NumPy, CuPy, reference, NumPy, ...), so that load from other processes hits them alike;
+each cell of the table is the median over the rounds of texts per second, and the
+speed-up is the median of the per-round ratios. Batches are consecutive CommonLit
+excerpts (cycled). The vocabulary is fitted on all excerpts first. Before timing, the
+NumPy (and CuPy) result of the largest batch is checked bit for bit against the
+reference.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+# Not this folder: its other scripts (e.g. tokenize.py) would shadow standard modules.
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "tests"))  # the reference lives with the tests
+
+import numpy as np  # noqa: E402
+
+import features_reference as reference  # noqa: E402
+from readability_triton import features  # noqa: E402
+from readability_triton.data import COMMONLIT_CSV, read_table  # noqa: E402
+
+
+def _cupy():
+    try:
+        import cupy
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return None
+        return cupy
+    except Exception:  # noqa: BLE001 - no CuPy or no usable GPU
+        return None
+
+
+def _batches(texts: list[str], size: int, count: int) -> list[list[str]]:
+    out, at = [], 0
+    for _ in range(count):
+        out.append([texts[(at + i) % len(texts)] for i in range(size)])
+        at = (at + size) % len(texts)
+    return out
+
+
+def _rate(run, batches, min_seconds: float) -> float:
+    """Texts per second of `run` over the batches (repeated until min_seconds passed)."""
+    done, start = 0, time.perf_counter()
+    while True:
+        for batch in batches:
+            run(batch)
+            done += len(batch)
+        elapsed = time.perf_counter() - start
+        if elapsed >= min_seconds:
+            return done / elapsed
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--data", default=os.path.normpath(COMMONLIT_CSV), help="CSV with an excerpt column")
+    parser.add_argument("--column", default="excerpt")
+    parser.add_argument("--batch-sizes", default="1,64,2048")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per batch size")
+    parser.add_argument("--min-seconds", type=float, default=0.5,
+                        help="minimum time per implementation per round")
+    parser.add_argument("--reference-texts", type=int, default=256,
+                        help="at least this many texts per reference measurement (it is slow)")
+    parser.add_argument("--no-gpu", action="store_true", help="skip CuPy even if a GPU is present")
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args(argv)
+
+    if not os.path.isfile(args.data):
+        print(f"no data at {args.data} (pass --data)", file=sys.stderr)
+        return 2
+    texts = read_table(args.data, args.column).texts
+    sizes = [int(s) for s in args.batch_sizes.split(",") if s.strip()]
+    vocab = features.build_vocabulary(texts)
+    top, bottom, stops = vocab.top, vocab.bottom, vocab.stopwords
+    cupy = None if args.no_gpu else _cupy()
+
+    def run_reference(batch):
+        reference.featurize(batch, top, bottom, stops)
+
+    def run_numpy(batch):
+        features.featurize(batch, vocab)
+
+    impls = [("reference", run_reference), ("numpy", run_numpy)]
+    if cupy is not None:
+        def run_cupy(batch):
+            features.featurize(batch, vocab, xp=cupy)
+            cupy.cuda.Device().synchronize()
+
+        impls.append(("cupy", run_cupy))
+
+    # Correctness first: bit-for-bit equal to the reference on the largest batch.
+    check = _batches(texts, max(sizes), 1)[0]
+    expected = reference.featurize(check, top, bottom, stops)
+    got = {"numpy": features.featurize(check, vocab)}
+    if cupy is not None:
+        got["cupy"] = cupy.asnumpy(features.featurize(check, vocab, xp=cupy))
+    for name, array in got.items():
+        if not np.array_equal(array.view(np.uint32), expected.view(np.uint32)):
+            print(f"{name} differs from the reference: not benchmarking a wrong result", file=sys.stderr)
+            return 1
+
+    print(f"featurize benchmark: {len(texts)} excerpts from {args.data} "
+          f"(mean {statistics.fmean(map(len, texts)):.0f} characters), n={vocab.n}, "
+          f"{args.rounds} rounds, {os.cpu_count()} CPUs, numpy {np.__version__}, "
+          f"Python {platform.python_version()}" + (f", cupy {cupy.__version__}" if cupy else ", no GPU"))
+    results = []
+    for size in sizes:
+        n_batches = max(1, -(-args.reference_texts // size)) if size < args.reference_texts else 1
+        batches = _batches(texts, size, n_batches)
+        for _, run in impls:  # warm-up (tables, caches, CUDA kernels)
+            run(batches[0])
+        rates: dict[str, list[float]] = {name: [] for name, _ in impls}
+        for _ in range(args.rounds):
+            for name, run in impls:
+                rates[name].append(_rate(run, batches, args.min_seconds))
+        row = {"batch_size": size}
+        for name, values in rates.items():
+            row[name] = statistics.median(values)
+            row[f"{name}_rounds"] = values
+            if name != "reference":
+                row[f"{name}_speedup"] = statistics.median(
+                    v / r for v, r in zip(values, rates["reference"]))
+        results.append(row)
+
+    names = [name for name, _ in impls]
+    header = f"{'batch':>6} | " + " | ".join(f"{name + ' texts/s':>17}" for name in names)
+    header += "".join(f" | {name + ' speed-up':>16}" for name in names[1:])
+    print(header)
+    print("-" * len(header))
+    for row in results:
+        line = f"{row['batch_size']:>6} | " + " | ".join(f"{row[name]:>17,.0f}" for name in names)
+        line += "".join(f" | {row[name + '_speedup']:>15.1f}x" for name in names[1:])
+        print(line)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"data": args.data, "rounds": args.rounds, "results": results}, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

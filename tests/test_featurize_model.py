@@ -1,0 +1,197 @@
+"""The `featurize` Triton Python model, run in-process with the pb_utils stub."""
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+import triton_python_backend_utils as pb_utils
+
+from harness import load_model, make_model_dir, output, text_request
+from readability_triton import contracts, serving
+from readability_triton import manifest as artifact_manifest
+from readability_triton.features import Vocabulary, build_vocabulary, featurize
+
+FEATURES = contracts.FEATURES
+
+
+@pytest.fixture(scope="module")
+def vocabulary():
+    words = [f"w{i}" for i in range(300)]
+    texts = [" ".join(words[: i + 1]) for i in range(0, 300, 3)] + ["The cat sat on the mat. Did it? Yes!"]
+    return build_vocabulary(texts, stopwords=["the", "on", "it"])
+
+
+@pytest.fixture
+def vocab_file(tmp_path, vocabulary):
+    path = tmp_path / "vocabulary.json"
+    vocabulary.save(str(path))
+    return str(path)
+
+
+def model_dir(tmp_path, vocab_file, profile="cpu", **render_kw):
+    return make_model_dir(str(tmp_path / "repo"), contracts.FEATURIZE, profile=profile,
+                          files={"vocabulary.json": vocab_file} if vocab_file else None, **render_kw)
+
+
+def model_globals(model):
+    return type(model).execute.__globals__
+
+
+def test_batches_all_requests_in_one_featurize_call(tmp_path, vocab_file, vocabulary, monkeypatch):
+    model = load_model(model_dir(tmp_path, vocab_file))
+    calls = []
+    real = model_globals(model)["featurize"]
+
+    def counting(texts, vocab, xp=None):
+        calls.append(len(texts))
+        return real(texts, vocab, xp=xp)
+
+    monkeypatch.setitem(model_globals(model), "featurize", counting)
+    requests = [
+        text_request(["The cat sat on the mat.", "w1 w2 w3"]),
+        text_request(["Ça va? Oui\u2026 très bien!"]),
+        text_request(["", "w5 w5 w5. w7", "don\u2019t stop"]),
+    ]
+    responses = model.execute(requests)
+    assert calls == [6]
+    assert len(responses) == 3
+    for request_texts, response in zip([["The cat sat on the mat.", "w1 w2 w3"], ["Ça va? Oui\u2026 très bien!"],
+                                        ["", "w5 w5 w5. w7", "don\u2019t stop"]], responses):
+        got = output(response, FEATURES)
+        assert got.dtype == np.float32 and got.shape == (len(request_texts), contracts.N_FEATURES)
+        np.testing.assert_array_equal(got, featurize(request_texts, vocabulary))
+
+
+def test_bad_requests_fail_alone(tmp_path, vocab_file, vocabulary):
+    model = load_model(model_dir(tmp_path, vocab_file, max_text_bytes=40))
+    ok = ["w1 w2", "x" * 40]  # exactly at the limit
+    requests = [
+        text_request(ok),
+        text_request(["fine", b"\xc3\x28 not UTF-8"]),
+        text_request(["y" * 41]),  # over MAX_TEXT_BYTES
+        pb_utils.InferenceRequest(inputs=[]),  # no TEXT
+        text_request(["w3"]),
+    ]
+    responses = model.execute(requests)
+    assert len(responses) == 5
+    np.testing.assert_array_equal(output(responses[0], FEATURES), featurize(ok, vocabulary))
+    np.testing.assert_array_equal(output(responses[4], FEATURES), featurize(["w3"], vocabulary))
+    for index, expected in ((1, "not valid UTF-8"), (2, "MAX_TEXT_BYTES"), (3, "missing input TEXT")):
+        error = responses[index].error()
+        assert error is not None and error.code() == pb_utils.TritonError.INVALID_ARG
+        assert expected in error.message()
+
+
+def test_large_batches(tmp_path, vocab_file, vocabulary):
+    model = load_model(model_dir(tmp_path, vocab_file))
+    rng = np.random.default_rng(1)
+    texts = ["".join(rng.choice(list("ab w1w2.'\u2019 \u2026é😀"), size=rng.integers(0, 80))) for _ in range(256)]
+    responses = model.execute([text_request(texts[i:i + 32]) for i in range(0, 256, 32)])
+    got = np.concatenate([output(r, FEATURES) for r in responses])
+    np.testing.assert_array_equal(got, featurize(texts, vocabulary))
+
+
+def test_missing_or_mismatched_vocabulary(tmp_path, vocab_file):
+    with pytest.raises(FileNotFoundError, match="no vocabulary.json"):
+        load_model(model_dir(tmp_path / "a", None))
+    small = tmp_path / "small.json"
+    Vocabulary(["a", "b"], ["c", "d"], []).save(str(small))
+    with pytest.raises(ValueError, match=r"dims \[207\].*11 features"):
+        load_model(model_dir(tmp_path / "b", str(small)))
+    broken = tmp_path / "broken.json"
+    broken.write_text(json.dumps({"top": ["A"], "bottom": ["b"], "stopwords": []}), encoding="utf-8")
+    with pytest.raises(ValueError, match="not a word in normal form"):
+        load_model(model_dir(tmp_path / "c", str(broken)))
+
+
+def test_manifest_is_checked_when_present(tmp_path, vocab_file):
+    directory = model_dir(tmp_path, vocab_file)
+    version = os.path.join(directory, "1")
+    artifact_manifest.write_manifest(version, max_length=contracts.DEFAULT_MAX_LENGTH)
+    load_model(directory)  # matching checksum
+    with open(os.path.join(version, "vocabulary.json"), "a", encoding="utf-8") as handle:
+        handle.write(" ")
+    with pytest.raises(artifact_manifest.ManifestError, match="checksum"):
+        load_model(directory)
+
+
+def test_manifest_feature_count_must_match(tmp_path, vocab_file):
+    directory = model_dir(tmp_path, vocab_file)
+    version = os.path.join(directory, "1")
+    artifact_manifest.write_manifest(version, max_length=contracts.DEFAULT_MAX_LENGTH, n_features=11)
+    with pytest.raises(ValueError, match="manifest.json.*11 features"):
+        load_model(directory)
+
+
+class FakeDeviceArray:
+    """What a CuPy array looks like to the stub: DLPack on a CUDA device, no NumPy."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __getitem__(self, key):
+        return FakeDeviceArray(self.array[key])
+
+    def __dlpack_device__(self):
+        return (2, 0)  # kDLCUDA, device 0
+
+    def __dlpack__(self, stream=None):
+        raise AssertionError("the stub keeps device tensors as they are")
+
+    @property
+    def shape(self):
+        return self.array.shape
+
+
+def test_gpu_instance_hands_features_over_through_dlpack(tmp_path, vocab_file, vocabulary, monkeypatch):
+    fake_xp = object()
+    monkeypatch.setattr(serving.Device, "array_module", lambda self: fake_xp if self.is_gpu else np)
+    seen = []
+    import readability_triton.features as features_module
+
+    real = features_module.featurize
+
+    def fake_featurize(texts, vocab, xp=None):
+        seen.append(xp)
+        return FakeDeviceArray(real(texts, vocab))
+
+    monkeypatch.setattr(features_module, "featurize", fake_featurize)  # bound by model.py on load
+    model = load_model(model_dir(tmp_path, vocab_file, profile="gpu"), kind="GPU")
+    responses = model.execute([text_request(["w1 w2"]), text_request(["bad \xff".encode("latin-1")]),
+                               text_request(["w3", "w4 w4"])])
+    assert seen and all(xp is fake_xp for xp in seen)
+    assert responses[1].has_error()
+    for response, texts in ((responses[0], ["w1 w2"]), (responses[2], ["w3", "w4 w4"])):
+        tensor = pb_utils.get_output_tensor_by_name(response, FEATURES)
+        assert not tensor.is_cpu()
+        with pytest.raises(pb_utils.TritonModelException):
+            tensor.as_numpy()
+        np.testing.assert_array_equal(tensor._array.array, featurize(texts, vocabulary))
+
+
+@pytest.mark.gpu
+def test_gpu_instance_with_cupy(tmp_path, vocab_file, vocabulary):
+    import cupy
+
+    model = load_model(model_dir(tmp_path, vocab_file, profile="gpu"), kind="GPU")
+    texts = ["The cat sat on the mat.", "w1 w2 w2. w3?"]
+    responses = model.execute([text_request(texts[:1]), text_request(texts[1:])])
+    got = []
+    for response in responses:
+        tensor = pb_utils.get_output_tensor_by_name(response, FEATURES)
+        assert not tensor.is_cpu()
+        got.append(cupy.asnumpy(cupy.from_dlpack(tensor._array)))
+    np.testing.assert_array_equal(np.concatenate(got), featurize(texts, vocabulary))
+
+
+def test_gpu_instance_without_cupy_says_so(tmp_path, vocab_file):
+    try:
+        import cupy  # noqa: F401
+
+        pytest.skip("CuPy is installed here")
+    except ImportError:
+        pass
+    with pytest.raises(RuntimeError, match="CuPy is not importable"):
+        load_model(model_dir(tmp_path, vocab_file, profile="gpu"), kind="GPU")
