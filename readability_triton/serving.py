@@ -275,7 +275,7 @@ def run_batch(pb_utils, batch: Batch, compute: Callable[[list], dict[str, object
     If the batched pass raises, retry request by request, so that only the requests that
     cause the error fail (INVALID_ARG for a ValueError, INTERNAL otherwise).
     """
-    if not batch.items:
+    if len(batch.errors) == batch.n_requests:
         return responses(pb_utils, batch, {})
     try:
         return responses(pb_utils, batch, compute(batch.items))

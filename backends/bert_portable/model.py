@@ -39,7 +39,7 @@ class TritonPythonModel:
     def execute(self, requests):
         batch, inputs = serving.read_array_requests(
             pb_utils, requests, (C.INPUT_0, C.INPUT_1), self.np, self.dims)
-        if not any(batch.counts):
+        if len(batch.errors) == batch.n_requests:
             return serving.responses(pb_utils, batch, {})
         torch = self.torch
         ids = torch.from_numpy(self.np.ascontiguousarray(inputs[C.INPUT_0], dtype=self.np.int64))

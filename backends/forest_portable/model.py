@@ -36,7 +36,7 @@ class TritonPythonModel:
     def execute(self, requests):
         np = self.np
         batch, inputs = serving.read_array_requests(pb_utils, requests, (C.INPUT_0,), np, self.dims)
-        if not any(batch.counts):
+        if len(batch.errors) == batch.n_requests:
             return serving.responses(pb_utils, batch, {})
         features = np.ascontiguousarray(inputs[C.INPUT_0], dtype=np.float32)
         scores = self.gtil.predict(self.model, features).reshape(-1, 1).astype(np.float32)

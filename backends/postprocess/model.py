@@ -29,7 +29,7 @@ class TritonPythonModel:
     def execute(self, requests):
         batch, scores = serving.read_array_requests(
             pb_utils, requests, (C.BERT_SCORE, C.FOREST_SCORE), self.xp, self.dims)
-        if not any(batch.counts):
+        if len(batch.errors) == batch.n_requests:
             return serving.responses(pb_utils, batch, {})
         bert_weight, forest_weight = self.weights
         xp = self.xp
