@@ -1,0 +1,154 @@
+"""`build-demo` and `readability_triton.demo_artifacts`: a complete artifact set offline
+(tiny BERT, small generated corpus: seconds), its manifest, the cache, the refusals."""
+from __future__ import annotations
+
+import csv
+import os
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from readability_triton import contracts  # noqa: E402
+from readability_triton import demo_artifacts as D  # noqa: E402
+from readability_triton import forest as F  # noqa: E402
+from readability_triton.cli import main  # noqa: E402
+from readability_triton.features import Vocabulary, featurize  # noqa: E402
+from readability_triton.manifest import MODEL_FILES, OPTIONAL_FILES, check_artifacts, load_manifest  # noqa: E402
+from readability_triton.tokenization import WordPieceTokenizer  # noqa: E402
+
+MAX_LENGTH = 64
+SMALL = ["--bert", "tiny", "--corpus-size", "80", "--folds", "2", "--max-length", str(MAX_LENGTH)]
+
+
+def write_csv(path, rows, header=("id", "excerpt", "target")):
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        if header:
+            writer.writerow(header)
+        writer.writerows(rows)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def demo_set(tmp_path_factory):
+    out = tmp_path_factory.mktemp("demo") / "artifacts"
+    import contextlib
+    import io
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert main(["build-demo", "--out", str(out), *SMALL]) == 0
+    return out, buffer.getvalue()
+
+
+def test_build_demo_writes_a_complete_checked_set(demo_set):
+    out, printed = demo_set
+    expected = {name for names in MODEL_FILES.values() for name in names}
+    expected |= {name for names in OPTIONAL_FILES.values() for name in names} | {"manifest.json"}
+    assert set(os.listdir(out)) == expected
+    manifest = check_artifacts(str(out), max_length=MAX_LENGTH)  # what `assemble` checks
+    assert manifest["n_features"] == contracts.N_FEATURES and manifest["max_length"] == MAX_LENGTH
+    assert set(manifest["files"]) == expected - {"manifest.json"}
+    assert {"torch", "transformers", "treelite", "scikit-learn"} <= set(manifest["versions"])
+    info = manifest["info"]
+    assert info["data"]["generated"] is True and info["data"]["calibrated"] is False
+    assert info["bert"]["kind"] == "tiny" and info["bert"]["pooling"] in ("pooler", "cls", "mean", "layers_mean")
+    assert info["bert"]["export_max_abs_diff"] <= 1e-4 and info["bert"]["head_check_max_abs_diff"] <= 1e-3
+    assert set(info["bert"]["cv_rmse_by_pooling"]) == {"pooler", "cls", "mean", "layers_mean"}
+    assert info["forest"]["cv_rmse"] < info["forest"]["mean_rmse"]
+    assert "illustrative" in printed and "not CommonLit-calibrated" in printed
+
+
+def test_demo_artifacts_score_texts_like_serving(demo_set):
+    """What the preprocess/bert and featurize/forest models would compute, from the files."""
+    out, _ = demo_set
+    unseen, targets = D.generate_corpus(40, seed=99)
+    texts = [unseen[int(np.argmax(targets))], unseen[int(np.argmin(targets))]]  # easiest, hardest
+    tokenizer = WordPieceTokenizer.from_directory(str(out), MAX_LENGTH)
+    ids, mask = (torch.as_tensor(a) for a in tokenizer.encode(texts))
+    bert = torch.jit.load(str(out / "model.pt"))
+    with torch.no_grad():
+        scores = bert(ids, mask)
+    assert scores.dtype == torch.float32 and scores.shape == (2, 1) and torch.isfinite(scores).all()
+    X = featurize(texts, Vocabulary.load(str(out / "vocabulary.json")))
+    forest = F.gtil_predict(str(out / "checkpoint.tl"), X)
+    assert forest.shape == (2,) and np.all(np.isfinite(forest))
+    assert forest[0] > forest[1] and scores[0, 0] > scores[1, 0]  # both rank the easy text easier
+
+
+def test_build_demo_is_cached_and_rebuilds_on_change(demo_set, tmp_path, capsys):
+    out, _ = demo_set
+    before = {name: os.stat(out / name).st_mtime_ns for name in os.listdir(out)}
+    assert main(["build-demo", "--out", str(out), *SMALL]) == 0
+    assert "up to date" in capsys.readouterr().out
+    assert {name: os.stat(out / name).st_mtime_ns for name in os.listdir(out)} == before
+
+    # a tampered file is not "up to date": the set is rebuilt
+    copy = tmp_path / "copy"
+    assert main(["build-demo", "--out", str(copy), *SMALL]) == 0
+    capsys.readouterr()
+    with open(copy / "vocabulary.json", "a", encoding="utf-8") as handle:
+        handle.write(" ")
+    assert main(["build-demo", "--out", str(copy), *SMALL]) == 0
+    assert "built in" in capsys.readouterr().out
+    check_artifacts(str(copy), max_length=MAX_LENGTH)
+    # another option: rebuilt
+    assert main(["build-demo", "--out", str(copy), *SMALL, "--seed", "1"]) == 0
+    assert "built in" in capsys.readouterr().out
+    assert load_manifest(str(copy))["info"]["bert"]["kind"] == "tiny"
+    assert not [name for name in os.listdir(tmp_path) if name.startswith(".")]  # no temporary folders left
+
+
+def test_build_demo_with_data(tmp_path, capsys):
+    texts, targets = D.generate_corpus(60, seed=9)
+    path = write_csv(tmp_path / "train.csv", [(i, t, y) for i, (t, y) in enumerate(zip(texts, targets))])
+    out = tmp_path / "set"
+    assert main(["build-demo", "--out", str(out), "--data", path, *SMALL]) == 0
+    printed = capsys.readouterr().out
+    assert "illustrative" not in printed
+    data = load_manifest(str(out))["info"]["data"]
+    assert data["generated"] is False and data["calibrated"] is True and data["n_texts"] == 60
+    assert len(data["sha256"]) == 64
+
+
+@pytest.mark.parametrize("rows, header, message", [
+    ([], None, "the file is empty"),
+    ([(1, "A text.", 0.5)], ("id", "body", "target"), "no column 'excerpt'"),
+    ([(1, "A text.", "n/a")], ("id", "excerpt", "target"), "is not a number"),
+])
+def test_build_demo_refuses_bad_csv(tmp_path, capsys, rows, header, message):
+    path = write_csv(tmp_path / "bad.csv", rows, header)
+    assert main(["build-demo", "--out", str(tmp_path / "set"), "--data", path, *SMALL]) == 2
+    err = capsys.readouterr().err
+    assert "build-demo: error:" in err and message in err
+    assert not (tmp_path / "set").exists()
+
+
+def test_build_demo_refuses_to_replace_a_foreign_folder(tmp_path, capsys):
+    (tmp_path / "notes.txt").write_text("mine")
+    assert main(["build-demo", "--out", str(tmp_path), *SMALL]) == 2
+    assert "not empty and holds no manifest.json" in capsys.readouterr().err
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_generated_corpus_is_deterministic_and_graded():
+    texts, targets = D.generate_corpus(200, seed=0)
+    assert (texts, targets) == D.generate_corpus(200, seed=0)
+    assert texts != D.generate_corpus(200, seed=1)[0]
+    y = np.asarray(targets)
+    assert y.std() > 1.0 and -5 < y.min() < -2.5 and 0.8 < y.max() < 2
+    words_per_sentence = np.array([len(t.split()) / max(1, sum(t.count(c) for c in ".!?")) for t in texts])
+    assert np.corrcoef(words_per_sentence, y)[0, 1] < -0.8  # longer sentences: harder
+    assert [D.corpus_target(t) for t in texts[:5]] == targets[:5]
+
+
+def test_head_selection_reports_every_pooling():
+    rng = np.random.default_rng(0)
+    y = rng.normal(size=60)
+    pooled = {"good": np.c_[y + 0.01 * rng.normal(size=60), rng.normal(size=(60, 3))],
+              "noise": rng.normal(size=(60, 4))}
+    head = D.select_head(pooled, y, folds=3)
+    assert head["pooling"] == "good" and head["cv_rmse"] < 0.1 < head["cv_rmse_by_pooling"]["noise"]
+    assert head["coef"].shape == (4,)
