@@ -67,6 +67,24 @@ def version_dir(args: dict) -> str:
     return os.path.join(args["model_repository"], str(args["model_version"]))
 
 
+def checked_artifacts(args: dict, names) -> tuple[str, dict | None]:
+    """The model's version folder, after checking that each of `names` is in it and, where
+    the folder holds a `manifest.json` (as `assemble` writes), has the manifest's checksum.
+    Returns the folder and the manifest (None without one)."""
+    from . import manifest
+
+    folder = version_dir(args)
+    for name in names:
+        if not os.path.isfile(os.path.join(folder, name)):
+            raise FileNotFoundError(f"{args.get('model_name', 'model')}: no {name} in {folder}; assemble the "
+                                    "repository with `readability-triton assemble`")
+    if not os.path.isfile(os.path.join(folder, manifest.MANIFEST)):
+        return folder, None
+    found = manifest.load_manifest(folder)
+    manifest.verify_files(folder, found, names)
+    return folder, found
+
+
 # ----------------------------------------------------------------------- parameters
 
 

@@ -6,6 +6,8 @@ imports `model_dir/1/model.py` under a fresh name and calls `initialize`.
 """
 from __future__ import annotations
 
+import csv
+import functools
 import importlib.util
 import itertools
 import json
@@ -85,3 +87,25 @@ def output(response, name: str) -> np.ndarray:
     tensor = pb_utils.get_output_tensor_by_name(response, name)
     assert tensor is not None, f"no output {name}"
     return tensor.as_numpy()
+
+
+def write_csv(path, rows, header=("id", "excerpt", "target")):
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        if header:
+            writer.writerow(header)
+        writer.writerows(rows)
+    return str(path)
+
+
+@functools.lru_cache(maxsize=None)
+def hf_tokenizer(directory):
+    from transformers import BertTokenizerFast
+
+    return BertTokenizerFast.from_pretrained(directory)
+
+
+def hf_encode(directory, texts, max_length):
+    out = hf_tokenizer(directory)(list(texts), padding="max_length", truncation=True, max_length=max_length,
+                         return_tensors="np")
+    return out["input_ids"].astype(np.int64), out["attention_mask"].astype(np.int64)

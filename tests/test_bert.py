@@ -2,7 +2,6 @@
 TorchScript round trips against eager PyTorch, the contract, and the refusals."""
 from __future__ import annotations
 
-import csv
 import json
 import os
 
@@ -11,6 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
+
+from harness import write_csv  # noqa: E402
 
 from readability_triton import bert as B  # noqa: E402
 from readability_triton.cli import main  # noqa: E402
@@ -65,15 +66,6 @@ def eager_model(checkpoint):
     from transformers import AutoModelForSequenceClassification
 
     return AutoModelForSequenceClassification.from_pretrained(checkpoint).eval()
-
-
-def write_csv(path, rows, header=("id", "excerpt", "target")):
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        if header:
-            writer.writerow(header)
-        writer.writerows(rows)
-    return str(path)
 
 
 # ------------------------------------------------------------------- export

@@ -2,13 +2,14 @@
 (tiny BERT, small generated corpus: seconds), its manifest, the cache, the refusals."""
 from __future__ import annotations
 
-import csv
 import os
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
+
+from harness import write_csv
 
 from readability_triton import contracts  # noqa: E402
 from readability_triton import demo_artifacts as D  # noqa: E402
@@ -20,15 +21,6 @@ from readability_triton.tokenization import WordPieceTokenizer  # noqa: E402
 
 MAX_LENGTH = 64
 SMALL = ["--bert", "tiny", "--corpus-size", "80", "--folds", "2", "--max-length", str(MAX_LENGTH)]
-
-
-def write_csv(path, rows, header=("id", "excerpt", "target")):
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        if header:
-            writer.writerow(header)
-        writer.writerows(rows)
-    return str(path)
 
 
 @pytest.fixture(scope="module")

@@ -2,12 +2,13 @@
 cross-validation, refusals; and the held-out RMSE on the shared CommonLit excerpts."""
 from __future__ import annotations
 
-import csv
 import json
 import os
 
 import numpy as np
 import pytest
+
+from harness import write_csv
 
 from readability_triton import contracts
 from readability_triton import forest as F
@@ -17,15 +18,6 @@ from readability_triton.features import Vocabulary, build_vocabulary, featurize
 from readability_triton.manifest import load_manifest
 
 SMALL = {"n_estimators": 12, "max_depth": 8}
-
-
-def write_csv(path, rows, header=("id", "excerpt", "target")):
-    with open(path, "w", newline="", encoding="utf-8") as handle:
-        writer = csv.writer(handle)
-        if header:
-            writer.writerow(header)
-        writer.writerows(rows)
-    return str(path)
 
 
 @pytest.fixture(scope="module")

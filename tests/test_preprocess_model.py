@@ -1,7 +1,6 @@
 """The `preprocess` Triton Python model, run in-process with the pb_utils stub."""
 from __future__ import annotations
 
-import functools
 import importlib.util
 import os
 import re
@@ -9,7 +8,7 @@ import re
 import numpy as np
 import pytest
 import triton_python_backend_utils as pb_utils
-from harness import load_model, make_model_dir, output, text_request
+from harness import hf_encode, load_model, make_model_dir, output, text_request
 
 from readability_triton import contracts
 from readability_triton import manifest as M
@@ -20,17 +19,6 @@ def tokenizer_files(vocab_dir):
     return {name: os.path.join(vocab_dir, name) for name in ("vocab.txt", "tokenizer.json")}
 
 
-@functools.lru_cache(maxsize=None)
-def _hf(directory):
-    from transformers import BertTokenizerFast
-
-    return BertTokenizerFast.from_pretrained(directory)
-
-
-def hf_encode(directory, texts, max_length):
-    out = _hf(directory)(list(texts), padding="max_length", truncation=True, max_length=max_length,
-                         return_tensors="np")
-    return out["input_ids"].astype(np.int64), out["attention_mask"].astype(np.int64)
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from harness import hf_encode, hf_tokenizer
+
 from readability_triton import tokenization as T
 from readability_triton.tokenization import WordPieceTokenizer
 
@@ -67,17 +69,6 @@ def vocab_only_dir(vocab_dir, tmp_path_factory):
     return str(path)
 
 
-@functools.lru_cache(maxsize=None)
-def _hf(directory):
-    from transformers import BertTokenizerFast
-
-    return BertTokenizerFast.from_pretrained(directory)
-
-
-def hf_encode(directory, texts, max_length):
-    out = _hf(directory)(list(texts), padding="max_length", truncation=True, max_length=max_length,
-                         return_tensors="np")
-    return out["input_ids"].astype(np.int64), out["attention_mask"].astype(np.int64)
 
 
 @functools.lru_cache(maxsize=None)
@@ -225,7 +216,7 @@ def test_missing_and_inconsistent_files(vocab_dir, tmp_path):
 def test_save_tokenizer_files(vocab_dir, tmp_path, commonlit):
     copied = T.save_tokenizer_files(vocab_dir, str(tmp_path / "copied"))
     assert "vocab.txt" in copied and "tokenizer.json" in copied
-    saved = T.save_tokenizer_files(_hf(vocab_dir), str(tmp_path / "saved"))  # transformers 5 writes no vocab.txt
+    saved = T.save_tokenizer_files(hf_tokenizer(vocab_dir), str(tmp_path / "saved"))  # transformers 5 writes no vocab.txt
     assert "vocab.txt" in saved
     assert open(tmp_path / "saved" / "vocab.txt", encoding="utf-8").read() == \
         open(os.path.join(vocab_dir, "vocab.txt"), encoding="utf-8").read()

@@ -11,7 +11,7 @@ import os
 import triton_python_backend_utils as pb_utils
 
 from readability_triton import contracts as C
-from readability_triton import manifest, serving
+from readability_triton import serving
 
 
 class TritonPythonModel:
@@ -24,12 +24,8 @@ class TritonPythonModel:
             raise ValueError("the portable bert model runs on the CPU (KIND_CPU); on a GPU use the "
                              "gpu or hybrid profile, where the pytorch_libtorch backend serves model.pt")
         config = serving.model_config(args)
-        folder = serving.version_dir(args)
+        folder, _ = serving.checked_artifacts(args, ["model.pt"])
         path = os.path.join(folder, "model.pt")
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{path}: missing; assemble the repository with `readability-triton assemble`")
-        if os.path.isfile(os.path.join(folder, manifest.MANIFEST)):
-            manifest.verify_files(folder, manifest.load_manifest(folder), ["model.pt"])
         self.module = torch.jit.load(path, map_location="cpu").eval()
         self.dims = {spec["name"]: tuple(int(d) for d in spec["dims"]) for spec in config["input"]}
         for name in (C.INPUT_0, C.INPUT_1):

@@ -17,7 +17,6 @@ import os
 import triton_python_backend_utils as pb_utils
 
 from readability_triton import contracts, serving
-from readability_triton import manifest as artifact_manifest
 from readability_triton.features import Vocabulary, VocabularyError, featurize
 
 VOCABULARY_FILE = "vocabulary.json"
@@ -30,16 +29,8 @@ class TritonPythonModel:
         name = args.get("model_name", contracts.FEATURIZE)
         self.max_text_bytes = serving.int_parameter(params, "MAX_TEXT_BYTES", contracts.DEFAULT_MAX_TEXT_BYTES)
 
-        directory = serving.version_dir(args)
+        directory, found = serving.checked_artifacts(args, [VOCABULARY_FILE])
         path = os.path.join(directory, VOCABULARY_FILE)
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{name}: no {VOCABULARY_FILE} in {directory}; assemble the repository "
-                                    "with `readability-triton assemble` (or write one with "
-                                    "`readability-triton vocabulary`)")
-        found = None
-        if os.path.isfile(os.path.join(directory, artifact_manifest.MANIFEST)):
-            found = artifact_manifest.load_manifest(directory)
-            artifact_manifest.verify_files(directory, found, [VOCABULARY_FILE])
         try:
             self.vocabulary = Vocabulary.load(path)
         except VocabularyError as err:
@@ -50,7 +41,7 @@ class TritonPythonModel:
                              f"{self.vocabulary.n_features} features (n={self.vocabulary.n}); the forest "
                              "and the vocabulary must come from the same training run")
         if found is not None and int(found["n_features"]) != self.vocabulary.n_features:
-            raise ValueError(f"{name}: {artifact_manifest.MANIFEST} in {directory} says {found['n_features']} "
+            raise ValueError(f"{name}: manifest.json in {directory} says {found['n_features']} "
                              f"features but {VOCABULARY_FILE} gives {self.vocabulary.n_features}")
 
         self.device = serving.instance_device(args)

@@ -10,7 +10,7 @@ import os
 import triton_python_backend_utils as pb_utils
 
 from readability_triton import contracts as C
-from readability_triton import manifest, serving
+from readability_triton import serving
 
 
 class TritonPythonModel:
@@ -21,12 +21,8 @@ class TritonPythonModel:
 
         self.np, self.gtil = np, treelite.gtil
         config = serving.model_config(args)
-        folder = serving.version_dir(args)
+        folder, _ = serving.checked_artifacts(args, ["checkpoint.tl"])
         path = os.path.join(folder, "checkpoint.tl")
-        if not os.path.isfile(path):
-            raise FileNotFoundError(f"{path}: missing; assemble the repository with `readability-triton assemble`")
-        if os.path.isfile(os.path.join(folder, manifest.MANIFEST)):
-            manifest.verify_files(folder, manifest.load_manifest(folder), ["checkpoint.tl"])
         self.model = treelite.Model.deserialize(path)
         self.dims = {spec["name"]: tuple(int(d) for d in spec["dims"]) for spec in config["input"]}
         if self.dims.get(C.INPUT_0) != (self.model.num_feature,):

@@ -19,7 +19,6 @@ import os
 import triton_python_backend_utils as pb_utils
 
 from readability_triton import contracts, serving
-from readability_triton import manifest as artifact_manifest
 from readability_triton.tokenization import TOKENIZER_FILES, WordPieceTokenizer
 
 
@@ -39,15 +38,12 @@ class TritonPythonModel:
                     "the bert model was exported with): fix config.pbtxt or re-render it with "
                     "`readability-triton assemble`")
 
-        directory = serving.version_dir(args)
-        if os.path.isfile(os.path.join(directory, artifact_manifest.MANIFEST)):
-            found = artifact_manifest.load_manifest(directory)
-            present = [n for n in TOKENIZER_FILES if os.path.isfile(os.path.join(directory, n))]
-            artifact_manifest.verify_files(directory, found, present)
-            if int(found["max_length"]) != self.max_length:
-                raise ValueError(f"{name}: parameter MAX_LENGTH is {self.max_length} but the artifacts in "
-                                 f"{directory} were built for max_length {found['max_length']} "
-                                 f"({artifact_manifest.MANIFEST}); re-assemble the repository")
+        present = [n for n in TOKENIZER_FILES if os.path.isfile(os.path.join(serving.version_dir(args), n))]
+        directory, found = serving.checked_artifacts(args, present)  # the tokenizer names what is missing
+        if found is not None and int(found["max_length"]) != self.max_length:
+            raise ValueError(f"{name}: parameter MAX_LENGTH is {self.max_length} but the artifacts in "
+                             f"{directory} were built for max_length {found['max_length']} "
+                             "(manifest.json); re-assemble the repository")
         try:
             self.tokenizer = WordPieceTokenizer.from_directory(directory, self.max_length)
         except ValueError as err:
