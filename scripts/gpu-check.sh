@@ -53,12 +53,20 @@ echo "== summary"
 $PY - "$OUT" <<'PY'
 import json, os, sys
 out = sys.argv[1]
-for name in ("featurize", "tokenize"):
+def load(name):
     path = os.path.join(out, f"{name}.json")
-    if not os.path.isfile(path):
-        print(f"{name}: no result (see {name}.txt)")
-        continue
-    print(f"{name}: {json.dumps(json.load(open(path)), indent=None)[:2000]}")
+    return json.load(open(path)) if os.path.isfile(path) else None
+f = load("featurize")
+if f:
+    print(f"{'featurize batch':>15} | {'reference':>10} | {'numpy':>10} | {'cupy':>10}   (texts/s, medians)")
+    for r in f["results"]:
+        cupy = f"{r['cupy']:>10,.0f}" if r.get("cupy") else f"{'-':>10}"
+        print(f"{r['batch_size']:>15} | {r['reference']:>10,.0f} | {r['numpy']:>10,.0f} | {cupy}")
+t = load("tokenize")
+if t:
+    print(f"{'tokenize path':>22} | {'batch':>5} | texts/s")
+    for r in t["runs"]:
+        print(f"{r['path']:>22} | {r['batch']:>5} | {r['texts_per_s']:,.0f}")
 PY
 grep -E "passed|failed|error" "$OUT/gpu-tests.log" | tail -1
 echo "gpu tests exit status: $tests_status; wall time $(( $(date +%s) - start )) s"
