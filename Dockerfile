@@ -12,17 +12,21 @@ FROM nvcr.io/nvidia/tritonserver:${TRITON_VERSION}-py3
 
 ARG PROFILE=gpu
 ARG ARTIFACTS=artifacts
-# Extras for the Python models: `serve` (tokenizers) always; `gpu` (CuPy, cuDF >= 25.04 for
-# WordPiece on the GPU) for the gpu profile; `portable` (torch, treelite 4.x) for portable.
-# Where pip finds no cuDF >= 25.04 for the image's Python, the preprocess model runs its
-# exact CPU path and logs why; the other steps stay on the GPU.
-ARG EXTRAS=serve,gpu
+# Extras for the Python models: `serve` (tokenizers) always; CuPy for KIND_GPU Python steps
+# (gpu profile); `portable` (torch, treelite 4.x) only for the portable profile.
+ARG EXTRAS=serve
+ARG CUPY=cupy-cuda12x>=13
 
 WORKDIR /opt/readability-triton
 COPY pyproject.toml setup.cfg README.md ./
 COPY readability_triton ./readability_triton
 COPY backends ./backends
-RUN python3 -m pip install --no-cache-dir ".[${EXTRAS}]"
+RUN python3 -m pip install --no-cache-dir ".[${EXTRAS}]" "${CUPY}"
+# cuDF >= 25.04 (WordPieceVocabulary) puts WordPiece on the GPU. Where pip has none for the
+# image's Python, the preprocess model runs its exact CPU path and logs why at load; the
+# other steps stay on the GPU.
+RUN python3 -m pip install --no-cache-dir "cudf-cu12>=25.04" \
+    || echo "no cudf-cu12>=25.04 for this Python: preprocess will tokenize on the CPU"
 
 # The python backend runs model.py with the image's python3, where the package now is.
 COPY ${ARTIFACTS} /opt/readability-triton/artifacts
