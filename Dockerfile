@@ -15,13 +15,14 @@ ARG ARTIFACTS=artifacts
 # Extras for the Python models: `serve` (tokenizers) always; CuPy for KIND_GPU Python steps
 # (gpu profile); `portable` (torch, treelite 4.x) only for the portable profile.
 ARG EXTRAS=serve
+# (--build-arg CUPY= for a CPU-only image)
 ARG CUPY=cupy-cuda12x>=13
 
 WORKDIR /opt/readability-triton
 COPY pyproject.toml setup.cfg README.md ./
 COPY readability_triton ./readability_triton
 COPY backends ./backends
-RUN python3 -m pip install --no-cache-dir ".[${EXTRAS}]" "${CUPY}"
+RUN python3 -m pip install --no-cache-dir ".[${EXTRAS}]" ${CUPY:+"$CUPY"}
 # cuDF >= 25.04 (WordPieceVocabulary) puts WordPiece on the GPU. Where pip has none for the
 # image's Python, the preprocess model runs its exact CPU path and logs why at load; the
 # other steps stay on the GPU.
