@@ -134,17 +134,6 @@ def output_dims(config: dict, name: str) -> tuple[int, ...]:
     raise ValueError(f"the model config has no output {name!r}")
 
 
-def bool_parameter(params: dict[str, str], name: str, default: bool) -> bool:
-    raw = params.get(name, "").strip().lower()
-    if raw == "":
-        return default
-    if raw in ("1", "true", "yes", "on"):
-        return True
-    if raw in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(f"parameter {name} must be true or false, got {raw!r}")
-
-
 # ------------------------------------------------------------------------- requests
 
 

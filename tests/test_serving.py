@@ -132,7 +132,7 @@ def test_input_array_never_calls_as_numpy_on_a_gpu_tensor():
 
 def test_parameters():
     config = {"parameters": {"A": {"string_value": "3"}, "B": {"string_value": "x"},
-                             "W": {"string_value": "0.25"}, "F": {"string_value": "no"}}}
+                             "W": {"string_value": "0.25"}}}
     params = serving.parameters(config)
     assert serving.int_parameter(params, "A", 1) == 3
     assert serving.int_parameter(params, "MISSING", 7) == 7
@@ -141,7 +141,6 @@ def test_parameters():
     with pytest.raises(ValueError, match="at least 5"):
         serving.int_parameter(params, "A", 1, minimum=5)
     assert serving.float_parameter(params, "W", 0.5) == 0.25
-    assert serving.bool_parameter(params, "F", True) is False
     assert serving.instance_device({"model_instance_kind": "GPU", "model_instance_device_id": "1"}) == \
         serving.Device("gpu", 1)
     assert serving.instance_device({"model_instance_kind": "CPU"}).array_module() is np
