@@ -138,7 +138,7 @@ def cmd_serve(args) -> int:
 # ---------------------------------------------------------------------------- score
 
 
-def _read_texts(args) -> tuple[list[str], object]:
+def _read_texts(args) -> list[str]:
     from ..data import DataError, read_table
 
     if args.csv_path:
@@ -146,15 +146,15 @@ def _read_texts(args) -> tuple[list[str], object]:
             table = read_table(args.csv_path, args.column)
         except DataError as err:
             raise CommandError(err) from None
-        return table.texts, table
+        return table.texts
     if args.texts:
-        return list(args.texts), None
+        return list(args.texts)
     if sys.stdin.isatty():
         raise CommandError("no texts: give them as arguments, with --csv FILE, or on standard input")
     texts = [line.rstrip("\n") for line in sys.stdin if line.strip()]
     if not texts:
         raise CommandError("standard input holds no text")
-    return texts, None
+    return texts
 
 
 def cmd_score(args) -> int:
@@ -162,7 +162,7 @@ def cmd_score(args) -> int:
 
     if not 1 <= args.batch_size <= 64:
         raise CommandError("--batch-size must be between 1 and 64 (the ensemble's max_batch_size)")
-    texts, _ = _read_texts(args)
+    texts = _read_texts(args)
     url = args.url or ("127.0.0.1:8000" if args.protocol == "http" else "127.0.0.1:8001")
     try:
         with ReadabilityClient(url, args.protocol, batch_size=args.batch_size) as client:
