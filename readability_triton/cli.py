@@ -16,6 +16,7 @@ _COMMAND_MODULES = (
     "readability_triton.commands.features",
     "readability_triton.commands.training",
     "readability_triton.commands.serving",
+    "readability_triton.commands.evaluation",
 )
 
 

@@ -257,3 +257,26 @@ def test_serve_and_score_commands(repo, tmp_path, expected):
             serve.wait()
     result = _cli("score", "text", "--url", f"127.0.0.1:{ports[0]}")
     assert result.returncode == 2 and "no ready 'readability' model" in result.stderr
+
+
+def test_evaluate_through_the_server_equals_the_artifacts(server, tiny_artifacts, tmp_path):
+    import csv
+    import json
+
+    from readability_triton.evaluation import artifact_predictions, rmse
+
+    texts = [t for t in TEXTS if len(t.encode()) <= MAX_TEXT_BYTES]
+    targets = np.linspace(-2.0, 1.0, len(texts))
+    data = tmp_path / "held.csv"
+    with open(data, "w", newline="", encoding="utf-8") as handle:
+        csv.writer(handle).writerows([("excerpt", "target"), *zip(texts, targets.tolist())])
+    for url, protocol in ((server.http_url, "http"), (server.grpc_url, "grpc")):
+        result = _cli("evaluate", "--url", url, "--protocol", protocol, "--data", str(data), "--json",
+                      "--batch-size", "3")
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        local = artifact_predictions(tiny_artifacts, texts)
+        assert report["texts"] == len(texts)
+        assert report["rmse"]["forest"] == pytest.approx(rmse(local["forest"], targets), abs=1e-12)
+        for branch in ("bert", "score"):
+            assert report["rmse"][branch] == pytest.approx(rmse(local[branch], targets), abs=1e-5)

@@ -1,0 +1,142 @@
+"""`evaluate` and `readability_triton.evaluation`: predictions of an artifact set equal
+the models' own (Treelite GTIL, torch.jit, postprocess arithmetic), RMSEs are right, and
+the refusals say what is wrong. The served path is checked in test_server.py."""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+treelite = pytest.importorskip("treelite")
+
+from harness import write_csv  # noqa: E402
+
+from readability_triton import evaluation as E  # noqa: E402
+from readability_triton.cli import main  # noqa: E402
+from readability_triton.features import Vocabulary, featurize  # noqa: E402
+from readability_triton.manifest import load_manifest, write_manifest  # noqa: E402
+from readability_triton.tokenization import WordPieceTokenizer  # noqa: E402
+
+TEXTS = ["A short and easy text.", "Another, somewhat longer, sentence follows it; then a third one.",
+         "", "Ünïcödé — “quotes”, 漢字とかな, emoji 😀.", "word " * 200, "Don't panic... she said!"]
+TARGETS = [0.5, -1.25, 0.0, -2.0, 1.0, -0.5]
+
+
+def run(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+def own_predictions(directory, texts):
+    """The artifacts' predictions computed directly with the libraries, one text at a time."""
+    tokenizer = WordPieceTokenizer.from_directory(directory, load_manifest(directory)["max_length"])
+    module = torch.jit.load(os.path.join(directory, "model.pt"), map_location="cpu").eval()
+    forest = treelite.Model.deserialize(os.path.join(directory, "checkpoint.tl"))
+    vocabulary = Vocabulary.load(os.path.join(directory, "vocabulary.json"))
+    bert, trees = [], []
+    for text in texts:
+        ids, mask = tokenizer.encode([text])
+        with torch.inference_mode():
+            bert.append(float(module(torch.from_numpy(ids), torch.from_numpy(mask))[0, 0]))
+        trees.append(float(treelite.gtil.predict(forest, featurize([text], vocabulary)).reshape(-1)[0]))
+    return np.array(bert, np.float32), np.array(trees, np.float32)
+
+
+def test_artifact_predictions_equal_the_models_own(tiny_artifacts):
+    got = E.artifact_predictions(tiny_artifacts, TEXTS, batch_size=4)
+    bert, forest = own_predictions(tiny_artifacts, TEXTS)
+    assert set(got) == {"bert", "forest", "score"}
+    np.testing.assert_allclose(got["bert"], bert, rtol=0, atol=1e-5)  # batch of 4 vs 1: float noise only
+    np.testing.assert_array_equal(got["forest"], forest)
+    want = (0.5 * got["bert"].astype(np.float64) + 0.5 * got["forest"]).astype(np.float32)
+    np.testing.assert_array_equal(got["score"], want)
+    weighted = E.artifact_predictions(tiny_artifacts, TEXTS, bert_weight=3, forest_weight=1)
+    np.testing.assert_allclose(weighted["score"], 0.75 * weighted["bert"] + 0.25 * weighted["forest"], atol=1e-6)
+
+
+def test_rmse_blend_and_best_weight_are_exact():
+    target = np.array([0.0, 1.0, 2.0, 3.0])
+    assert E.rmse([1, 1, 1, 1], target) == pytest.approx(np.sqrt((1 + 0 + 1 + 4) / 4))
+    bert, forest = target + np.array([0.1, -0.1, 0.1, -0.1]), target + np.array([-0.3, 0.3, -0.3, 0.3])
+    w = E.best_bert_weight(bert, forest, target)
+    assert w == pytest.approx(0.75)  # 0.75·0.1 − 0.25·0.3 = 0: exact
+    assert E.rmse(E.blend(bert, forest, w, 1 - w), target) < 1e-6
+    assert E.best_bert_weight(target + 5, target + 6, target) == 1.0  # clipped to [0, 1]
+    report = E.summarize(target, {"bert": bert, "forest": forest, "score": E.blend(bert, forest)})
+    assert report["rmse"]["bert"] == pytest.approx(0.1) and report["rmse"]["forest"] == pytest.approx(0.3)
+    assert report["rmse_of_the_mean"] == pytest.approx(np.std(target))
+    assert report["best_bert_weight"] == pytest.approx(0.75)
+    with pytest.raises(E.EvaluationError, match="not both 0"):
+        E.blend(bert, forest, 0, 0)
+    with pytest.raises(E.EvaluationError, match="3 predictions for 4 targets"):
+        E.rmse([1, 2, 3], target)
+
+
+def test_a_forest_only_set_gives_the_forest_branch(tiny_artifacts, tmp_path):
+    out = tmp_path / "forest"
+    out.mkdir()
+    for name in ("checkpoint.tl", "vocabulary.json"):
+        shutil.copy(os.path.join(tiny_artifacts, name), out / name)
+    write_manifest(str(out), max_length=load_manifest(tiny_artifacts)["max_length"])
+    got = E.artifact_predictions(str(out), TEXTS)
+    assert set(got) == {"forest"}
+    np.testing.assert_array_equal(got["forest"], E.artifact_predictions(tiny_artifacts, TEXTS)["forest"])
+
+
+def test_evaluate_command_reports_and_writes(tiny_artifacts, tmp_path):
+    data = write_csv(tmp_path / "held.csv", [(i, t, y) for i, (t, y) in enumerate(zip(TEXTS, TARGETS))])
+    predictions = tmp_path / "predictions.csv"
+    code, out, err = run("evaluate", "--artifacts", tiny_artifacts, "--data", data, "--json",
+                         "--out", str(predictions), "--batch-size", "4")
+    assert code == 0, err
+    report = json.loads(out)
+    got = E.artifact_predictions(tiny_artifacts, TEXTS)
+    for branch in ("bert", "forest", "score"):
+        assert report["rmse"][branch] == pytest.approx(E.rmse(got[branch], TARGETS))
+    assert report["texts"] == len(TEXTS) and report["weights"] == {"bert": 0.5, "forest": 0.5}
+    rows = predictions.read_text(encoding="utf-8").splitlines()
+    assert rows[0] == "text,target,score,bert_score,forest_score"
+    assert len(rows) > len(TEXTS)  # multi-line texts are quoted, so at least one line per text
+
+    code, out, err = run("evaluate", "--artifacts", tiny_artifacts, "--data", data)
+    assert code == 0, err
+    assert "SCORE" in out and "best blend on these texts" in out and "the best constant" in out
+
+
+def test_evaluate_refusals(tiny_artifacts, tmp_path):
+    data = write_csv(tmp_path / "held.csv", [(0, "A text.", 0.5)])
+    no_target = write_csv(tmp_path / "no_target.csv", [(0, "A text.")], header=("id", "excerpt"))
+    code, _, err = run("evaluate", "--artifacts", tiny_artifacts, "--data", no_target)
+    assert code == 2 and "no column 'target'" in err
+    code, _, err = run("evaluate", "--artifacts", str(tmp_path / "missing"), "--data", data)
+    assert code == 2 and "no such artifact folder" in err
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    write_manifest(str(empty), max_length=64)
+    code, _, err = run("evaluate", "--artifacts", str(empty), "--data", data)
+    assert code == 2 and "neither a forest" in err
+
+    changed = tmp_path / "changed"
+    shutil.copytree(tiny_artifacts, changed)
+    with open(changed / "vocabulary.json", "r+", encoding="utf-8") as handle:
+        vocabulary = json.load(handle)
+        vocabulary["top"][0], vocabulary["top"][1] = vocabulary["top"][1], vocabulary["top"][0]
+        handle.seek(0)
+        json.dump(vocabulary, handle)
+        handle.truncate()
+    code, _, err = run("evaluate", "--artifacts", str(changed), "--data", data)
+    assert code == 2 and "checksum differs" in err
+
+    code, _, err = run("evaluate", "--url", "127.0.0.1:9", "--data", data, "--batch-size", "65")
+    assert code == 2 and "at most 64" in err
+    code, _, err = run("evaluate", "--url", "127.0.0.1:9", "--data", data)
+    assert code == 2 and "127.0.0.1:9" in err
