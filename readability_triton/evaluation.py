@@ -76,8 +76,13 @@ def artifact_predictions(directory: str, texts, *, batch_size: int = 32, bert_we
     manifest = load_manifest(directory)
     has = {name: os.path.isfile(os.path.join(directory, name))
            for name in ("checkpoint.tl", "vocabulary.json", "model.pt", "vocab.txt")}
-    forest_ok = has["checkpoint.tl"] and has["vocabulary.json"]
-    bert_ok = has["model.pt"] and has["vocab.txt"]
+    for first, second in (("checkpoint.tl", "vocabulary.json"), ("model.pt", "vocab.txt")):
+        if has[first] != has[second]:
+            present, absent = (first, second) if has[first] else (second, first)
+            raise EvaluationError(f"{directory}: {present} without {absent}; the two belong together "
+                                  "(train-forest writes checkpoint.tl and vocabulary.json, export-bert "
+                                  "model.pt and the tokenizer files)")
+    forest_ok, bert_ok = has["checkpoint.tl"], has["model.pt"]
     if not (forest_ok or bert_ok):
         raise EvaluationError(f"{directory}: neither a forest (checkpoint.tl + vocabulary.json, from "
                               "train-forest) nor a BERT model (model.pt + vocab.txt, from export-bert)")

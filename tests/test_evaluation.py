@@ -125,6 +125,13 @@ def test_evaluate_refusals(tiny_artifacts, tmp_path):
     code, _, err = run("evaluate", "--artifacts", str(empty), "--data", data)
     assert code == 2 and "neither a forest" in err
 
+    half = tmp_path / "half"
+    half.mkdir()
+    shutil.copy(os.path.join(tiny_artifacts, "checkpoint.tl"), half / "checkpoint.tl")
+    write_manifest(str(half), max_length=64)
+    code, _, err = run("evaluate", "--artifacts", str(half), "--data", data)
+    assert code == 2 and "checkpoint.tl without vocabulary.json" in err
+
     changed = tmp_path / "changed"
     shutil.copytree(tiny_artifacts, changed)
     with open(changed / "vocabulary.json", "r+", encoding="utf-8") as handle:
@@ -138,5 +145,7 @@ def test_evaluate_refusals(tiny_artifacts, tmp_path):
 
     code, _, err = run("evaluate", "--url", "127.0.0.1:9", "--data", data, "--batch-size", "65")
     assert code == 2 and "at most 64" in err
+    code, _, err = run("evaluate", "--url", "127.0.0.1:9", "--data", data, "--bert-weight", "0.9")
+    assert code == 2 and "apply to --artifacts only" in err
     code, _, err = run("evaluate", "--url", "127.0.0.1:9", "--data", data)
     assert code == 2 and "127.0.0.1:9" in err

@@ -47,6 +47,9 @@ def cmd_evaluate(args) -> int:
     if args.batch_size < 1 or (args.url and args.batch_size > 64):
         raise CommandError("--batch-size must be at least 1 (and at most 64, the ensemble's max_batch_size, "
                            "with --url)")
+    if args.url and (args.bert_weight, args.forest_weight) != (0.5, 0.5):
+        raise CommandError("--bert-weight/--forest-weight apply to --artifacts only: a served SCORE uses the "
+                           "weights its repository was assembled with")
     try:
         table = read_table(args.data, args.column, args.target)
         if not table.texts:
