@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from . import contracts
+from .evaluation import rmse
 
 #: Poolings of an encoder's output that a linear regression head can sit on.
 #: `pooler` is exactly `BertForSequenceClassification`'s head input (the [CLS] state
@@ -457,12 +458,6 @@ def predict(model, input_ids, attention_mask, batch_size: int = 32, device=None)
                            attention_mask=attention_mask[index, :length].to(device)).logits
             out[index] = logits.float().squeeze(-1).cpu()
     return out.numpy()
-
-
-def rmse(prediction, target) -> float:
-    prediction = np.asarray(prediction, dtype=np.float64)
-    target = np.asarray(target, dtype=np.float64)
-    return float(np.sqrt(np.mean((prediction - target) ** 2)))
 
 
 def _new_model(base: str, seed: int, dropout: float | None, mean_target: float, device):

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import contracts
 from .manifest import load_manifest, verify_files
+from .serving import blend  # SCORE exactly as the postprocess model computes it
 
 BRANCHES = ("bert", "forest", "score")
 
@@ -34,18 +35,8 @@ def rmse(prediction, target) -> float:
     if prediction.shape != target.shape:
         raise EvaluationError(f"{prediction.shape[0]} predictions for {target.shape[0]} targets")
     if not len(target):
-        raise EvaluationError("no texts to evaluate")
+        raise EvaluationError("no targets")
     return float(np.sqrt(np.mean((prediction - target) ** 2)))
-
-
-def blend(bert, forest, bert_weight: float = 0.5, forest_weight: float = 0.5) -> np.ndarray:
-    """SCORE exactly as the `postprocess` model computes it (float64 sum, float32 result)."""
-    total = float(bert_weight) + float(forest_weight)
-    if not (bert_weight >= 0 and forest_weight >= 0 and total > 0):
-        raise EvaluationError(f"the weights must be non-negative and not both 0, got "
-                              f"{bert_weight} and {forest_weight}")
-    b, f = bert_weight / total, forest_weight / total
-    return (b * np.asarray(bert, dtype=np.float64) + f * np.asarray(forest, dtype=np.float64)).astype(np.float32)
 
 
 def best_bert_weight(bert, forest, target) -> float:
@@ -67,7 +58,7 @@ def _batches(n: int, batch_size: int):
 def artifact_predictions(directory: str, texts, *, batch_size: int = 32, bert_weight: float = 0.5,
                          forest_weight: float = 0.5, progress=None) -> dict[str, np.ndarray]:
     """float32 predictions of the artifact set in `directory`, per branch present
-    (`bert`, `forest`, and `score` when both are). `progress(total=..., desc=...)` gives
+    (`bert`, `forest`, and `score` when both are, as `postprocess` computes it). `progress(total=..., desc=...)` gives
     an optional progress bar (a context manager with `update(n)`)."""
     if batch_size < 1:
         raise EvaluationError(f"batch size {batch_size}: must be at least 1")

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import contracts
+from .evaluation import rmse
 
 CHECKPOINT = "checkpoint.tl"
 VOCABULARY = "vocabulary.json"
@@ -184,12 +185,6 @@ def features_of(texts, vocabulary) -> np.ndarray:
     if X.shape != (len(texts), contracts.N_FEATURES):
         raise RuntimeError(f"featurize returned {X.shape}, the contract is ({len(texts)}, {contracts.N_FEATURES})")
     return X
-
-
-def rmse(prediction, target) -> float:
-    prediction = np.asarray(prediction, dtype=np.float64)
-    target = np.asarray(target, dtype=np.float64)
-    return float(np.sqrt(np.mean((prediction - target) ** 2)))
 
 
 def fit(texts, targets, *, backend: str = "sklearn", seed: int = 0, progress=None, desc: str = "forest",

@@ -21,6 +21,7 @@ from importlib import resources
 
 from . import contracts as C
 from . import manifest as M
+from .serving import blend_weights
 
 PROFILES = ("gpu", "hybrid", "cpu", "portable")
 #: Version folder of every model.
@@ -173,11 +174,10 @@ def assemble(artifacts: str, out: str, profile: str, bert_weight: float = 0.5,
     """Build a complete model repository for `profile` from an artifact set."""
     if profile not in PROFILES:
         raise AssemblyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
-    for name, weight in (("bert_weight", bert_weight), ("forest_weight", forest_weight)):
-        if not weight >= 0:
-            raise AssemblyError(f"{name} must be a non-negative number, got {weight}")
-    if bert_weight + forest_weight <= 0:
-        raise AssemblyError("bert_weight + forest_weight must be positive")
+    try:
+        blend_weights(bert_weight, forest_weight)  # the check the postprocess model makes at load
+    except ValueError as err:
+        raise AssemblyError(str(err)) from None
     try:
         manifest = M.check_artifacts(artifacts)
     except M.ManifestError as err:

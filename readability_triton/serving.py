@@ -134,6 +134,24 @@ def output_dims(config: dict, name: str) -> tuple[int, ...]:
     raise ValueError(f"the model config has no output {name!r}")
 
 
+def blend_weights(bert_weight: float, forest_weight: float) -> tuple[float, float]:
+    """The SCORE weights normalised to sum 1; ValueError unless both are non-negative
+    with a positive sum."""
+    bert_weight, forest_weight = float(bert_weight), float(forest_weight)
+    if not (bert_weight >= 0 and forest_weight >= 0 and bert_weight + forest_weight > 0):
+        raise ValueError(f"the BERT weight ({bert_weight}) and the forest weight ({forest_weight}) must be "
+                         "non-negative with a positive sum")
+    total = bert_weight + forest_weight
+    return bert_weight / total, forest_weight / total
+
+
+def blend(bert, forest, bert_weight: float = 0.5, forest_weight: float = 0.5, xp=np):
+    """SCORE: the weighted mean of the two branch scores (float64 sum, float32 result).
+    The `postprocess` model and `evaluate` both compute it here."""
+    b, f = blend_weights(bert_weight, forest_weight)
+    return (b * xp.asarray(bert).astype(xp.float64) + f * xp.asarray(forest).astype(xp.float64)).astype(xp.float32)
+
+
 # ------------------------------------------------------------------------- requests
 
 

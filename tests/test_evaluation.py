@@ -74,7 +74,7 @@ def test_rmse_blend_and_best_weight_are_exact():
     assert report["rmse"]["bert"] == pytest.approx(0.1) and report["rmse"]["forest"] == pytest.approx(0.3)
     assert report["rmse_of_the_mean"] == pytest.approx(np.std(target))
     assert report["best_bert_weight"] == pytest.approx(0.75)
-    with pytest.raises(E.EvaluationError, match="not both 0"):
+    with pytest.raises(ValueError, match="positive sum"):
         E.blend(bert, forest, 0, 0)
     with pytest.raises(E.EvaluationError, match="3 predictions for 4 targets"):
         E.rmse([1, 2, 3], target)
@@ -145,6 +145,8 @@ def test_evaluate_refusals(tiny_artifacts, tmp_path):
 
     code, _, err = run("evaluate", "--url", "127.0.0.1:9", "--data", data, "--batch-size", "65")
     assert code == 2 and "at most 64" in err
+    code, _, err = run("evaluate", "--artifacts", tiny_artifacts, "--data", data, "--bert-weight", "-1")
+    assert code == 2 and "non-negative with a positive sum" in err
     code, _, err = run("evaluate", "--url", "127.0.0.1:9", "--data", data, "--bert-weight", "0.9")
     assert code == 2 and "apply to --artifacts only" in err
     code, _, err = run("evaluate", "--url", "127.0.0.1:9", "--data", data)

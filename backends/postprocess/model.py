@@ -17,11 +17,8 @@ class TritonPythonModel:
         params = serving.parameters(config)
         bert = serving.float_parameter(params, "BERT_WEIGHT", 0.5)
         forest = serving.float_parameter(params, "FOREST_WEIGHT", 0.5)
-        if bert < 0 or forest < 0 or bert + forest <= 0:
-            raise ValueError(f"BERT_WEIGHT ({bert}) and FOREST_WEIGHT ({forest}) must be non-negative "
-                             "with a positive sum")
-        total = bert + forest
-        self.weights = (bert / total, forest / total)
+        serving.blend_weights(bert, forest)  # refuse bad weights at load time
+        self.weights = (bert, forest)
         self.xp = serving.instance_device(args).array_module()
         contract = C.contracts()[C.POSTPROCESS]
         self.dims = {spec.name: spec.dims for spec in contract.inputs}
@@ -31,8 +28,5 @@ class TritonPythonModel:
             pb_utils, requests, (C.BERT_SCORE, C.FOREST_SCORE), self.xp, self.dims)
         if len(batch.errors) == batch.n_requests:
             return serving.responses(pb_utils, batch, {})
-        bert_weight, forest_weight = self.weights
-        xp = self.xp
-        score = (bert_weight * scores[C.BERT_SCORE].astype(xp.float64)
-                 + forest_weight * scores[C.FOREST_SCORE].astype(xp.float64)).astype(xp.float32)
+        score = serving.blend(scores[C.BERT_SCORE], scores[C.FOREST_SCORE], *self.weights, xp=self.xp)
         return serving.responses(pb_utils, batch, {C.SCORE: score})

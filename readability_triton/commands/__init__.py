@@ -22,3 +22,11 @@ def progress(iterable=None, **kwargs):
     kwargs.setdefault("dynamic_ncols", True)
     kwargs.setdefault("disable", None)  # None: off when not attached to a terminal
     return tqdm(iterable, **kwargs)
+
+
+def data_arguments(p, required: bool = True, what: str = "training CSV") -> None:
+    """--data, --column and --target: a CommonLit-style CSV with texts and targets."""
+    p.add_argument("--data", required=required, metavar="CSV",
+                   help=f"{what} with a text column and a numeric target column (CommonLit layout)")
+    p.add_argument("--column", default="excerpt", help="text column of --data (default: excerpt)")
+    p.add_argument("--target", default="target", help="target column of --data (default: target; higher = easier)")

@@ -6,7 +6,7 @@ import csv
 import json
 import sys
 
-from . import CommandError, progress
+from . import CommandError, data_arguments, progress
 
 
 def register(subparsers) -> None:
@@ -23,9 +23,7 @@ def register(subparsers) -> None:
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--artifacts", metavar="DIR", help="artifact folder (build-demo, train-forest, export-bert)")
     source.add_argument("--url", help="address of a running server (e.g. 127.0.0.1:8000 for http, :8001 for grpc)")
-    p.add_argument("--data", required=True, metavar="CSV", help="CSV with a text column and a numeric target column")
-    p.add_argument("--column", default="excerpt", help="text column of --data (default: excerpt)")
-    p.add_argument("--target", default="target", help="target column of --data (default: target)")
+    data_arguments(p, what="CSV of texts the models were not trained on,")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http", help="with --url (default: http)")
     p.add_argument("--bert-weight", type=float, default=0.5,
                    help="with --artifacts: BERT weight of SCORE (default 0.5, as assemble)")
@@ -47,6 +45,12 @@ def cmd_evaluate(args) -> int:
     if args.batch_size < 1 or (args.url and args.batch_size > 64):
         raise CommandError("--batch-size must be at least 1 (and at most 64, the ensemble's max_batch_size, "
                            "with --url)")
+    from ..serving import blend_weights
+
+    try:
+        blend_weights(args.bert_weight, args.forest_weight)
+    except ValueError as err:
+        raise CommandError(err) from None
     if args.url and (args.bert_weight, args.forest_weight) != (0.5, 0.5):
         raise CommandError("--bert-weight/--forest-weight apply to --artifacts only: a served SCORE uses the "
                            "weights its repository was assembled with")

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from . import CommandError, progress
+from . import CommandError, data_arguments, progress
 from .. import contracts
 
 
@@ -185,13 +185,6 @@ def cmd_build_demo(args) -> int:
 # ------------------------------------------------------------------ parsers
 
 
-def _data_arguments(p, required: bool = True) -> None:
-    p.add_argument("--data", required=required, metavar="CSV",
-                   help="training CSV with a text column and a numeric target column (CommonLit layout)")
-    p.add_argument("--column", default="excerpt", help="text column of --data (default: excerpt)")
-    p.add_argument("--target", default="target", help="target column of --data (default: target; higher = easier)")
-
-
 def register(subparsers) -> None:
     from ..forest import DEFAULTS as FOREST
 
@@ -202,7 +195,7 @@ def register(subparsers) -> None:
                     "GPU when importable, scikit-learn otherwise; same hyper-parameters), report the K-fold "
                     "cross-validated RMSE (vocabulary refitted in each fold) and write DIR/checkpoint.tl "
                     "(Treelite 4.x, what the FIL backend reads), DIR/vocabulary.json and DIR/manifest.json.")
-    _data_arguments(p)
+    data_arguments(p)
     p.add_argument("--out", required=True, metavar="DIR", help="artifact folder to write into")
     p.add_argument("--n-estimators", type=int, default=FOREST["n_estimators"],
                    help=f"number of trees (default {FOREST['n_estimators']})")
@@ -225,7 +218,7 @@ def register(subparsers) -> None:
                     "linear warm-up/decay schedule; K-fold cross-validation with --folds K (then the saved "
                     "model is trained on all the data). Runs on the GPU when PyTorch sees one. Writes a "
                     "Hugging Face checkpoint folder (with its tokenizer and training.json) for export-bert.")
-    _data_arguments(p)
+    data_arguments(p)
     p.add_argument("--base", required=True, metavar="HF_DIR",
                    help="checkpoint folder to start from (config.json, weights, vocab.txt / tokenizer.json)")
     p.add_argument("--out", required=True, metavar="HF_DIR_OUT", help="checkpoint folder to write")
@@ -271,7 +264,7 @@ def register(subparsers) -> None:
                     "Without --data the models are trained on a corpus the project generates (scores are then "
                     "illustrative, not CommonLit-calibrated). An up-to-date set is reused (--force rebuilds).")
     p.add_argument("--out", required=True, metavar="DIR", help="artifact folder to write (replaced as a whole)")
-    _data_arguments(p, required=False)
+    data_arguments(p, required=False)
     p.add_argument("--bert", choices=("minilm", "tiny"), default="minilm", help="BERT encoder (default minilm)")
     p.add_argument("--max-length", type=int, default=contracts.DEFAULT_MAX_LENGTH,
                    help=f"sequence length of the BERT branch (default {contracts.DEFAULT_MAX_LENGTH})")
