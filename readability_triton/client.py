@@ -1,8 +1,9 @@
 """Score texts through the `readability` ensemble of a running Triton server.
 
 One request per chunk of texts (up to the ensemble's max_batch_size), over HTTP or gRPC
-(tritonclient). Each result carries the ensemble's three outputs and the round-trip time
-of the request that carried it.
+(tritonclient). The client asks for the outputs the caller wants (all three by default);
+each result carries them (None for an output not asked for) and the round-trip time of
+the request that carried it.
 """
 from __future__ import annotations
 
@@ -21,10 +22,20 @@ class ClientError(RuntimeError):
 @dataclass
 class Score:
     text: str
-    score: float
-    bert: float
-    forest: float
+    score: float | None
+    bert: float | None
+    forest: float | None
     latency_ms: float  # round trip of the request that carried this text
+
+
+def parse_outputs(value) -> tuple[str, ...]:
+    """The ensemble outputs named in `value` (a comma-separated string or a sequence),
+    in the ensemble's order; ValueError for an unknown or empty selection."""
+    names = [n.strip() for n in (value.split(",") if isinstance(value, str) else value) if n.strip()]
+    unknown = [n for n in names if n not in C.OUTPUTS]
+    if unknown or not names:
+        raise ValueError(f"outputs {', '.join(unknown) or '(none)'}: choose one or more of {', '.join(C.OUTPUTS)}")
+    return tuple(n for n in C.OUTPUTS if n in names)
 
 
 def _module(protocol: str):
@@ -76,32 +87,47 @@ class ReadabilityClient:
         except Exception:  # noqa: BLE001 - not reachable means not ready
             return False
 
-    def infer_batch(self, texts: list[str | bytes]) -> tuple[dict[str, np.ndarray], float]:
-        """One request with `texts`; returns the outputs and the round-trip time in ms."""
+    def infer_batch(self, texts: list[str | bytes], outputs=C.OUTPUTS) -> tuple[dict[str, np.ndarray], float]:
+        """One request with `texts`, asking for `outputs` (ensemble output names); returns
+        those outputs and the round-trip time in ms."""
         contract = C.contracts()[C.ENSEMBLE]
-        rows = np.array([[t.encode("utf-8") if isinstance(t, str) else t] for t in texts], dtype=np.object_)
+        names = parse_outputs(outputs)
+        rows = np.empty((len(texts), 1), dtype=np.object_)
+        rows[:, 0] = [t.encode("utf-8") if isinstance(t, str) else t for t in texts]
         request = self.module.InferInput(C.TEXT, list(rows.shape), contract.input(C.TEXT).wire_dtype)
         request.set_data_from_numpy(rows)
-        outputs = [self.module.InferRequestedOutput(spec.name) for spec in contract.outputs]
+        requested = [self.module.InferRequestedOutput(name) for name in names]
         start = time.perf_counter()
         try:
             if self.protocol == "grpc":
-                result = self.client.infer(self.model, [request], outputs=outputs, client_timeout=self.timeout)
+                result = self.client.infer(self.model, [request], outputs=requested, client_timeout=self.timeout)
             else:
-                result = self.client.infer(self.model, [request], outputs=outputs)
+                result = self.client.infer(self.model, [request], outputs=requested)
         except Exception as exc:  # noqa: BLE001 - InferenceServerException and transport errors
             raise ClientError(f"{self.model} at {self.url}: {exc}") from exc
         elapsed = (time.perf_counter() - start) * 1e3
-        return {spec.name: result.as_numpy(spec.name).reshape(-1) for spec in contract.outputs}, elapsed
+        got = {}
+        for name in names:
+            array = result.as_numpy(name)
+            if array is None:
+                raise ClientError(f"{self.model} at {self.url}: the response has no output {name}")
+            got[name] = array.reshape(-1)
+        return got, elapsed
 
-    def score(self, texts: list[str], progress=None) -> list[Score]:
+    def score(self, texts: list[str], progress=None, outputs=C.OUTPUTS) -> list[Score]:
+        """Scores of `texts`, one request per `batch_size` texts, asking for `outputs`."""
+        names = parse_outputs(outputs)
         results: list[Score] = []
         for start in range(0, len(texts), self.batch_size):
             chunk = texts[start:start + self.batch_size]
-            out, elapsed = self.infer_batch(chunk)
+            out, elapsed = self.infer_batch(chunk, names)
+
+            def value(name, i):
+                return float(out[name][i]) if name in out else None
+
             for i, text in enumerate(chunk):
-                results.append(Score(text, float(out[C.SCORE][i]), float(out[C.BERT_SCORE][i]),
-                                     float(out[C.FOREST_SCORE][i]), elapsed))
+                results.append(Score(text, value(C.SCORE, i), value(C.BERT_SCORE, i), value(C.FOREST_SCORE, i),
+                                     elapsed))
             if progress is not None:
                 progress.update(len(chunk))
         return results

@@ -22,24 +22,31 @@ DEFAULT_MAX_LENGTH = 256
 DEFAULT_MAX_TEXT_BYTES = 100_000
 
 ENSEMBLE = "readability"
+VALIDATE = "validate"
 PREPROCESS = "preprocess"
 BERT = "bert"
 FEATURIZE = "featurize"
 FOREST = "forest"
 POSTPROCESS = "postprocess"
-STEP_MODELS = (PREPROCESS, BERT, FEATURIZE, FOREST, POSTPROCESS)
+STEP_MODELS = (VALIDATE, PREPROCESS, BERT, FEATURIZE, FOREST, POSTPROCESS)
 ALL_MODELS = STEP_MODELS + (ENSEMBLE,)
 #: Models that are Python-backend models in every profile.
-PYTHON_MODELS = (PREPROCESS, FEATURIZE, POSTPROCESS)
+PYTHON_MODELS = (VALIDATE, PREPROCESS, FEATURIZE, POSTPROCESS)
 
 # Tensor names.
 TEXT = "TEXT"
+VALID_TEXT = "VALID_TEXT"
 INPUT_IDS = "INPUT_IDS"
 ATTENTION_MASK = "ATTENTION_MASK"
 FEATURES = "FEATURES"
 BERT_SCORE = "BERT_SCORE"
 FOREST_SCORE = "FOREST_SCORE"
 SCORE = "SCORE"
+#: The branch scores inside the ensemble (postprocess's inputs; see ENSEMBLE_STEPS).
+BERT_OUTPUT = "BERT_OUTPUT"
+FOREST_OUTPUT = "FOREST_OUTPUT"
+#: The ensemble's outputs, in the order the ensemble declares them.
+OUTPUTS = (SCORE, BERT_SCORE, FOREST_SCORE)
 # The pytorch_libtorch and FIL backends name their tensors by position.
 INPUT_0 = "input__0"
 INPUT_1 = "input__1"
@@ -98,26 +105,52 @@ def contracts(max_length: int = DEFAULT_MAX_LENGTH, n_features: int = N_FEATURES
     score = lambda name: TensorSpec(name, "TYPE_FP32", (1,))  # noqa: E731
     ids = lambda name: TensorSpec(name, "TYPE_INT64", (max_length,))  # noqa: E731
     return {
-        ENSEMBLE: ModelContract(ENSEMBLE, (text,), (score(SCORE), score(BERT_SCORE), score(FOREST_SCORE))),
+        ENSEMBLE: ModelContract(ENSEMBLE, (text,), tuple(score(name) for name in OUTPUTS)),
+        VALIDATE: ModelContract(VALIDATE, (text,), (TensorSpec(VALID_TEXT, "TYPE_STRING", (1,)),)),
         PREPROCESS: ModelContract(PREPROCESS, (text,), (ids(INPUT_IDS), ids(ATTENTION_MASK))),
         BERT: ModelContract(BERT, (ids(INPUT_0), ids(INPUT_1)), (score(OUTPUT_0),)),
         FEATURIZE: ModelContract(FEATURIZE, (text,), (TensorSpec(FEATURES, "TYPE_FP32", (n_features,)),)),
         FOREST: ModelContract(FOREST, (TensorSpec(INPUT_0, "TYPE_FP32", (n_features,)),), (score(OUTPUT_0),)),
-        POSTPROCESS: ModelContract(POSTPROCESS, (score(BERT_SCORE), score(FOREST_SCORE)), (score(SCORE),)),
+        POSTPROCESS: ModelContract(POSTPROCESS, (score(BERT_OUTPUT), score(FOREST_OUTPUT)),
+                                   tuple(score(name) for name in OUTPUTS)),
     }
 
 
 #: The ensemble's wiring: (step model, {step input: ensemble tensor}, {step output: ensemble tensor}).
+#:
+#: Two rules of Triton's ensemble scheduler shape it (see ../shared/design.md and the
+#: scheduler in triton-inference-server/core, src/ensemble_scheduler/ensemble_scheduler.cc):
+#:
+#: 1. Every ensemble output is a leaf: produced by a step that nothing consumes. When a
+#:    client asks for some outputs only, the scheduler prunes the others backwards and does
+#:    not check whether a kept step still consumes a pruned tensor (server#7482). So the
+#:    branch scores travel as the internal BERT_OUTPUT / FOREST_OUTPUT, and postprocess
+#:    emits SCORE, BERT_SCORE and FOREST_SCORE, which nothing reads. (Every release up
+#:    to 26.06.)
+#: 2. Only the first step may reject a request. When a step fails, the scheduler sends the
+#:    error to the client at once (FinishEnsemble), although other steps of the request are
+#:    still queued or running; the frontend then frees the request's input buffers, which
+#:    those steps still read through the ensemble's TEXT (corrupted strings, stub and
+#:    server crashes), and the steps that finish later skip the bookkeeping that would
+#:    release the request (it stays "in flight" until shutdown). (Every release up to
+#:    26.01; core#466 makes 26.02+ wait for the other steps.) So `validate` checks the
+#:    text before the fan-out, both branches read its output VALID_TEXT (a buffer the
+#:    ensemble owns and reference-counts), and no later step rejects what it accepted:
+#:    preprocess and featurize make the same checks with the same MAX_TEXT_BYTES, and
+#:    `validate` adds one (a text must hold a word).
 ENSEMBLE_STEPS = (
-    (PREPROCESS, {TEXT: TEXT}, {INPUT_IDS: INPUT_IDS, ATTENTION_MASK: ATTENTION_MASK}),
-    (BERT, {INPUT_0: INPUT_IDS, INPUT_1: ATTENTION_MASK}, {OUTPUT_0: BERT_SCORE}),
-    (FEATURIZE, {TEXT: TEXT}, {FEATURES: FEATURES}),
-    (FOREST, {INPUT_0: FEATURES}, {OUTPUT_0: FOREST_SCORE}),
-    (POSTPROCESS, {BERT_SCORE: BERT_SCORE, FOREST_SCORE: FOREST_SCORE}, {SCORE: SCORE}),
+    (VALIDATE, {TEXT: TEXT}, {VALID_TEXT: VALID_TEXT}),
+    (PREPROCESS, {TEXT: VALID_TEXT}, {INPUT_IDS: INPUT_IDS, ATTENTION_MASK: ATTENTION_MASK}),
+    (BERT, {INPUT_0: INPUT_IDS, INPUT_1: ATTENTION_MASK}, {OUTPUT_0: BERT_OUTPUT}),
+    (FEATURIZE, {TEXT: VALID_TEXT}, {FEATURES: FEATURES}),
+    (FOREST, {INPUT_0: FEATURES}, {OUTPUT_0: FOREST_OUTPUT}),
+    (POSTPROCESS, {BERT_OUTPUT: BERT_OUTPUT, FOREST_OUTPUT: FOREST_OUTPUT},
+     {SCORE: SCORE, BERT_SCORE: BERT_SCORE, FOREST_SCORE: FOREST_SCORE}),
 )
 
 #: Largest batch each model accepts. The ensemble's must not exceed any step's.
 MAX_BATCH_SIZE = {
+    VALIDATE: 256,
     PREPROCESS: 256,
     FEATURIZE: 256,
     BERT: 64,

@@ -125,9 +125,14 @@ def artifact_predictions(directory: str, texts, *, batch_size: int = 32, bert_we
     return out
 
 
+#: The ensemble output that carries each branch's prediction.
+SERVED = {"score": contracts.SCORE, "bert": contracts.BERT_SCORE, "forest": contracts.FOREST_SCORE}
+
+
 def served_predictions(url: str, texts, *, protocol: str = "http", batch_size: int = 32,
-                       progress=None) -> dict[str, np.ndarray]:
-    """The ensemble's SCORE, BERT_SCORE and FOREST_SCORE for `texts` from the server at `url`."""
+                       progress=None, outputs=contracts.OUTPUTS) -> dict[str, np.ndarray]:
+    """The ensemble's `outputs` (by default SCORE, BERT_SCORE and FOREST_SCORE) for
+    `texts` from the server at `url`, keyed "score", "bert", "forest"."""
     from .client import ReadabilityClient
 
     texts = list(texts)
@@ -136,10 +141,9 @@ def served_predictions(url: str, texts, *, protocol: str = "http", batch_size: i
             raise EvaluationError(f"no ready '{contracts.ENSEMBLE}' model at {url} ({protocol})")
         bar = progress(total=len(texts), desc="scoring", unit="text") if progress else nullcontext(None)
         with bar as b:
-            scores = client.score(texts, progress=b)
-    return {"bert": np.array([s.bert for s in scores], np.float32),
-            "forest": np.array([s.forest for s in scores], np.float32),
-            "score": np.array([s.score for s in scores], np.float32)}
+            scores = client.score(texts, progress=b, outputs=outputs)
+    return {branch: np.array([getattr(s, branch) for s in scores], np.float32)
+            for branch, output in SERVED.items() if output in outputs}
 
 
 def summarize(targets, predictions: dict[str, np.ndarray]) -> dict:

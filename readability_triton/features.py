@@ -7,7 +7,8 @@ Public API:
   `numpy` (default) or `cupy` (the result is then a CuPy array on the current device,
   and only the texts, as one UTF-8 buffer, go there);
 - `Vocabulary(top, bottom, stopwords)`, `Vocabulary.save(path)`, `Vocabulary.load(path)`;
-- `build_vocabulary(texts, n=100, stopwords=None)`, `word_counts(texts)`;
+- `build_vocabulary(texts, n=100, stopwords=None)`, `word_counts(texts)` (over the corpus),
+  `count_words(texts)` (per text);
 - `FEATURE_NAMES` (n = 100), `feature_names(n)`, `normal_form(word)`.
 
 A batch is computed at once (see `_textops.py`): one byte buffer with separators, one
@@ -284,6 +285,18 @@ def word_counts(texts) -> Counter:
         rep_end = tokens.ends[cls.order[cls.first]]
         for a, b, c in zip(rep_start.tolist(), rep_end.tolist(), sizes.tolist()):
             counts[buffer[a:b].decode("utf-8")] += c
+    return counts
+
+
+def count_words(texts) -> np.ndarray:
+    """The number of words (the spec's words) in each of `texts` (str or UTF-8 bytes), as
+    int64: one vectorized pass per chunk of the batch, as `featurize` finds them."""
+    pieces = _pieces(texts)
+    counts = np.zeros(len(pieces), dtype=np.int64)
+    ops = ops_.default_ops(np)
+    for first, stop in _chunk_bounds(pieces, ops.chunk_bytes):
+        tokens = ops_.tokenize(np, ops, ops_.make_buffer(pieces[first:stop]))
+        counts[first:stop] = np.diff(np.searchsorted(tokens.starts, tokens.sep))
     return counts
 
 

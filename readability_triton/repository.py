@@ -9,6 +9,8 @@ Profiles (same models, same tensor names; `../shared/design.md`):
 | cpu      | KIND_CPU           | pytorch_libtorch, KIND_CPU    | fil, KIND_CPU                 |
 | portable | KIND_CPU           | python: torch.jit on model.pt | python: Treelite on checkpoint.tl |
 
+`validate` (the first step) runs on the CPU in every profile.
+
 `model_repository/` in the source tree holds the canonical (`gpu`) configs; it is
 rendered by `render_config` and a test keeps the two identical.
 """
@@ -27,9 +29,10 @@ PROFILES = ("gpu", "hybrid", "cpu", "portable")
 #: Version folder of every model.
 VERSION = "1"
 #: Dynamic-batching queue delay (microseconds) of each batching step.
-QUEUE_DELAY_US = {C.PREPROCESS: 1000, C.FEATURIZE: 1000, C.BERT: 2000, C.FOREST: 500, C.POSTPROCESS: 500}
+QUEUE_DELAY_US = {C.VALIDATE: 500, C.PREPROCESS: 1000, C.FEATURIZE: 1000, C.BERT: 2000, C.FOREST: 500, C.POSTPROCESS: 500}
 #: Python backend file of each Python model, per profile (folder under backends/).
-PYTHON_BACKENDS = {C.PREPROCESS: "preprocess", C.FEATURIZE: "featurize", C.POSTPROCESS: "postprocess"}
+PYTHON_BACKENDS = {C.VALIDATE: "validate", C.PREPROCESS: "preprocess", C.FEATURIZE: "featurize",
+                   C.POSTPROCESS: "postprocess"}
 PORTABLE_BACKENDS = {C.BERT: "bert_portable", C.FOREST: "forest_portable"}
 
 
@@ -52,6 +55,8 @@ def placement(model: str, profile: str) -> Placement:
         return Placement("ensemble", None)
     gpu_python = profile == "gpu"
     gpu_models = profile in ("gpu", "hybrid")
+    if model == C.VALIDATE:  # BYTES in, BYTES out: CPU work in every profile
+        return Placement("python", "KIND_CPU")
     if model in C.PYTHON_MODELS:
         return Placement("python", "KIND_GPU" if gpu_python else "KIND_CPU")
     if profile == "portable":
@@ -94,12 +99,16 @@ def _ensemble_scheduling() -> str:
 
 
 _HEADERS = {
-    C.ENSEMBLE: "The readability ensemble: TEXT -> (BERT branch || feature/forest branch) -> SCORE.",
+    C.ENSEMBLE: "The readability ensemble: TEXT -> validate -> (BERT branch || feature/forest branch) -> "
+                "postprocess -> SCORE, BERT_SCORE, FOREST_SCORE.",
+    C.VALIDATE: "The ensemble's first step: refuses what no later step may refuse (invalid UTF-8, a text "
+                "over MAX_TEXT_BYTES, a text without words); passes TEXT on as VALID_TEXT.",
     C.PREPROCESS: "BERT WordPiece tokenization: TEXT -> INPUT_IDS, ATTENTION_MASK (CuPy/cuDF on a GPU "
                   "instance, the tokenizers library on a CPU one).",
     C.FEATURIZE: "The 207 readability features of ../shared/spec/features.md (CuPy on a GPU instance, "
                  "NumPy on a CPU one).",
-    C.POSTPROCESS: "SCORE = weighted mean of BERT_SCORE and FOREST_SCORE (BERT_WEIGHT, FOREST_WEIGHT).",
+    C.POSTPROCESS: "SCORE = weighted mean of the branch scores (BERT_WEIGHT, FOREST_WEIGHT); also emits "
+                   "BERT_SCORE and FOREST_SCORE, so every ensemble output is a leaf.",
     C.BERT: "The fine-tuned BERT regressor (TorchScript, 1/model.pt).",
     C.FOREST: "The random forest on the readability features (Treelite checkpoint, 1/checkpoint.tl).",
 }
@@ -128,7 +137,7 @@ def render_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_
     lines.append(f"dynamic_batching {{\n  max_queue_delay_microseconds: {QUEUE_DELAY_US[model]}\n}}\n")
     lines.append(f"instance_group [\n  {{\n    kind: {where.kind}\n    count: 1\n  }}\n]\n")
     params: dict[str, str] = {}
-    if model in (C.PREPROCESS, C.FEATURIZE):
+    if model in (C.VALIDATE, C.PREPROCESS, C.FEATURIZE):  # one limit: validate refuses first
         params["MAX_TEXT_BYTES"] = str(max_text_bytes)
     if model == C.PREPROCESS:
         params["MAX_LENGTH"] = str(max_length)

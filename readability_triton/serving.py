@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import traceback
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -134,6 +135,27 @@ def output_dims(config: dict, name: str) -> tuple[int, ...]:
     raise ValueError(f"the model config has no output {name!r}")
 
 
+def embedding_rows(module) -> int | None:
+    """The number of token ids a BERT module embeds (rows of its word-embedding matrix),
+    or None if it has none that can be found by name."""
+    for name, parameter in module.named_parameters():
+        if name.endswith("word_embeddings.weight") and parameter.dim() == 2:
+            return int(parameter.shape[0])
+    return None
+
+
+def check_token_ids(ids, mask, vocab_size: int | None) -> None:
+    """ValueError (one line) unless every id is in [0, vocab_size) and the mask is 0/1."""
+    if ids.size:
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or (vocab_size is not None and high >= vocab_size):
+            where = f"[0, {vocab_size})" if vocab_size is not None else "[0, ...)"
+            raise ValueError(f"input__0 holds the token id {low if low < 0 else high}, outside the model's "
+                             f"vocabulary {where}")
+    if mask.size and not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError("input__1 (the attention mask) must hold only 0 and 1")
+
+
 def blend_weights(bert_weight: float, forest_weight: float) -> tuple[float, float]:
     """The SCORE weights normalised to sum 1; ValueError unless both are non-negative
     with a positive sum."""
@@ -180,22 +202,36 @@ class Batch:
     n_requests: int
     counts: list[int] = field(default_factory=list)  # rows per request (0 for failed ones)
     errors: dict[int, tuple[str, str]] = field(default_factory=dict)  # index -> (message, code)
-    items: list = field(default_factory=list)  # concatenated rows (texts or arrays)
+    items: list | dict = field(default_factory=list)  # the rows: texts, or {input name: array}
 
     def fail(self, index: int, message: str, code: str = "INVALID_ARG") -> None:
         self.errors[index] = (message, code)
         self.counts[index] = 0
 
+    def rows(self, start: int, stop: int):
+        """Rows `start:stop` of the good requests' concatenated inputs."""
+        if isinstance(self.items, dict):
+            return {name: array[start:stop] for name, array in self.items.items()}
+        return self.items[start:stop]
+
+
+#: Why a text without words is refused (the validate step's own check).
+NO_WORDS = ("holds no words (it is empty, or only spaces, punctuation or control characters): "
+            "there is nothing to score")
+
 
 def read_text_requests(pb_utils, requests, name: str = contracts.TEXT,
-                       max_text_bytes: int = contracts.DEFAULT_MAX_TEXT_BYTES) -> Batch:
+                       max_text_bytes: int = contracts.DEFAULT_MAX_TEXT_BYTES,
+                       require_words: bool = False) -> Batch:
     """Collect the `TEXT` rows of every request; bad requests are set aside with a reason.
 
     A request fails alone when its input is missing, is not a [batch, 1] BYTES tensor,
-    holds a text over `max_text_bytes` bytes, or holds a text that is not valid UTF-8.
+    holds a text over `max_text_bytes` bytes, holds a text that is not valid UTF-8, or
+    (with `require_words`) holds a text without a word. The word check runs once over the
+    texts of all requests.
     """
     batch = Batch(len(requests), counts=[0] * len(requests))
-    texts: list[bytes] = []
+    accepted: list[tuple[int, list[bytes]]] = []
     for index, request in enumerate(requests):
         tensor = pb_utils.get_input_tensor_by_name(request, name)
         if tensor is None:
@@ -217,8 +253,22 @@ def read_text_requests(pb_utils, requests, name: str = contracts.TEXT,
         if bad is not None:
             batch.fail(index, f"text {bad} of the request is not valid UTF-8")
             continue
-        batch.counts[index] = len(rows)
-        texts.extend(rows)
+        accepted.append((index, rows))
+    if require_words and accepted:
+        from .features import count_words
+
+        words = count_words([row for _, rows in accepted for row in rows])
+        start = 0
+        for index, rows in accepted:
+            empty = np.flatnonzero(words[start:start + len(rows)] == 0)
+            start += len(rows)
+            if empty.size:
+                batch.fail(index, f"text {int(empty[0])} of the request {NO_WORDS}")
+    texts: list[bytes] = []
+    for index, rows in accepted:
+        if index not in batch.errors:
+            batch.counts[index] = len(rows)
+            texts.extend(rows)
     batch.items = texts
     return batch
 
@@ -235,11 +285,19 @@ def input_array(tensor, xp):
     return xp.from_dlpack(tensor)
 
 
+def _host(array) -> np.ndarray:
+    return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
 def read_array_requests(pb_utils, requests, names: Sequence[str], xp,
-                        dims: dict[str, tuple[int, ...]]) -> tuple[Batch, dict[str, object]]:
-    """Collect numeric inputs of every request and concatenate each along the batch axis."""
+                        dims: dict[str, tuple[int, ...]], finite: bool = False) -> Batch:
+    """Collect numeric inputs of every request and concatenate each along the batch axis
+    (`Batch.items` maps each name to the joined array). A request fails alone when an
+    input is missing, has the wrong shape, its inputs' batch sizes differ or (with
+    `finite`) it holds NaN or infinity; the finiteness check is one pass over the batch."""
     batch = Batch(len(requests), counts=[0] * len(requests))
     parts: dict[str, list] = {name: [] for name in names}
+    order: list[int] = []
     for index, request in enumerate(requests):
         arrays = {}
         for name in names:
@@ -259,10 +317,30 @@ def read_array_requests(pb_utils, requests, names: Sequence[str], xp,
                 batch.fail(index, f"inputs {', '.join(names)} have different batch sizes")
                 continue
             batch.counts[index] = counts.pop()
+            order.append(index)
             for name in names:
                 parts[name].append(arrays[name])
     joined = {name: (xp.concatenate(parts[name]) if parts[name] else None) for name in names}
-    return batch, joined
+    if finite and order:
+        rows = sum(batch.counts[i] for i in order)
+        ok = xp.ones(rows, dtype=bool)
+        for name in names:
+            ok &= xp.isfinite(joined[name].reshape(rows, -1)).all(axis=1)
+        ok = _host(ok)  # one small copy per execute, also on a GPU instance
+        if not ok.all():
+            start, keep = 0, np.ones(rows, dtype=bool)
+            for index in order:
+                stop = start + batch.counts[index]
+                bad = np.flatnonzero(~ok[start:stop])
+                if bad.size:
+                    keep[start:stop] = False
+                    batch.fail(index, f"row {int(bad[0])} of the request holds NaN or infinity in "
+                                      f"{' or '.join(names)}; the scores must be finite")
+                start = stop
+            index_array = xp.asarray(np.flatnonzero(keep))
+            joined = {name: array[index_array] for name, array in joined.items()}
+    batch.items = joined
+    return batch
 
 
 def output_tensor(pb_utils, name: str, array):
@@ -294,11 +372,20 @@ def responses(pb_utils, batch: Batch, outputs: dict[str, object]) -> list:
     return out
 
 
-def run_batch(pb_utils, batch: Batch, compute: Callable[[list], dict[str, object]], logger=None) -> list:
+def one_line(exc: BaseException) -> str:
+    """What an exception says, in one line: its message, or, for a multi-line message such
+    as a TorchScript traceback, the last line (where the interpreter puts the error)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    text = lines[-1] if lines else type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def run_batch(pb_utils, batch: Batch, compute: Callable[[object], dict[str, object]], logger=None) -> list:
     """Run `compute` once on the rows of all good requests and split the result back.
 
     If the batched pass raises, retry request by request, so that only the requests that
-    cause the error fail (INVALID_ARG for a ValueError, INTERNAL otherwise).
+    cause the error fail: INVALID_ARG for a ValueError (its message), INTERNAL otherwise
+    (one line; the traceback goes to the server log).
     """
     if len(batch.errors) == batch.n_requests:
         return responses(pb_utils, batch, {})
@@ -306,7 +393,7 @@ def run_batch(pb_utils, batch: Batch, compute: Callable[[list], dict[str, object
         return responses(pb_utils, batch, compute(batch.items))
     except Exception as exc:  # noqa: BLE001 - isolate the culprit below
         if logger is not None:
-            logger.log_warn(f"batched pass over {batch.n_requests} requests failed ({exc}); "
+            logger.log_warn(f"batched pass over {batch.n_requests} requests failed ({one_line(exc)}); "
                             "retrying request by request")
     out = []
     start = 0
@@ -315,14 +402,17 @@ def run_batch(pb_utils, batch: Batch, compute: Callable[[list], dict[str, object
             out.append(_error_response(pb_utils, batch.errors[index]))
             continue
         stop = start + batch.counts[index]
-        rows, start = batch.items[start:stop], stop
+        rows, start = batch.rows(start, stop), stop
         try:
             result = compute(rows)
         except ValueError as exc:
-            out.append(_error_response(pb_utils, (str(exc), "INVALID_ARG")))
+            out.append(_error_response(pb_utils, (one_line(exc), "INVALID_ARG")))
             continue
         except Exception as exc:  # noqa: BLE001
-            out.append(_error_response(pb_utils, (f"{type(exc).__name__}: {exc}", "INTERNAL")))
+            if logger is not None:
+                logger.log_error(f"request {index} of the batch failed:\n{traceback.format_exc()}")
+            out.append(_error_response(pb_utils, (f"internal error: {type(exc).__name__}: {one_line(exc)} "
+                                                   "(the server log has the traceback)", "INTERNAL")))
             continue
         out.append(pb_utils.InferenceResponse(output_tensors=[
             output_tensor(pb_utils, name, array) for name, array in result.items()]))

@@ -83,7 +83,8 @@ def test_profile_configs(profile, max_length):
         assert Kind.Name(group.kind) == repository.placement(model, profile).kind
     kinds = {m: Kind.Name(configs[m].instance_group[0].kind) for m in C.STEP_MODELS}
     expected_python = "KIND_GPU" if profile == "gpu" else "KIND_CPU"
-    assert {kinds[m] for m in C.PYTHON_MODELS} == {expected_python}
+    assert {kinds[m] for m in C.PYTHON_MODELS if m != C.VALIDATE} == {expected_python}
+    assert kinds[C.VALIDATE] == "KIND_CPU"  # BYTES in and out: CPU work in every profile
     expected_models = "KIND_GPU" if profile in ("gpu", "hybrid") else "KIND_CPU"
     assert {kinds[C.BERT], kinds[C.FOREST]} == {expected_models}
 
@@ -102,6 +103,10 @@ def test_profile_configs(profile, max_length):
     else:
         assert "FORCE_CPU_ONLY_INPUT_TENSORS" not in post.parameters
     assert configs[C.PREPROCESS].parameters["MAX_LENGTH"].string_value == str(max_length)
+    # validate refuses first only if no later step has a stricter limit: one value for all
+    limits = {configs[m].parameters["MAX_TEXT_BYTES"].string_value
+              for m in (C.VALIDATE, C.PREPROCESS, C.FEATURIZE)}
+    assert limits == {str(C.DEFAULT_MAX_TEXT_BYTES)}
     assert float(post.parameters["BERT_WEIGHT"].string_value) == 0.5
     assert float(post.parameters["FOREST_WEIGHT"].string_value) == 0.5
 
@@ -109,7 +114,9 @@ def test_profile_configs(profile, max_length):
 @pytest.mark.parametrize("profile", repository.PROFILES)
 def test_ensemble_graph(profile):
     """Every ensemble tensor is produced exactly once and consumed; dtypes and dims agree
-    between producer and consumer; the ensemble's batch size fits every step."""
+    between producer and consumer; the ensemble's batch size fits every step; every
+    ensemble output is a leaf (no step reads it); only the first step reads TEXT, and
+    every other step depends on it (see the rules at contracts.ENSEMBLE_STEPS)."""
     configs = {m: parse(repository.render_config(m, profile)) for m in C.ALL_MODELS}
     ensemble = configs[C.ENSEMBLE]
     steps = ensemble.ensemble_scheduling.step
@@ -140,11 +147,19 @@ def test_ensemble_graph(profile):
                 produced[tensor] = spec(step_config.output, model_output)
             assert step_config.max_batch_size >= ensemble.max_batch_size
             pending.remove(step)
+    step_inputs = {tensor for step in steps for tensor in step.input_map.values()}
     for output in ensemble.output:
         assert output.name in produced and producers[output.name] != "<input>"
         assert produced[output.name] == (output.data_type, tuple(output.dims))
+        assert output.name not in step_inputs, (
+            f"ensemble output {output.name} is also an input of a step: a client asking for some outputs "
+            "only would have it pruned from under that step (server#7482)")
         consumed.add(output.name)
     assert consumed == set(produced), f"produced but never used: {set(produced) - consumed}"
+    # Rule 2: only the first step reads the client's input; every other step reads step
+    # outputs only, so each one runs after validate has accepted the request.
+    readers = [s.model_name for s in steps if any(producers[t] == "<input>" for t in s.input_map.values())]
+    assert readers == [C.VALIDATE]
 
 
 def test_unknown_profile_is_refused():

@@ -27,7 +27,6 @@ BATCH_WINDOW_US = 200_000
 TEXTS = [
     "The cat sat on the mat. It was happy.",
     "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor.",
-    "",
     "Don't panic... \"Mr. Smith’s dog-house,\" she said!",
     "Ünïcödé — “quotes”, 漢字とかな, עברית, emoji 😀🚀 and a very long wordddddddddddddddddddddddd.",
     "word " * 300,
@@ -103,7 +102,7 @@ def test_health_readiness_and_metadata(server):
             assert http.is_model_ready(model) and grpc.is_model_ready(model), model
         meta = http.get_model_metadata(C.ENSEMBLE)
         assert [(t["name"], t["datatype"]) for t in meta["inputs"]] == [("TEXT", "BYTES")]
-        assert [t["name"] for t in meta["outputs"]] == ["SCORE", "BERT_SCORE", "FOREST_SCORE"]
+        assert [t["name"] for t in meta["outputs"]] == list(C.OUTPUTS)
     finally:
         http.close()
         grpc.close()
@@ -125,17 +124,19 @@ def test_ensemble_scores_equal_the_in_process_computation(server, expected, prot
 
 
 def test_step_models_answer_directly(server, expected):
-    want = expected(TEXTS)
+    texts = TEXTS + [""]  # the building blocks take an empty text (the ensemble's validate refuses it)
+    want = expected(texts)
     client = httpclient.InferenceServerClient(server.http_url)
     try:
-        rows = np.array([[t.encode()] for t in TEXTS], dtype=np.object_)
+        rows = np.empty((len(texts), 1), dtype=np.object_)
+        rows[:, 0] = [t.encode() for t in texts]
         text = httpclient.InferInput("TEXT", list(rows.shape), "BYTES")
         text.set_data_from_numpy(rows)
         tokens = client.infer(C.PREPROCESS, [text])
         np.testing.assert_array_equal(tokens.as_numpy(C.INPUT_IDS), want["ids"])
         np.testing.assert_array_equal(tokens.as_numpy(C.ATTENTION_MASK), want["mask"])
         features = client.infer(C.FEATURIZE, [text]).as_numpy(C.FEATURES)
-        assert features.dtype == np.float32 and features.shape == (len(TEXTS), C.N_FEATURES)
+        assert features.dtype == np.float32 and features.shape == (len(texts), C.N_FEATURES)
         np.testing.assert_array_equal(features, want["features"])
     finally:
         client.close()
@@ -179,9 +180,9 @@ def test_a_bad_request_among_good_ones_fails_alone(server, expected):
     bad = {3: b"broken \xff\xfe utf-8", 9: b"x" * (MAX_TEXT_BYTES + 1)}
     for index, payload in bad.items():
         payloads.insert(index, payload)
-    before = _stats(server.http_url, C.FEATURIZE)
+    before = {m: _stats(server.http_url, m) for m in (C.VALIDATE, C.FEATURIZE)}
     results = _infer_concurrently(server.http_url, payloads)
-    after = _stats(server.http_url, C.FEATURIZE)
+    after = {m: _stats(server.http_url, m) for m in (C.VALIDATE, C.FEATURIZE)}
     want = expected(good)
     mean = ((want["bert"].astype(np.float64) + want["forest"]) / 2).astype(np.float32)
     goods = iter(range(len(good)))
@@ -192,8 +193,10 @@ def test_a_bad_request_among_good_ones_fails_alone(server, expected):
         else:
             assert not isinstance(result, Exception), f"good request {index} failed: {result}"
             assert result == pytest.approx(mean[next(goods)], abs=1e-5)
-    inferences, executions = after[0] - before[0], after[1] - before[1]
-    assert inferences == len(payloads)
+    # validate saw every request and refused the bad ones; the branches only the good ones
+    assert after[C.VALIDATE][0] - before[C.VALIDATE][0] == len(payloads)
+    inferences, executions = (after[C.FEATURIZE][i] - before[C.FEATURIZE][i] for i in (0, 1))
+    assert inferences == len(good)
     assert executions < inferences, "concurrent requests were batched into shared execute() calls"
 
 

@@ -107,11 +107,86 @@ def test_read_array_requests_checks_shapes_and_concatenates():
         array_request(A=np.ones((1, 2), np.float32), B=np.zeros((2, 2), np.float32)),
         array_request(A=np.full((1, 2), 5, np.float32), B=np.full((1, 2), 6, np.float32)),
     ]
-    batch, arrays = serving.read_array_requests(pb_utils, requests, ("A", "B"), np, dims)
+    batch = serving.read_array_requests(pb_utils, requests, ("A", "B"), np, dims)
+    arrays = batch.items
     assert batch.counts == [2, 0, 0, 1]
     assert "shape [batch, 2]" in batch.errors[1][0]
     assert "different batch sizes" in batch.errors[2][0]
     assert arrays["A"].shape == (3, 2) and arrays["B"][2].tolist() == [6, 6]
+
+
+def test_read_array_requests_refuses_non_finite_rows_per_request():
+    dims = {"A": (1,), "B": (1,)}
+    requests = [
+        array_request(A=[[1.0], [2.0]], B=[[3.0], [4.0]]),
+        array_request(A=[[1.0], [np.nan]], B=[[0.0], [0.0]]),
+        array_request(A=[[5.0]], B=[[np.inf]]),
+        array_request(A=[[7.0]], B=[[8.0]]),
+    ]
+    requests = [pb_utils.InferenceRequest(inputs=[pb_utils.Tensor(t.name(), t.as_numpy().astype(np.float32))
+                                                  for t in r.inputs()]) for r in requests]
+    batch = serving.read_array_requests(pb_utils, requests, ("A", "B"), np, dims, finite=True)
+    assert batch.counts == [2, 0, 0, 1] and set(batch.errors) == {1, 2}
+    assert "row 1 of the request holds NaN or infinity" in batch.errors[1][0]
+    assert "row 0 of the request holds NaN or infinity" in batch.errors[2][0]
+    assert batch.items["A"].ravel().tolist() == [1.0, 2.0, 7.0]
+    assert batch.items["B"].ravel().tolist() == [3.0, 4.0, 8.0]
+    # without the check the same rows pass
+    assert serving.read_array_requests(pb_utils, requests, ("A", "B"), np, dims).counts == [2, 2, 1, 1]
+
+
+def test_run_batch_isolates_a_failing_pass_of_an_array_model():
+    dims = {"A": (1,)}
+    requests = [array_request(A=np.array([[1.0]], np.float32)), array_request(A=np.array([[-1.0]], np.float32)),
+                array_request(A=np.array([[2.0], [3.0]], np.float32))]
+
+    def compute(inputs):
+        if (inputs["A"] < 0).any():
+            raise RuntimeError("The following operation failed in the TorchScript interpreter.\n"
+                               "Traceback of TorchScript (most recent call last):\n  File \"code\", line 9\n"
+                               "RuntimeError: index out of range in self")
+        return {"B": inputs["A"] * 2}
+
+    batch = serving.read_array_requests(pb_utils, requests, ("A",), np, dims)
+    out = serving.run_batch(pb_utils, batch, compute, logger=pb_utils.Logger)
+    assert out[0].output_tensors()[0].as_numpy().tolist() == [[2.0]]
+    assert out[2].output_tensors()[0].as_numpy().tolist() == [[4.0], [6.0]]
+    message = out[1].error().message()
+    assert out[1].error().code() == pb_utils.TritonError.INTERNAL
+    assert "\n" not in message and "index out of range in self" in message and "server log" in message
+    assert any("Traceback" in text for level, text in pb_utils.Logger.records if level == "ERROR")
+
+
+def test_texts_without_words_are_refused_only_when_asked():
+    requests = [text_request(["A good text."]), text_request(["fine", ""]), text_request(["   \t\n"]),
+                text_request(["!!! ... ?"]), text_request(["\x00\x01"]), text_request(["😀"]),
+                text_request(["don't"])]
+    batch = serving.read_text_requests(pb_utils, requests, require_words=True)
+    assert set(batch.errors) == {1, 2, 3, 4}
+    assert batch.errors[1][0].startswith("text 1 of the request holds no words")
+    assert all(code == "INVALID_ARG" for _, code in batch.errors.values())
+    assert batch.items == [b"A good text.", "😀".encode(), b"don't"]
+    lax = serving.read_text_requests(pb_utils, requests)
+    assert not lax.errors and len(lax.items) == 8
+
+
+def test_token_id_check():
+    ids = np.array([[101, 5, 102, 0]], np.int64)
+    mask = np.array([[1, 1, 1, 0]], np.int64)
+    serving.check_token_ids(ids, mask, 1000)
+    with pytest.raises(ValueError, match="token id 1000, outside the model's vocabulary \\[0, 1000\\)"):
+        serving.check_token_ids(ids + 898, mask, 1000)
+    with pytest.raises(ValueError, match="token id -6"):
+        serving.check_token_ids(ids - 6, mask, 1000)
+    with pytest.raises(ValueError, match="only 0 and 1"):
+        serving.check_token_ids(ids, mask * 2, 1000)
+
+
+def test_one_line():
+    assert serving.one_line(ValueError("plain")) == "plain"
+    assert serving.one_line(RuntimeError("first\n\n  last line  \n")) == "last line"
+    assert serving.one_line(RuntimeError("")) == "RuntimeError"
+    assert len(serving.one_line(RuntimeError("x" * 1000))) == 300
 
 
 def test_input_array_never_calls_as_numpy_on_a_gpu_tensor():

@@ -30,10 +30,10 @@ class TritonPythonModel:
                              f"has dims {list(self.dims.get(C.INPUT_0, ()))}")
 
     def execute(self, requests):
+        batch = serving.read_array_requests(pb_utils, requests, (C.INPUT_0,), self.np, self.dims)
+        return serving.run_batch(pb_utils, batch, self._predict, logger=pb_utils.Logger)
+
+    def _predict(self, inputs):
         np = self.np
-        batch, inputs = serving.read_array_requests(pb_utils, requests, (C.INPUT_0,), np, self.dims)
-        if len(batch.errors) == batch.n_requests:
-            return serving.responses(pb_utils, batch, {})
         features = np.ascontiguousarray(inputs[C.INPUT_0], dtype=np.float32)
-        scores = self.gtil.predict(self.model, features).reshape(-1, 1).astype(np.float32)
-        return serving.responses(pb_utils, batch, {C.OUTPUT_0: scores})
+        return {C.OUTPUT_0: self.gtil.predict(self.model, features).reshape(-1, 1).astype(np.float32)}

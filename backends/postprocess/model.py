@@ -1,9 +1,13 @@
-"""`postprocess`: SCORE = weighted mean of BERT_SCORE and FOREST_SCORE.
+"""`postprocess`: SCORE = weighted mean of the two branch scores; it also emits each
+branch's score, so that every ensemble output is a leaf (see
+`readability_triton.contracts.ENSEMBLE_STEPS`).
 
-Weights from the parameters BERT_WEIGHT and FOREST_WEIGHT (default 0.5 each). On a GPU
+Inputs BERT_OUTPUT and FOREST_OUTPUT (the bert and forest steps' outputs), outputs SCORE,
+BERT_SCORE, FOREST_SCORE. Weights from the parameters BERT_WEIGHT and FOREST_WEIGHT
+(default 0.5 each). A request holding NaN or infinity fails alone (INVALID_ARG). On a GPU
 instance the scores arrive on the GPU (FORCE_CPU_ONLY_INPUT_TENSORS "no"), are read
-through DLPack into CuPy and SCORE leaves through DLPack: no host round trip. On a CPU
-instance the same code runs on NumPy. All requests of an `execute` call are one pass.
+through DLPack into CuPy and leave through DLPack: no host round trip. On a CPU instance
+the same code runs on NumPy. All requests of an `execute` call are one pass.
 """
 import triton_python_backend_utils as pb_utils
 
@@ -24,9 +28,11 @@ class TritonPythonModel:
         self.dims = {spec.name: spec.dims for spec in contract.inputs}
 
     def execute(self, requests):
-        batch, scores = serving.read_array_requests(
-            pb_utils, requests, (C.BERT_SCORE, C.FOREST_SCORE), self.xp, self.dims)
-        if len(batch.errors) == batch.n_requests:
-            return serving.responses(pb_utils, batch, {})
-        score = serving.blend(scores[C.BERT_SCORE], scores[C.FOREST_SCORE], *self.weights, xp=self.xp)
-        return serving.responses(pb_utils, batch, {C.SCORE: score})
+        batch = serving.read_array_requests(pb_utils, requests, (C.BERT_OUTPUT, C.FOREST_OUTPUT), self.xp,
+                                            self.dims, finite=True)
+        return serving.run_batch(pb_utils, batch, self._blend, logger=pb_utils.Logger)
+
+    def _blend(self, scores):
+        bert, forest = scores[C.BERT_OUTPUT], scores[C.FOREST_OUTPUT]
+        return {C.SCORE: serving.blend(bert, forest, *self.weights, xp=self.xp),
+                C.BERT_SCORE: bert.astype(self.xp.float32), C.FOREST_SCORE: forest.astype(self.xp.float32)}

@@ -30,6 +30,9 @@ def register(subparsers) -> None:
     p.add_argument("--forest-weight", type=float, default=0.5,
                    help="with --artifacts: forest weight of SCORE (default 0.5, as assemble)")
     p.add_argument("--batch-size", type=int, default=32, help="texts per batch or request (default 32)")
+    p.add_argument("--outputs", default=None,
+                   help="with --url: the ensemble outputs to ask for, comma-separated (default: "
+                        "SCORE,BERT_SCORE,FOREST_SCORE); the report covers those")
     p.add_argument("--out", metavar="FILE", help="also write each text's target and predictions to this CSV")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_evaluate)
@@ -51,6 +54,16 @@ def cmd_evaluate(args) -> int:
         blend_weights(args.bert_weight, args.forest_weight)
     except ValueError as err:
         raise CommandError(err) from None
+    outputs = None
+    if args.outputs is not None:
+        if not args.url:
+            raise CommandError("--outputs applies to --url only (--artifacts computes every branch present)")
+        from ..client import parse_outputs
+
+        try:
+            outputs = parse_outputs(args.outputs)
+        except ValueError as err:
+            raise CommandError(f"--outputs: {err}") from None
     if args.url and (args.bert_weight, args.forest_weight) != (0.5, 0.5):
         raise CommandError("--bert-weight/--forest-weight apply to --artifacts only: a served SCORE uses the "
                            "weights its repository was assembled with")
@@ -65,7 +78,8 @@ def cmd_evaluate(args) -> int:
             where = f"artifacts {args.artifacts}"
         else:
             predictions = served_predictions(args.url, table.texts, protocol=args.protocol,
-                                             batch_size=args.batch_size, progress=progress)
+                                             batch_size=args.batch_size, progress=progress,
+                                             **({"outputs": outputs} if outputs else {}))
             where = f"the ensemble at {args.url} ({args.protocol})"
         report = summarize(table.targets, predictions)
     except (DataError, EvaluationError, ManifestError, VocabularyError, ClientError) as err:

@@ -67,6 +67,8 @@ def register(subparsers) -> None:
     p.add_argument("--url", default=None, help="server address (default 127.0.0.1:8000 http, :8001 grpc)")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
     p.add_argument("--batch-size", type=int, default=64, help="texts per request (at most 64)")
+    p.add_argument("--outputs", default="SCORE,BERT_SCORE,FOREST_SCORE",
+                   help="the ensemble outputs to ask for, comma-separated (default: all three)")
     p.set_defaults(func=cmd_score)
 
     p = subparsers.add_parser(
@@ -157,11 +159,20 @@ def _read_texts(args) -> list[str]:
     return texts
 
 
+#: Columns of `score`'s table and CSV: (ensemble output, Score attribute, CSV header, label).
+_COLUMNS = (("BERT_SCORE", "bert", "bert_score", "BERT"), ("FOREST_SCORE", "forest", "forest_score", "forest"),
+            ("SCORE", "score", "score", "score"))
+
+
 def cmd_score(args) -> int:
-    from ..client import ClientError, ReadabilityClient
+    from ..client import ClientError, ReadabilityClient, parse_outputs
 
     if not 1 <= args.batch_size <= 64:
         raise CommandError("--batch-size must be between 1 and 64 (the ensemble's max_batch_size)")
+    try:
+        outputs = parse_outputs(args.outputs)
+    except ValueError as err:
+        raise CommandError(f"--outputs: {err}") from None
     texts = _read_texts(args)
     url = args.url or ("127.0.0.1:8000" if args.protocol == "http" else "127.0.0.1:8001")
     try:
@@ -170,23 +181,26 @@ def cmd_score(args) -> int:
                 raise CommandError(f"no ready 'readability' model at {url} ({args.protocol}); start one "
                                    "with `readability-triton serve --repository REPO`")
             with progress(total=len(texts), unit="text", desc="scoring") as bar:
-                scores = client.score(texts, progress=bar)
+                scores = client.score(texts, progress=bar, outputs=outputs)
     except ClientError as err:
         raise CommandError(err) from None
     if args.out:
+        # CSV columns: text, then the requested scores in the order score, bert_score, forest_score
+        columns = [c for c in (_COLUMNS[2], _COLUMNS[0], _COLUMNS[1]) if c[0] in outputs]
         with open(args.out, "w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
-            writer.writerow(["text", "score", "bert_score", "forest_score"])
+            writer.writerow(["text"] + [c[2] for c in columns])
             for s in scores:
-                writer.writerow([s.text, f"{s.score:.6f}", f"{s.bert:.6f}", f"{s.forest:.6f}"])
+                writer.writerow([s.text] + [f"{getattr(s, c[1]):.6f}" for c in columns])
         print(f"wrote {len(scores)} scores to {args.out}", file=sys.stderr)
     else:
-        print_table(scores)
+        print_table(scores, outputs=outputs)
     return 0
 
 
-def print_table(scores, width: int = 60, latency: bool = False) -> None:
-    header = f"{'text':<{width}}  {'BERT':>7}  {'forest':>7}  {'score':>7}"
+def print_table(scores, width: int = 60, latency: bool = False, outputs=("SCORE", "BERT_SCORE", "FOREST_SCORE")) -> None:
+    columns = [c for c in _COLUMNS if c[0] in outputs]
+    header = f"{'text':<{width}}" + "".join(f"  {c[3]:>7}" for c in columns)
     if latency:
         header += f"  {'latency':>9}"
     print(header)
@@ -194,7 +208,7 @@ def print_table(scores, width: int = 60, latency: bool = False) -> None:
     for s in scores:
         text = " ".join(s.text.split())
         text = text if len(text) <= width else text[: width - 1] + "…"
-        line = f"{text:<{width}}  {s.bert:>7.3f}  {s.forest:>7.3f}  {s.score:>7.3f}"
+        line = f"{text:<{width}}" + "".join(f"  {getattr(s, c[1]):>7.3f}" for c in columns)
         if latency:
             line += f"  {s.latency_ms:>6.1f} ms"
         print(line)

@@ -1,0 +1,1 @@
+../../../backends/validate/model.py

@@ -1,0 +1,160 @@
+"""Helpers for the integration tests: a served repository, three kinds of client, and
+requests sent side by side.
+
+The three clients are the ones users have: tritonclient over HTTP, tritonclient over gRPC,
+and KServe v2 JSON sent by `curl` (a client no one here wrote).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from readability_triton import contracts as C
+from readability_triton import repository
+from readability_triton.server import TritonServer
+
+CLIENTS = ("http", "grpc", "curl")
+
+
+def assemble_portable(artifacts: str, out: str, batch_window_us: int | None = None, **assemble_kw) -> str:
+    """The `portable` repository of `artifacts`; with `batch_window_us`, every Python step
+    waits that long for more requests (so that requests sent together share execute()
+    calls, which the production windows of about 1 ms cannot promise)."""
+    repository.assemble(artifacts, out, "portable", **assemble_kw)
+    if batch_window_us is not None:
+        for model in C.STEP_MODELS:
+            path = os.path.join(out, model, "config.pbtxt")
+            with open(path, encoding="utf-8") as handle:
+                config = handle.read()
+            old = f"max_queue_delay_microseconds: {repository.QUEUE_DELAY_US[model]}"
+            assert old in config, model
+            with open(path, "w", encoding="utf-8") as handle:
+                handle.write(config.replace(old, f"max_queue_delay_microseconds: {batch_window_us}"))
+    return out
+
+
+def start_server(repo: str, log_file: str, backend_dir: str, **kw) -> TritonServer:
+    server = TritonServer(repo, log_file=log_file, backend_dir=backend_dir, **kw)
+    try:
+        server.start(timeout=240)
+    except Exception:
+        if os.path.isfile(log_file):
+            print(open(log_file, encoding="utf-8", errors="replace").read()[-5000:])
+        raise
+    return server
+
+
+def text_rows(texts) -> np.ndarray:
+    rows = np.empty((len(texts), 1), dtype=np.object_)
+    rows[:, 0] = [t.encode("utf-8") if isinstance(t, str) else t for t in texts]
+    return rows
+
+
+class Failure(Exception):
+    """A request the server refused: `status` (HTTP code or gRPC status name) and the message."""
+
+    def __init__(self, status, message: str):
+        super().__init__(f"{status}: {message}")
+        self.status, self.message = status, message
+
+
+def _tritonclient(protocol: str):
+    if protocol == "http":
+        import tritonclient.http as module
+    else:
+        import tritonclient.grpc as module
+    return module
+
+
+def infer(server: TritonServer, protocol: str, model: str, inputs: dict[str, tuple[str, np.ndarray]],
+          outputs=None) -> dict[str, np.ndarray]:
+    """One inference request with `inputs` ({name: (datatype, array)}); `outputs` is the
+    list of output names to ask for (None: ask for none, i.e. get all). Raises `Failure`
+    when the server refuses the request."""
+    from tritonclient.utils import InferenceServerException
+
+    if protocol == "curl":
+        return curl_infer(server, model, {n: (d, a.shape, a) for n, (d, a) in inputs.items()}, outputs)
+    module = _tritonclient(protocol)
+    url = server.http_url if protocol == "http" else server.grpc_url
+    client = module.InferenceServerClient(url)
+    try:
+        tensors = []
+        for name, (datatype, array) in inputs.items():
+            tensor = module.InferInput(name, list(array.shape), datatype)
+            tensor.set_data_from_numpy(array)
+            tensors.append(tensor)
+        requested = None if outputs is None else [module.InferRequestedOutput(n) for n in outputs]
+        try:
+            result = client.infer(model, tensors, outputs=requested)
+        except InferenceServerException as err:
+            raise Failure(err.status(), err.message()) from None
+        names = outputs if outputs is not None else [o["name"] if isinstance(o, dict) else o.name
+                                                     for o in _response_outputs(result, protocol)]
+        return {name: result.as_numpy(name) for name in names}
+    finally:
+        client.close()
+
+
+def _response_outputs(result, protocol: str):
+    if protocol == "http":
+        return result.get_response()["outputs"]
+    return result.get_response().outputs
+
+
+def _json_data(array: np.ndarray) -> list:
+    flat = array.reshape(-1)
+    if array.dtype == np.object_:
+        return [v.decode("utf-8") if isinstance(v, bytes) else v for v in flat.tolist()]
+    return flat.tolist()
+
+
+def curl_infer(server: TritonServer, model: str, inputs: dict, outputs=None, body: bytes | None = None):
+    """A KServe v2 JSON request sent with curl: `inputs` is {name: (datatype, shape, data)}
+    (data a NumPy array, or a list sent as is); `body` replaces the whole request body."""
+    if body is None:
+        request = {"inputs": [{"name": name, "datatype": datatype, "shape": list(shape),
+                               "data": data if isinstance(data, list) else _json_data(data)}
+                              for name, (datatype, shape, data) in inputs.items()]}
+        if outputs is not None:
+            request["outputs"] = [{"name": name} for name in outputs]
+        body = json.dumps(request).encode("utf-8")
+    reply = subprocess.run(
+        ["curl", "-sS", "-X", "POST", "-H", "Content-Type: application/json", "--data-binary", "@-",
+         "-w", "\n%{http_code}", f"http://{server.http_url}/v2/models/{model}/infer"],
+        input=body, capture_output=True, timeout=120, check=True)
+    text, _, code = reply.stdout.decode("utf-8").rpartition("\n")
+    payload = json.loads(text)
+    if code != "200":
+        raise Failure(int(code), payload.get("error", text))
+    out = {}
+    for tensor in payload["outputs"]:
+        dtype = np.float32 if tensor["datatype"] == "FP32" else None
+        out[tensor["name"]] = np.asarray(tensor["data"], dtype=dtype).reshape(tensor["shape"])
+    return out
+
+
+def score_texts(server: TritonServer, protocol: str, texts, outputs=None) -> dict[str, np.ndarray]:
+    """The ensemble's outputs for `texts` in one request."""
+    return infer(server, protocol, C.ENSEMBLE, {C.TEXT: ("BYTES", text_rows(texts))}, outputs)
+
+
+def side_by_side(calls, workers: int | None = None) -> list:
+    """Run the zero-argument `calls` at the same time (one thread each, released together);
+    each result is the call's return value or the exception it raised."""
+    barrier = threading.Barrier(len(calls))
+
+    def run(call):
+        barrier.wait()
+        try:
+            return call()
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            return exc
+
+    with ThreadPoolExecutor(max_workers=workers or len(calls)) as pool:
+        return list(pool.map(run, calls))

@@ -1,0 +1,125 @@
+"""Integration: every request a Triton client can make gets the right answer.
+
+On the real tritonserver (portable profile): every output selection (none, and the 7
+non-empty subsets of SCORE / BERT_SCORE / FOREST_SCORE) over tritonclient HTTP,
+tritonclient gRPC and curl with KServe v2 JSON equals the all-outputs answer; the batch
+limits; `score` and `evaluate --url` with a selection. Bad and odd input is in
+test_bad_input.py.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from served import CLIENTS, Failure, assemble_portable, score_texts, start_server
+
+from readability_triton import contracts as C
+
+pytestmark = pytest.mark.integration
+
+TEXTS = ["The cat sat on the mat. It was happy.",
+         "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor.",
+         "Ünïcödé — “quotes”, 漢字とかな, emoji 😀🚀."]
+SELECTIONS = [None] + [list(s) for k in (1, 2, 3) for s in itertools.combinations(C.OUTPUTS, k)]
+
+
+@pytest.fixture(scope="module")
+def server(tiny_artifacts, tmp_path_factory):
+    root = tmp_path_factory.mktemp("conformance")
+    repo = assemble_portable(tiny_artifacts, str(root / "repository"))
+    server = start_server(repo, str(root / "server.log"), str(root / "backends"))
+    yield server
+    assert server.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def reference(server):
+    """The all-outputs answer, asked for by name over HTTP."""
+    return score_texts(server, "http", TEXTS, list(C.OUTPUTS))
+
+
+def test_reference_is_complete(reference):
+    assert sorted(reference) == sorted(C.OUTPUTS)
+    for name, array in reference.items():
+        assert array.dtype == np.float32 and array.shape == (len(TEXTS), 1) and np.isfinite(array).all(), name
+    mean = ((reference[C.BERT_SCORE].astype(np.float64) + reference[C.FOREST_SCORE]) / 2).astype(np.float32)
+    np.testing.assert_array_equal(reference[C.SCORE], mean)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("selection", SELECTIONS, ids=lambda s: "none" if s is None else "+".join(s))
+def test_every_output_selection_gets_the_right_answer(server, reference, client, selection):
+    got = score_texts(server, client, TEXTS, selection)
+    assert sorted(got) == sorted(C.OUTPUTS if selection is None else selection)
+    for name, array in got.items():
+        # the same texts alone in one request: the same batch, so the same numbers
+        np.testing.assert_array_equal(array.astype(np.float32).reshape(-1, 1), reference[name], err_msg=name)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_request_of_max_batch_size_texts(server, reference, client):
+    n = C.MAX_BATCH_SIZE[C.ENSEMBLE]
+    texts = [TEXTS[i % len(TEXTS)] for i in range(n)]
+    got = score_texts(server, client, texts, [C.SCORE, C.FOREST_SCORE])
+    assert got[C.SCORE].shape == (n, 1)
+    want = np.tile(reference[C.FOREST_SCORE], (n // len(TEXTS) + 1, 1))[:n]
+    np.testing.assert_array_equal(got[C.FOREST_SCORE].astype(np.float32).reshape(-1, 1), want)
+    # BERT's batched matrix products may round differently from a batch of 3
+    want = np.tile(reference[C.SCORE], (n // len(TEXTS) + 1, 1))[:n]
+    np.testing.assert_allclose(got[C.SCORE].astype(np.float32).reshape(-1, 1), want, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_one_text_over_max_batch_size_is_refused_clearly(server, reference, client):
+    n = C.MAX_BATCH_SIZE[C.ENSEMBLE] + 1
+    with pytest.raises(Failure) as refused:
+        score_texts(server, client, [TEXTS[0]] * n)
+    assert f"must be <= {n - 1}" in refused.value.message, refused.value.message
+    # and the server keeps serving
+    np.testing.assert_array_equal(score_texts(server, client, TEXTS)[C.SCORE].reshape(-1, 1), reference[C.SCORE])
+
+
+def _cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "readability_triton.cli", *args], capture_output=True,
+                          text=True, timeout=120, **kw)
+
+
+@pytest.mark.parametrize("protocol", ["http", "grpc"])
+def test_score_command_with_any_selection(server, reference, protocol, tmp_path):
+    url = server.http_url if protocol == "http" else server.grpc_url
+    for selection in SELECTIONS[1:]:
+        out = tmp_path / "scores.csv"
+        result = _cli("score", *TEXTS, "--url", url, "--protocol", protocol, "--outputs", ",".join(selection),
+                      "--out", str(out))
+        assert result.returncode == 0, result.stderr
+        header, *rows = out.read_text(encoding="utf-8").splitlines()
+        names = {"SCORE": "score", "BERT_SCORE": "bert_score", "FOREST_SCORE": "forest_score"}
+        want_columns = ["text"] + [names[n] for n in (C.SCORE, C.BERT_SCORE, C.FOREST_SCORE) if n in selection]
+        assert header.split(",") == want_columns
+        values = [list(map(float, r.rsplit(",", len(want_columns) - 1)[1:])) for r in rows]
+        for column, name in enumerate(n for n in (C.SCORE, C.BERT_SCORE, C.FOREST_SCORE) if n in selection):
+            assert [v[column] for v in values] == pytest.approx(reference[name].ravel().tolist(), abs=1e-6)
+    table = _cli("score", TEXTS[0], "--url", url, "--protocol", protocol, "--outputs", "BERT_SCORE")
+    assert table.returncode == 0 and table.stdout.splitlines()[0].split() == ["text", "BERT"], table.stdout
+    refused = _cli("score", TEXTS[0], "--url", url, "--outputs", "SCORE,LOUDNESS")
+    assert refused.returncode == 2 and "LOUDNESS" in refused.stderr and "choose one or more" in refused.stderr
+
+
+def test_evaluate_through_the_server_with_any_selection(server, reference, tmp_path):
+    data = tmp_path / "held.csv"
+    targets = [0.5, -1.0, -2.0]
+    data.write_text("excerpt,target\n" + "".join(f"\"{t}\",{y}\n" for t, y in zip(TEXTS, targets)), encoding="utf-8")
+    branch = {C.SCORE: "score", C.BERT_SCORE: "bert", C.FOREST_SCORE: "forest"}
+    for selection in SELECTIONS[1:]:
+        result = _cli("evaluate", "--url", server.grpc_url, "--protocol", "grpc", "--data", str(data), "--json",
+                      "--outputs", ",".join(selection))
+        assert result.returncode == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert sorted(report["rmse"]) == sorted(branch[n] for n in selection)
+        for name in selection:
+            want = float(np.sqrt(np.mean((reference[name].ravel().astype(np.float64) - targets) ** 2)))
+            assert report["rmse"][branch[name]] == pytest.approx(want, abs=1e-6)
