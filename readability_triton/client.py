@@ -38,6 +38,22 @@ def parse_outputs(value) -> tuple[str, ...]:
     return tuple(n for n in C.OUTPUTS if n in names)
 
 
+#: What a server says while it cannot serve for a moment: a dead stub being replaced, a
+#: model being reloaded, a server stopping or restarting.
+_TRANSIENT = ("not healthy", "has no available versions", "is not found", "server is stopping",
+              "unavailable", "connection refused", "connection reset", "failed to connect", "broken pipe")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a failed request may succeed when sent again a little later (never a
+    refusal of the request itself, INVALID_ARG)."""
+    status = str(getattr(exc, "status", lambda: "")() if callable(getattr(exc, "status", None)) else "")
+    text = f"{status} {exc}".lower()
+    if "invalid_arg" in text or status in ("400", "StatusCode.INVALID_ARGUMENT"):
+        return False
+    return isinstance(exc, (ConnectionError, OSError)) or any(sign in text for sign in _TRANSIENT)
+
+
 def _module(protocol: str):
     if protocol == "http":
         import tritonclient.http as module
@@ -52,12 +68,15 @@ class ReadabilityClient:
     """A small client of the ensemble: `score(texts)` -> list of `Score`."""
 
     def __init__(self, url: str, protocol: str = "http", model: str = C.ENSEMBLE,
-                 batch_size: int = C.MAX_BATCH_SIZE[C.ENSEMBLE], timeout: float = 60.0):
+                 batch_size: int = C.MAX_BATCH_SIZE[C.ENSEMBLE], timeout: float = 60.0,
+                 retries: int = 3, backoff: float = 0.5):
         self.module = _module(protocol)
         self.protocol = protocol
         self.model = model
         self.batch_size = batch_size
         self.timeout = timeout
+        self.retries = retries  # attempts after the first, for transient failures only
+        self.backoff = backoff  # seconds before the first retry; doubled each time
         try:
             if protocol == "http":
                 self.client = self.module.InferenceServerClient(url, connection_timeout=timeout,
@@ -97,14 +116,21 @@ class ReadabilityClient:
         request = self.module.InferInput(C.TEXT, list(rows.shape), contract.input(C.TEXT).wire_dtype)
         request.set_data_from_numpy(rows)
         requested = [self.module.InferRequestedOutput(name) for name in names]
-        start = time.perf_counter()
-        try:
-            if self.protocol == "grpc":
-                result = self.client.infer(self.model, [request], outputs=requested, client_timeout=self.timeout)
-            else:
-                result = self.client.infer(self.model, [request], outputs=requested)
-        except Exception as exc:  # noqa: BLE001 - InferenceServerException and transport errors
-            raise ClientError(f"{self.model} at {self.url}: {exc}") from exc
+        attempt = 0
+        while True:
+            start = time.perf_counter()
+            try:
+                if self.protocol == "grpc":
+                    result = self.client.infer(self.model, [request], outputs=requested,
+                                               client_timeout=self.timeout)
+                else:
+                    result = self.client.infer(self.model, [request], outputs=requested)
+                break
+            except Exception as exc:  # noqa: BLE001 - InferenceServerException and transport errors
+                if attempt >= self.retries or not is_transient(exc):
+                    raise ClientError(f"{self.model} at {self.url}: {exc}") from exc
+                time.sleep(self.backoff * 2 ** attempt)
+                attempt += 1
         elapsed = (time.perf_counter() - start) * 1e3
         got = {}
         for name in names:

@@ -53,7 +53,28 @@ def register(subparsers) -> None:
     p.add_argument("--metrics-port", type=int, default=8002)
     p.add_argument("--log-file", default=None, help="write the server log here instead of stderr")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness")
+    p.add_argument("--health-interval", type=float, default=5.0,
+                   help="seconds between canary inferences through the ensemble; a failed one makes serve "
+                        "reload the models whose stubs died, or restart the server (0: no supervision; "
+                        "default 5)")
+    p.add_argument("--health-port", type=int, default=None,
+                   help="also answer GET /healthz on 127.0.0.1:PORT with the canary's result (200 or 503), "
+                        "for an HTTP liveness probe")
+    p.add_argument("--drain-timeout", type=float, default=30.0,
+                   help="on SIGTERM, seconds to let requests in flight finish before the server is stopped "
+                        "(default 30)")
     p.set_defaults(func=cmd_serve)
+
+    p = subparsers.add_parser(
+        "health", help="send a canary text through a running ensemble: exit 0 if it is scored",
+        description="Send one canary text through the 'readability' ensemble and check that a finite SCORE "
+                    "comes back. Triton's own readiness stays 200 when a python-backend stub has died; this "
+                    "check does not. Exit status 0 (healthy) or 1 (not), with one line that says why: usable "
+                    "as a Kubernetes exec liveness probe.")
+    p.add_argument("--url", default="127.0.0.1:8000", help="server address (default 127.0.0.1:8000)")
+    p.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the answer (default 10)")
+    p.set_defaults(func=cmd_health)
 
     p = subparsers.add_parser(
         "score", help="score texts through the readability ensemble of a running server",
@@ -108,16 +129,25 @@ def cmd_assemble(args) -> int:
 
 
 def cmd_serve(args) -> int:
+    import threading
+
+    from ..health import Supervisor
     from ..server import ServerError, TritonServer
 
     server = TritonServer(args.repository, args.http_port, args.grpc_port, args.metrics_port,
-                          log_file=args.log_file)
+                          log_file=args.log_file, drain_timeout=args.drain_timeout)
     stopping = []
 
     def on_signal(signum, _frame):
         stopping.append(signum)
 
+    def say(message: str) -> None:
+        print(f"readability-triton serve: {message}", file=sys.stderr, flush=True)
+
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    supervisor = Supervisor(server, interval=args.health_interval or 1.0, log=say)
+    watcher = threading.Thread(target=supervisor.run, daemon=True)
+    health_server = None
     try:
         try:
             server.start(timeout=args.timeout)
@@ -125,16 +155,76 @@ def cmd_serve(args) -> int:
             raise CommandError(err) from None
         print(f"tritonserver ready (pid {server.process.pid}): http {server.http_url}, grpc {server.grpc_url}, "
               f"metrics {server.metrics_url}; Ctrl-C stops it", file=sys.stderr, flush=True)
-        while not stopping and server.process.poll() is None:
+        if args.health_port:
+            health_server = _health_endpoint(args.health_port, server)
+            say(f"GET http://127.0.0.1:{args.health_port}/healthz answers with the canary's result")
+        if args.health_interval > 0:
+            watcher.start()
+        while not stopping:
+            if args.health_interval <= 0 and server.process.poll() is not None:
+                break
             time.sleep(0.2)
     finally:
+        supervisor.stop()
+        if watcher.is_alive():
+            watcher.join(timeout=60)  # a repair in progress finishes first
+        if health_server is not None:
+            health_server.shutdown()
+        if stopping:
+            say(f"stopping: unloading the ensemble and letting the requests in flight finish (at most "
+                f"{args.drain_timeout:g} s), then stopping tritonserver")
         code = server.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    report = server.last_stop
+    if report.get("removed_shm"):
+        say(f"removed {len(report['removed_shm'])} /dev/shm segment(s) the server left behind")
     if not stopping:
         raise CommandError(f"tritonserver exited on its own with status {code}")
-    print(f"tritonserver stopped (status {code})", file=sys.stderr)
+    detail = "" if report.get("drained") else " (not drained: " + (
+        report.get("error") or f"still loaded after the drain timeout: {', '.join(report.get('still_loaded', []))}"
+    ) + ")"
+    print(f"tritonserver stopped (status {code}){detail}", file=sys.stderr)
     return 0
+
+
+def _health_endpoint(port: int, server):
+    """A tiny HTTP server on 127.0.0.1:`port` whose GET /healthz runs the canary."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from ..health import check
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the http.server API
+            if self.path.rstrip("/") != "/healthz":
+                self.send_error(404, "only /healthz is served here")
+                return
+            health = check(server.http_url, "http", timeout=10)
+            body = (("ok: " if health.ok else "unhealthy: ") + health.message + "\n").encode("utf-8")
+            self.send_response(200 if health.ok else 503)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):  # quiet: probes come every few seconds
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
+
+
+def cmd_health(args) -> int:
+    from ..health import check
+
+    health = check(args.url, args.protocol, args.timeout)
+    if health.ok:
+        print(f"healthy: {health.message}")
+        return 0
+    print(f"unhealthy: {health.message}", file=sys.stderr)
+    return 1
 
 
 # ---------------------------------------------------------------------------- score

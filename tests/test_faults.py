@@ -1,0 +1,181 @@
+"""Integration: the served pipeline under load, bad requests under load, SIGTERM under load,
+a killed stub, and shutdown (the portable repository on the real tritonserver).
+
+The long runs are `benchmarks/soak.py`; these are their bounded versions.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+from served import assemble_portable, score_texts
+
+from readability_triton import contracts as C
+from readability_triton import load
+from readability_triton.server import TritonServer, free_port
+
+pytestmark = pytest.mark.integration
+
+TEXTS = [f"Text number {i} is here. It has {'a few ' * (i % 5)}words and reads easily." for i in range(24)]
+BAD = [b"broken \xff\xfe utf-8", b"", b"   \t  ", b"\xed\xa0\x80 surrogate", b"x" * 5001]
+CRASH_SIGNS = ("Signal (11)", "Signal (6)", "terminate called", "error_already_set", "not healthy",
+               "incomplete string data", "unexpected number of string elements")
+
+
+@pytest.fixture(scope="module")
+def repo(tiny_artifacts, tmp_path_factory):
+    return assemble_portable(tiny_artifacts, str(tmp_path_factory.mktemp("faults") / "repository"),
+                             max_text_bytes=5000)
+
+
+def _server(repo, tmp_path, name, **kw) -> TritonServer:
+    server = TritonServer(repo, log_file=str(tmp_path / f"{name}.log"), backend_dir=str(tmp_path / "backends"), **kw)
+    server.start(timeout=240)
+    return server
+
+
+def _log(server) -> str:
+    with open(server.log_file, encoding="utf-8", errors="replace") as handle:
+        return handle.read()
+
+
+def _expected(server) -> np.ndarray:
+    return np.array([score_texts(server, "grpc", [t], [C.SCORE])[C.SCORE][0, 0] for t in TEXTS])
+
+
+def _processes_of(pid: int) -> list[int]:
+    return [p for p in load.process_tree(pid) if p != pid]
+
+
+def test_bad_requests_beside_good_ones_under_load_then_a_clean_stop(repo, tmp_path):
+    """16 clients, 1 bad request per 8 good, 15 s over gRPC then 15 s over HTTP: no good
+    request fails or gets a wrong score, no bad one is accepted, nothing crashes; then a
+    plain SIGTERM stops the server with status 0 within its exit timeout and leaves no
+    process and no /dev/shm segment behind."""
+    server = _server(repo, tmp_path, "load")
+    expected = _expected(server)
+    stubs = _processes_of(server.process.pid)
+    reports = {}
+    for protocol in ("grpc", "http"):
+        url = server.grpc_url if protocol == "grpc" else server.http_url
+        work, close = load.mixed_worker(url, protocol, TEXTS, expected, BAD, bad_every=9)
+        try:
+            outcomes = load.closed_loop(work, 16, 15.0)
+        finally:
+            close()
+        reports[protocol] = load.summarize(outcomes, 15.0, window=5.0)
+    print(reports)
+    for protocol, report in reports.items():
+        assert report["good"] > 100 and report["bad"] > 10, (protocol, report)
+        assert report["good_failed"] == 0, (protocol, report["good_errors"])
+        assert report["good_wrong"] == 0 and report["bad_accepted"] == 0, (protocol, report)
+    assert server.process.poll() is None
+    assert _processes_of(server.process.pid) == stubs, "a stub process was replaced or died"
+    log = _log(server)
+    for sign in CRASH_SIGNS:
+        assert sign not in log, sign
+    # A plain SIGTERM (no drain): nothing is left in flight by the refused requests.
+    started = time.monotonic()
+    server.process.send_signal(signal.SIGTERM)
+    code = server.process.wait(timeout=server.exit_timeout + 30)
+    elapsed = time.monotonic() - started
+    log = _log(server)
+    assert code == 0 and elapsed < server.exit_timeout, (code, elapsed, log[-2000:])
+    assert "in-flight inferences" not in log.replace("0 model versions that have in-flight inferences", "")
+    assert not [p for p in stubs if os.path.exists(f"/proc/{p}")], "stub processes outlived the server"
+    assert not server.leftover_shm()
+    server.stop()
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http"])
+def test_stop_under_load_drains_then_exits_without_a_crash(repo, tmp_path, protocol):
+    """Stop (drain, then SIGTERM) while 8 clients send requests: every request is answered
+    with the right score or refused cleanly (the ensemble is gone), the server exits without
+    a crash, and nothing is left behind. Over gRPC the exit status is 0; over HTTP, Triton
+    waits for clients that keep their connections open until its exit timeout."""
+    server = _server(repo, tmp_path, f"sigterm-{protocol}")
+    expected = _expected(server)
+    url = server.grpc_url if protocol == "grpc" else server.http_url
+    work, close = load.mixed_worker(url, protocol, TEXTS, expected, BAD, bad_every=0)
+    outcomes = {}
+    runner = threading.Thread(target=lambda: outcomes.setdefault("all", load.closed_loop(work, 8, 8.0)))
+    runner.start()
+    time.sleep(3.0)
+    code = server.stop()
+    runner.join()
+    close()
+    report = server.last_stop
+    assert report["drained"], report
+    assert code == 0 if protocol == "grpc" else code in (0, 1), (code, report)
+    assert report["exit_seconds"] < server.exit_timeout + 5 and not report["killed"], report
+    log = _log(server)
+    for sign in CRASH_SIGNS:
+        assert sign not in log, sign
+    results = outcomes["all"]
+    answered = [o for o in results if o.ok]
+    refused = [o for o in results if not o.ok]
+    assert answered and not [o for o in answered if o.wrong]
+    clean = ("has no available versions", "unknown model", "failed to connect", "connection refused",
+             "unavailable", "connection reset", "server is stopping")
+    assert all(any(sign in (o.error or "").lower() for sign in clean) for o in refused), \
+        {o.error for o in refused}
+    assert not server.leftover_shm()
+
+
+def _cli(*args, **kw):
+    return subprocess.run([sys.executable, "-m", "readability_triton.cli", *args], capture_output=True,
+                          text=True, timeout=120, **kw)
+
+
+def test_a_killed_stub_is_detected_and_healed_by_serve(repo, tmp_path):
+    """`health` sees what Triton's readiness does not (a dead stub); `serve` reloads the
+    model within its check interval plus a few seconds; its log says what happened."""
+    ports = [free_port() for _ in range(3)]
+    log_file = tmp_path / "serve.log"
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "readability_triton.cli", "serve", "--repository", repo, "--http-port",
+         str(ports[0]), "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2]), "--log-file",
+         str(log_file), "--health-interval", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    url = f"127.0.0.1:{ports[0]}"
+    try:
+        deadline = time.monotonic() + 240
+        while _cli("health", "--url", url).returncode != 0:
+            assert serve.poll() is None and time.monotonic() < deadline, "serve did not become healthy"
+            time.sleep(0.5)
+        stubs = [p for p in load.process_tree(serve.pid) if load.process_name(p) == "stub:featurize"]
+        assert len(stubs) == 1, [load.process_name(p) for p in load.process_tree(serve.pid)]
+        os.kill(stubs[0], signal.SIGKILL)
+        killed = time.monotonic()
+        # Triton still says ready; the canary does not.
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://{url}/v2/models/featurize/ready") as reply:
+            assert reply.status == 200
+        result = _cli("health", "--url", url)
+        assert result.returncode == 1 and "featurize_0_0' is not healthy" in result.stderr, result
+        while _cli("health", "--url", url).returncode != 0:
+            assert time.monotonic() - killed < 20, "not healed within 20 s"
+            time.sleep(0.2)
+        healed_after = time.monotonic() - killed
+        print(f"healed {healed_after:.1f} s after the kill")
+        new = [p for p in load.process_tree(serve.pid) if load.process_name(p) == "stub:featurize"]
+        assert new and new != stubs
+        result = _cli("score", "A text to score.", "--url", url)
+        assert result.returncode == 0, result.stderr
+    finally:
+        serve.send_signal(signal.SIGTERM)
+        try:
+            out, err = serve.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            serve.kill()
+            out, err = serve.communicate()
+    assert serve.returncode == 0, err
+    assert "reloading featurize (its python-backend stub is dead" in err
+    assert "service restored in" in err
+    assert "tritonserver stopped" in err
