@@ -89,9 +89,11 @@ def _parameters(params: dict[str, str]) -> str:
                    for k, v in params.items())
 
 
-def _ensemble_scheduling() -> str:
+def ensemble_scheduling(wiring=C.ENSEMBLE_STEPS) -> str:
+    """The `ensemble_scheduling` block of the ensemble's config for `wiring` (steps as in
+    `contracts.ENSEMBLE_STEPS`)."""
     steps = []
-    for model, inputs, outputs in C.ENSEMBLE_STEPS:
+    for model, inputs, outputs in wiring:
         maps = "".join(f'      input_map {{ key: "{k}" value: "{v}" }}\n' for k, v in inputs.items())
         maps += "".join(f'      output_map {{ key: "{k}" value: "{v}" }}\n' for k, v in outputs.items())
         steps.append(f'    {{\n      model_name: "{model}"\n      model_version: -1\n{maps}    }}')
@@ -132,7 +134,7 @@ def render_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_
     lines.append(_tensors("input", contract.inputs))
     lines.append(_tensors("output", contract.outputs))
     if where.backend == "ensemble":
-        lines.append(_ensemble_scheduling())
+        lines.append(ensemble_scheduling())
         return "".join(lines)
     lines.append(f"dynamic_batching {{\n  max_queue_delay_microseconds: {QUEUE_DELAY_US[model]}\n}}\n")
     lines.append(f"instance_group [\n  {{\n    kind: {where.kind}\n    count: 1\n  }}\n]\n")

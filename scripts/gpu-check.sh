@@ -42,11 +42,11 @@ timeout 300 $PY -m pytest -q -m gpu -rA -p no:cacheprovider tests 2>&1 | tee "$O
 tests_status=${PIPESTATUS[0]}
 
 echo "== featurize benchmark"
-timeout 120 $PY benchmarks/featurize.py --data "$data" --json "$OUT/featurize.json" 2>&1 | tee "$OUT/featurize.txt"
+timeout 120 $PY benchmarks/bench_featurize.py --data "$data" --json "$OUT/featurize.json" 2>&1 | tee "$OUT/featurize.txt"
 echo "== tokenize benchmark"
 tok_args=()
 [ -n "${READABILITY_TRITON_TOKENIZER_DIR:-}" ] && tok_args=(--tokenizer "$READABILITY_TRITON_TOKENIZER_DIR")
-timeout 120 $PY benchmarks/tokenize.py --data "$data" "${tok_args[@]}" --paths cpu,gpu \
+timeout 120 $PY benchmarks/bench_tokenize.py --data "$data" "${tok_args[@]}" --paths cpu,gpu \
     --json "$OUT/tokenize.json" 2>&1 | tee "$OUT/tokenize.txt"
 
 echo "== summary"

@@ -123,3 +123,45 @@ def test_evaluate_through_the_server_with_any_selection(server, reference, tmp_p
         for name in selection:
             want = float(np.sqrt(np.mean((reference[name].ravel().astype(np.float64) - targets) ** 2)))
             assert report["rmse"][branch[name]] == pytest.approx(want, abs=1e-6)
+
+
+def _counters(server) -> dict:
+    import re
+    import urllib.request
+
+    with urllib.request.urlopen(server.metrics_url) as reply:
+        text = reply.read().decode()
+    out = {}
+    for line in text.splitlines():
+        match = re.match(r"(nv_inference_request_success|nv_inference_request_failure|nv_inference_count)"
+                         r"\{(.*?)\} (\S+)", line)
+        if match:
+            model = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2))).get("model")
+            out[(match.group(1), model)] = out.get((match.group(1), model), 0) + float(match.group(3))
+    return out
+
+
+def test_what_the_metrics_count_for_refused_requests(server):
+    """Pins what the README's metrics section says Triton 2.51 counts (an upgrade that
+    changes it fails here, so the docs get updated): the ensemble counts successes
+    exactly and each refused request as two failures; a Python model counts the requests
+    it refuses as successes; the branches never see a refused request."""
+    from served import Failure, infer, text_rows
+
+    before = _counters(server)
+    for text in TEXTS[:2]:
+        score_texts(server, "grpc", [text])
+    for bad in (b"\xff\xfe", b"   "):
+        with pytest.raises(Failure):
+            score_texts(server, "grpc", [bad])
+    with pytest.raises(Failure):
+        infer(server, "grpc", C.FEATURIZE, {C.TEXT: ("BYTES", text_rows([b"\xff"]))})
+    after = _counters(server)
+    delta = {key: after.get(key, 0) - before.get(key, 0) for key in after}
+    assert delta[("nv_inference_request_success", C.ENSEMBLE)] == 2
+    assert delta[("nv_inference_request_failure", C.ENSEMBLE)] == 4  # 2 refused, counted twice
+    assert delta[("nv_inference_request_success", C.VALIDATE)] == 4  # its refusals count as successes
+    assert delta.get(("nv_inference_request_failure", C.VALIDATE), 0) == 0
+    assert delta[("nv_inference_request_success", C.PREPROCESS)] == 2  # the branches see good ones only
+    assert delta[("nv_inference_request_success", C.FEATURIZE)] == 3  # + the one refused directly
+    assert delta.get(("nv_inference_request_failure", C.FEATURIZE), 0) == 0
