@@ -27,7 +27,7 @@ import time  # noqa: E402
 
 from readability_triton import contracts  # noqa: E402
 from readability_triton.data import COMMONLIT_CSV, read_table  # noqa: E402
-from readability_triton.tokenization import WordPieceTokenizer  # noqa: E402
+from readability_triton.tokenizer import WordPieceTokenizer  # noqa: E402
 
 
 def default_tokenizer_dir() -> str | None:

@@ -28,9 +28,9 @@ import tempfile
 import numpy as np
 
 from readability_triton import contracts as C
-from readability_triton import load, repository
+from readability_triton.triton import load, repository
 from readability_triton.data import COMMONLIT_CSV, read_table
-from readability_triton.server import TritonServer
+from readability_triton.triton.server import TritonServer
 
 VARIANTS = ("validate-step", "preprocess-validates", "unsafe")
 
@@ -125,7 +125,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-validation-") as tmp:
         artifacts = args.artifacts
         if artifacts is None:
-            from readability_triton.demo_artifacts import build_demo, generate_corpus
+            from readability_triton.artifacts.demo import build_demo, generate_corpus
 
             artifacts = os.path.join(tmp, "artifacts")
             build_demo(artifacts, bert="tiny", max_length=64, folds=2, corpus_size=240,
@@ -157,7 +157,7 @@ def main(argv=None) -> int:
 
 def _scores(server, texts) -> np.ndarray:
     """Each text's SCORE, asked for alone (what the load's answers are checked against)."""
-    from readability_triton.client import ReadabilityClient
+    from readability_triton.triton.client import ReadabilityClient
 
     with ReadabilityClient(server.grpc_url, "grpc") as client:
         return np.array([client.score([text], outputs=(C.SCORE,))[0].score for text in texts])

@@ -27,17 +27,17 @@ ROOT = os.path.dirname(HERE)
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
 sys.path.insert(0, ROOT)
 
-from readability_triton import repository  # noqa: E402
-from readability_triton.client import ReadabilityClient  # noqa: E402
+from readability_triton.triton import repository  # noqa: E402
+from readability_triton.triton.client import ReadabilityClient  # noqa: E402
 from readability_triton.data import COMMONLIT_CSV, read_table  # noqa: E402
-from readability_triton.server import TritonServer  # noqa: E402
+from readability_triton.triton.server import TritonServer  # noqa: E402
 
 
 def texts_for_benchmark() -> tuple[list[str], str]:
     path = os.path.normpath(COMMONLIT_CSV)
     if os.path.isfile(path):
         return read_table(path).texts, path
-    from readability_triton.demo_artifacts import generate_corpus
+    from readability_triton.artifacts.corpus import generate_corpus
 
     return generate_corpus(600)[0], "generated corpus"
 

@@ -26,10 +26,10 @@ import time
 import numpy as np
 
 from readability_triton import contracts as C
-from readability_triton import load, repository
-from readability_triton.client import ReadabilityClient
+from readability_triton.triton import load, repository
+from readability_triton.triton.client import ReadabilityClient
 from readability_triton.data import COMMONLIT_CSV, read_table
-from readability_triton.server import TritonServer
+from readability_triton.triton.server import TritonServer
 
 BAD = [b"broken \xff\xfe utf-8", b"", b"   \t  ", b"\xed\xa0\x80 surrogate", b"\xc3"]
 
@@ -37,7 +37,7 @@ BAD = [b"broken \xff\xfe utf-8", b"", b"   \t  ", b"\xed\xa0\x80 surrogate", b"\
 def good_texts(n: int = 200) -> list[str]:
     if os.path.isfile(COMMONLIT_CSV):
         return read_table(COMMONLIT_CSV).texts[:n]
-    from readability_triton.demo_artifacts import generate_corpus
+    from readability_triton.artifacts.corpus import generate_corpus
 
     return generate_corpus(n)[0]
 
@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
         artifacts = args.artifacts
         if artifacts is None:
-            from readability_triton.demo_artifacts import build_demo
+            from readability_triton.artifacts.demo import build_demo
 
             artifacts = os.path.join(tmp, "artifacts")
             print("building the small test artifact set ...", file=sys.stderr, flush=True)

@@ -11,13 +11,11 @@ import os
 import sys
 from dataclasses import dataclass
 
+from .errors import DataError
+
 #: Where the shared CommonLit training excerpts live, relative to a checkout.
 COMMONLIT_CSV = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                              "..", "shared", "data", "commonlit", "train.csv")
-
-
-class DataError(ValueError):
-    """A CSV that cannot be used (missing, empty, wrong columns, bad values)."""
 
 
 @dataclass

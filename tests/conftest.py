@@ -75,7 +75,7 @@ def vocab_dir():
 def tiny_artifacts(tmp_path_factory):
     """A complete artifact set built by `build-demo --bert tiny` on a small generated corpus
     (a random 2-layer BERT and a small forest: seconds, scores without meaning)."""
-    from readability_triton.demo_artifacts import build_demo
+    from readability_triton.artifacts.demo import build_demo
 
     out = tmp_path_factory.mktemp("tiny") / "artifacts"
     build_demo(str(out), data=None, bert="tiny", max_length=64, folds=2, corpus_size=240,

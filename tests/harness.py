@@ -18,7 +18,7 @@ import triton_python_backend_utils as pb_utils
 from google.protobuf import json_format, text_format
 from tritonclient.grpc import model_config_pb2
 
-from readability_triton import repository
+from readability_triton.triton import repository
 
 _counter = itertools.count()
 
@@ -109,3 +109,35 @@ def hf_encode(directory, texts, max_length):
     out = hf_tokenizer(directory)(list(texts), padding="max_length", truncation=True, max_length=max_length,
                          return_tensors="np")
     return out["input_ids"].astype(np.int64), out["attention_mask"].astype(np.int64)
+
+
+class CupyLikeRules:
+    """NumPy behind the array-module interface, with the CuPy limits this code must
+    respect: no ufunc.reduceat, `repeat` only with a scalar count, `bincount` of an empty
+    array fails, and `cuda.runtime.getDevice()` exists."""
+
+    class cuda:  # noqa: N801 - mimics cupy.cuda
+        class runtime:  # noqa: N801
+            @staticmethod
+            def getDevice():  # noqa: N802
+                return 0
+
+    __name__ = "cupy_like"
+
+    def __getattr__(self, name):
+        return getattr(np, name)
+
+    @staticmethod
+    def repeat(a, repeats, axis=None):
+        if isinstance(repeats, np.ndarray) and repeats.ndim > 0:
+            raise ValueError("cupy.ndarray cannot be specified as `repeats` argument")
+        return np.repeat(a, repeats, axis)
+
+    @staticmethod
+    def bincount(x, weights=None, minlength=None):
+        int(np.max(x))  # what CuPy does (fails on an empty array)
+        return np.bincount(x, weights=weights, minlength=minlength)
+
+    class add:  # noqa: N801 - no reduceat, no at
+        def __new__(cls, *args, **kwargs):
+            return np.add(*args, **kwargs)

@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from readability_triton import contracts as C
-from readability_triton import repository
-from readability_triton.server import TritonServer
+from readability_triton.triton import repository
+from readability_triton.triton.server import TritonServer
 
 CLIENTS = ("http", "grpc", "curl")
 

@@ -9,7 +9,6 @@ the server (checked at the end).
 from __future__ import annotations
 
 import json
-import os
 import urllib.request
 
 import numpy as np
@@ -45,22 +44,13 @@ def reference(server):
 @pytest.fixture(scope="module")
 def direct(tiny_artifacts):
     """Good inputs for each composing model and what it must answer (computed in process)."""
-    import torch
-    import treelite
-    import treelite.gtil
+    from readability_triton.artifacts.pipeline import Pipeline
 
-    from readability_triton.features import Vocabulary, featurize
-    from readability_triton.manifest import load_manifest
-    from readability_triton.tokenization import WordPieceTokenizer
-
-    tokenizer = WordPieceTokenizer.from_directory(tiny_artifacts, load_manifest(tiny_artifacts)["max_length"])
-    ids, mask = tokenizer.encode(GOOD)
-    module = torch.jit.load(os.path.join(tiny_artifacts, "model.pt"), map_location="cpu").eval()
-    with torch.inference_mode():
-        bert = module(torch.from_numpy(ids), torch.from_numpy(mask)).numpy().reshape(-1, 1)
-    features = featurize(GOOD, Vocabulary.load(os.path.join(tiny_artifacts, "vocabulary.json")))
-    forest = treelite.Model.deserialize(os.path.join(tiny_artifacts, "checkpoint.tl"))
-    trees = treelite.gtil.predict(forest, features).reshape(-1, 1).astype(np.float32)
+    pipeline = Pipeline.from_folder(tiny_artifacts)
+    ids, mask = pipeline.tokenizer(GOOD)
+    bert = pipeline.bert(ids, mask)
+    features = pipeline.features(GOOD)
+    trees = pipeline.forest(features)
     scores = np.linspace(-2, 1, len(GOOD), dtype=np.float32).reshape(-1, 1)
     text = ("BYTES", text_rows(GOOD))
     return {

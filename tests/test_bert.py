@@ -13,11 +13,13 @@ transformers = pytest.importorskip("transformers")
 
 from harness import write_csv  # noqa: E402
 
-from readability_triton import bert as B  # noqa: E402
+from readability_triton.bert import export as B  # noqa: E402
+from readability_triton.bert import training as BT  # noqa: E402
 from readability_triton.cli import main  # noqa: E402
-from readability_triton.demo_artifacts import generate_corpus, minilm_directory  # noqa: E402
-from readability_triton.manifest import load_manifest  # noqa: E402
-from readability_triton.tokenization import WordPieceTokenizer  # noqa: E402
+from readability_triton.artifacts.corpus import generate_corpus
+from readability_triton.artifacts.demo import minilm_directory  # noqa: E402
+from readability_triton.artifacts.manifest import load_manifest  # noqa: E402
+from readability_triton.tokenizer import WordPieceTokenizer  # noqa: E402
 
 MAX_LENGTH = 32
 TEXTS = [
@@ -77,9 +79,9 @@ def test_export_writes_model_and_tokenizer_files(exported):
     assert {"model.pt", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
             "manifest.json"} <= names
     manifest = load_manifest(str(directory))
-    assert manifest["max_length"] == MAX_LENGTH
-    assert manifest["info"]["bert"]["max_abs_diff"] <= B.FP32_TOLERANCE
-    assert {"model.pt", "vocab.txt"} <= set(manifest["files"])
+    assert manifest.max_length == MAX_LENGTH
+    assert manifest.info["bert"]["max_abs_diff"] <= B.FP32_TOLERANCE
+    assert {"model.pt", "vocab.txt"} <= set(manifest.files)
 
 
 def test_exported_module_equals_eager_on_real_texts(exported, regression_checkpoint):
@@ -124,7 +126,7 @@ def test_export_half(tmp_path, regression_checkpoint):
                  "--max-length", str(MAX_LENGTH), "--half"]) == 0
     traced = torch.jit.load(str(out))
     assert next(traced.parameters()).dtype == torch.float16
-    info = load_manifest(str(tmp_path))["info"]["bert"]
+    info = load_manifest(str(tmp_path)).info["bert"]
     assert info["dtype"] == "float16" and info["max_abs_diff_vs_float32"] < 0.05
     ids, mask = B.verification_inputs(2, MAX_LENGTH, 30522, {"cls_token": 101, "sep_token": 102, "pad_token": 0},
                                       torch.Generator().manual_seed(0))
@@ -221,7 +223,7 @@ def test_train_bert_then_export(tmp_path, training_csv, regression_checkpoint, c
                  "--device", "cpu"]) == 0
     printed = capsys.readouterr().out
     assert "2-fold CV RMSE" in printed
-    record = json.loads((out / B.TRAINING_RECORD).read_text())
+    record = json.loads((out / BT.TRAINING_RECORD).read_text())
     assert len(record["fold_rmse"]) == 2 and np.isfinite(record["cv_rmse"])
     assert record["settings"]["weight_decay"] == 0.01 and len(record["history"]) == 2
     config = transformers.AutoConfig.from_pretrained(str(out))
@@ -249,7 +251,7 @@ def test_training_learns(tmp_path):
     targets = [1.0] * 8 + [-1.0] * 8
     torch.manual_seed(0)
     base = save_checkpoint(tmp_path / "base", BertModel(tiny_config(initializer_range=0.2)))
-    record = B.train_bert(texts, targets, base, str(tmp_path / "out"), epochs=4, lr=1e-2, batch_size=8,
+    record = BT.train_bert(texts, targets, base, str(tmp_path / "out"), epochs=4, lr=1e-2, batch_size=8,
                           max_length=16, device="cpu", progress=_quiet)
     assert record["history"][-1]["train_mse"] < record["history"][0]["train_mse"]
     assert record["train_rmse"] < 0.5  # the mean predictor's RMSE is 1.0
@@ -282,7 +284,7 @@ def test_train_bert_refuses_bad_base(tmp_path, capsys, training_csv):
 
 def test_train_forest_and_export_bert_make_a_checked_set(tmp_path, regression_checkpoint):
     """The two training commands writing into one folder give a set `assemble` accepts."""
-    from readability_triton.manifest import check_artifacts
+    from readability_triton.artifacts.manifest import check_artifacts
 
     texts, targets = generate_corpus(60, seed=4)
     path = write_csv(tmp_path / "train.csv", [(i, t, y) for i, (t, y) in enumerate(zip(texts, targets))])
@@ -291,8 +293,8 @@ def test_train_forest_and_export_bert_make_a_checked_set(tmp_path, regression_ch
     assert main(["export-bert", "--checkpoint", regression_checkpoint, "--out", str(out / "model.pt"),
                  "--max-length", str(MAX_LENGTH)]) == 0
     manifest = check_artifacts(str(out), max_length=MAX_LENGTH)
-    assert {"forest", "bert"} <= set(manifest["info"])
+    assert {"forest", "bert"} <= set(manifest.info)
     # retraining the forest keeps the BERT's max_length and info
     assert main(["train-forest", "--data", path, "--out", str(out), "--n-estimators", "6", "--folds", "0"]) == 0
     manifest = check_artifacts(str(out), max_length=MAX_LENGTH)
-    assert manifest["info"]["forest"]["n_estimators"] == 6 and "bert" in manifest["info"]
+    assert manifest.info["forest"]["n_estimators"] == 6 and "bert" in manifest.info

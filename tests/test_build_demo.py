@@ -1,5 +1,6 @@
-"""`build-demo` and `readability_triton.demo_artifacts`: a complete artifact set offline
-(tiny BERT, small generated corpus: seconds), its manifest, the cache, the refusals."""
+"""`build-demo` (`artifacts.demo`, `artifacts.corpus`, `bert.ridge_head`): a complete
+artifact set offline (tiny BERT, small generated corpus: seconds), its manifest, the
+cache, the refusals."""
 from __future__ import annotations
 
 import os
@@ -12,12 +13,11 @@ torch = pytest.importorskip("torch")
 from harness import write_csv
 
 from readability_triton import contracts  # noqa: E402
-from readability_triton import demo_artifacts as D  # noqa: E402
-from readability_triton import forest as F  # noqa: E402
+from readability_triton.artifacts import corpus as D  # noqa: E402
+from readability_triton.artifacts.manifest import MODEL_FILES, OPTIONAL_FILES, check_artifacts, load_manifest  # noqa: E402
+from readability_triton.artifacts.pipeline import Pipeline  # noqa: E402
+from readability_triton.bert.ridge_head import select_head  # noqa: E402
 from readability_triton.cli import main  # noqa: E402
-from readability_triton.features import Vocabulary, featurize  # noqa: E402
-from readability_triton.manifest import MODEL_FILES, OPTIONAL_FILES, check_artifacts, load_manifest  # noqa: E402
-from readability_triton.tokenization import WordPieceTokenizer  # noqa: E402
 
 MAX_LENGTH = 64
 SMALL = ["--bert", "tiny", "--corpus-size", "80", "--folds", "2", "--max-length", str(MAX_LENGTH)]
@@ -41,10 +41,10 @@ def test_build_demo_writes_a_complete_checked_set(demo_set):
     expected |= {name for names in OPTIONAL_FILES.values() for name in names} | {"manifest.json"}
     assert set(os.listdir(out)) == expected
     manifest = check_artifacts(str(out), max_length=MAX_LENGTH)  # what `assemble` checks
-    assert manifest["n_features"] == contracts.N_FEATURES and manifest["max_length"] == MAX_LENGTH
-    assert set(manifest["files"]) == expected - {"manifest.json"}
-    assert {"torch", "transformers", "treelite", "scikit-learn"} <= set(manifest["versions"])
-    info = manifest["info"]
+    assert manifest.n_features == contracts.N_FEATURES and manifest.max_length == MAX_LENGTH
+    assert set(manifest.files) == expected - {"manifest.json"}
+    assert {"torch", "transformers", "treelite", "scikit-learn"} <= set(manifest.versions)
+    info = manifest.info
     assert info["data"]["generated"] is True and info["data"]["calibrated"] is False
     assert info["bert"]["kind"] == "tiny" and info["bert"]["pooling"] in ("pooler", "cls", "mean", "layers_mean")
     assert info["bert"]["export_max_abs_diff"] <= 1e-4 and info["bert"]["head_check_max_abs_diff"] <= 1e-3
@@ -54,20 +54,15 @@ def test_build_demo_writes_a_complete_checked_set(demo_set):
 
 
 def test_demo_artifacts_score_texts_like_serving(demo_set):
-    """What the preprocess/bert and featurize/forest models would compute, from the files."""
+    """What the served models compute (the in-process pipeline runs the same runners)."""
     out, _ = demo_set
     unseen, targets = D.generate_corpus(40, seed=99)
     texts = [unseen[int(np.argmax(targets))], unseen[int(np.argmin(targets))]]  # easiest, hardest
-    tokenizer = WordPieceTokenizer.from_directory(str(out), MAX_LENGTH)
-    ids, mask = (torch.as_tensor(a) for a in tokenizer.encode(texts))
-    bert = torch.jit.load(str(out / "model.pt"))
-    with torch.no_grad():
-        scores = bert(ids, mask)
-    assert scores.dtype == torch.float32 and scores.shape == (2, 1) and torch.isfinite(scores).all()
-    X = featurize(texts, Vocabulary.load(str(out / "vocabulary.json")))
-    forest = F.gtil_predict(str(out / "checkpoint.tl"), X)
-    assert forest.shape == (2,) and np.all(np.isfinite(forest))
-    assert forest[0] > forest[1] and scores[0, 0] > scores[1, 0]  # both rank the easy text easier
+    got = Pipeline.from_folder(str(out))(texts)
+    assert set(got) == {"bert", "forest", "score"}
+    for scores in got.values():
+        assert scores.dtype == np.float32 and scores.shape == (2,) and np.isfinite(scores).all()
+    assert got["forest"][0] > got["forest"][1] and got["bert"][0] > got["bert"][1]  # both rank the easy text easier
 
 
 def test_build_demo_is_cached_and_rebuilds_on_change(demo_set, tmp_path, capsys):
@@ -89,7 +84,7 @@ def test_build_demo_is_cached_and_rebuilds_on_change(demo_set, tmp_path, capsys)
     # another option: rebuilt
     assert main(["build-demo", "--out", str(copy), *SMALL, "--seed", "1"]) == 0
     assert "built in" in capsys.readouterr().out
-    assert load_manifest(str(copy))["info"]["bert"]["kind"] == "tiny"
+    assert load_manifest(str(copy)).info["bert"]["kind"] == "tiny"
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".")]  # no temporary folders left
 
 
@@ -100,7 +95,7 @@ def test_build_demo_with_data(tmp_path, capsys):
     assert main(["build-demo", "--out", str(out), "--data", path, *SMALL]) == 0
     printed = capsys.readouterr().out
     assert "illustrative" not in printed
-    data = load_manifest(str(out))["info"]["data"]
+    data = load_manifest(str(out)).info["data"]
     assert data["generated"] is False and data["calibrated"] is True and data["n_texts"] == 60
     assert len(data["sha256"]) == 64
 
@@ -141,6 +136,6 @@ def test_head_selection_reports_every_pooling():
     y = rng.normal(size=60)
     pooled = {"good": np.c_[y + 0.01 * rng.normal(size=60), rng.normal(size=(60, 3))],
               "noise": rng.normal(size=(60, 4))}
-    head = D.select_head(pooled, y, folds=3)
+    head = select_head(pooled, y, folds=3)
     assert head["pooling"] == "good" and head["cv_rmse"] < 0.1 < head["cv_rmse_by_pooling"]["noise"]
     assert head["coef"].shape == (4,)

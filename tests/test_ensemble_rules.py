@@ -22,8 +22,8 @@ import time
 import numpy as np
 import pytest
 
-from readability_triton.load import Outcome, closed_loop
-from readability_triton.server import TritonServer
+from readability_triton.triton.load import Outcome, closed_loop
+from readability_triton.triton.server import TritonServer
 
 pytestmark = pytest.mark.integration
 

@@ -1,6 +1,7 @@
-"""`evaluate` and `readability_triton.evaluation`: predictions of an artifact set equal
-the models' own (Treelite GTIL, torch.jit, postprocess arithmetic), RMSEs are right, and
-the refusals say what is wrong. The served path is checked in test_server.py."""
+"""`evaluate`, the in-process pipeline (`artifacts.pipeline`), `metrics` and `scoring`:
+predictions of an artifact set equal the models' own (Treelite GTIL, torch.jit,
+postprocess arithmetic), RMSEs are right, and the refusals say what is wrong. The served
+path is checked in test_server.py."""
 from __future__ import annotations
 
 import contextlib
@@ -17,14 +18,16 @@ treelite = pytest.importorskip("treelite")
 
 from harness import write_csv  # noqa: E402
 
-from readability_triton import evaluation as E  # noqa: E402
+from readability_triton import metrics, scoring  # noqa: E402
+from readability_triton.artifacts.pipeline import Pipeline  # noqa: E402
+from readability_triton.errors import EvaluationError  # noqa: E402
 from readability_triton.cli import main  # noqa: E402
 from readability_triton.features import Vocabulary, featurize  # noqa: E402
-from readability_triton.manifest import load_manifest, write_manifest  # noqa: E402
-from readability_triton.tokenization import WordPieceTokenizer  # noqa: E402
+from readability_triton.artifacts.manifest import load_manifest, write_manifest  # noqa: E402
+from readability_triton.tokenizer import WordPieceTokenizer  # noqa: E402
 
 TEXTS = ["A short and easy text.", "Another, somewhat longer, sentence follows it; then a third one.",
-         "", "Ünïcödé — “quotes”, 漢字とかな, emoji 😀.", "word " * 200, "Don't panic... she said!"]
+         "x", "Ünïcödé — “quotes”, 漢字とかな, emoji 😀.", "word " * 200, "Don't panic... she said!"]
 TARGETS = [0.5, -1.25, 0.0, -2.0, 1.0, -0.5]
 
 
@@ -37,7 +40,7 @@ def run(*argv):
 
 def own_predictions(directory, texts):
     """The artifacts' predictions computed directly with the libraries, one text at a time."""
-    tokenizer = WordPieceTokenizer.from_directory(directory, load_manifest(directory)["max_length"])
+    tokenizer = WordPieceTokenizer.from_directory(directory, load_manifest(directory).max_length)
     module = torch.jit.load(os.path.join(directory, "model.pt"), map_location="cpu").eval()
     forest = treelite.Model.deserialize(os.path.join(directory, "checkpoint.tl"))
     vocabulary = Vocabulary.load(os.path.join(directory, "vocabulary.json"))
@@ -51,33 +54,60 @@ def own_predictions(directory, texts):
 
 
 def test_artifact_predictions_equal_the_models_own(tiny_artifacts):
-    got = E.artifact_predictions(tiny_artifacts, TEXTS, batch_size=4)
+    got = Pipeline.from_folder(tiny_artifacts)(TEXTS, batch_size=4)
     bert, forest = own_predictions(tiny_artifacts, TEXTS)
     assert set(got) == {"bert", "forest", "score"}
     np.testing.assert_allclose(got["bert"], bert, rtol=0, atol=1e-5)  # batch of 4 vs 1: float noise only
     np.testing.assert_array_equal(got["forest"], forest)
     want = (0.5 * got["bert"].astype(np.float64) + 0.5 * got["forest"]).astype(np.float32)
     np.testing.assert_array_equal(got["score"], want)
-    weighted = E.artifact_predictions(tiny_artifacts, TEXTS, bert_weight=3, forest_weight=1)
+    weighted = Pipeline.from_folder(tiny_artifacts, bert_weight=3, forest_weight=1)(TEXTS)
     np.testing.assert_allclose(weighted["score"], 0.75 * weighted["bert"] + 0.25 * weighted["forest"], atol=1e-6)
+
+
+def test_texts_the_server_refuses_are_refused_in_process_too(tiny_artifacts):
+    pipeline = Pipeline.from_folder(tiny_artifacts)
+    for bad, message in (("", "text 1 holds no words"), ("  ...  ", "text 1 holds no words"),
+                         (b"\xff", "text 1 is not valid UTF-8"), ("w" * 100_001, "text 1 has 100001 bytes")):
+        with pytest.raises(ValueError, match=message):
+            pipeline(["A fine text.", bad])
+    assert set(pipeline(["A fine text.", ""], validate=False)) == {"bert", "forest", "score"}
 
 
 def test_rmse_blend_and_best_weight_are_exact():
     target = np.array([0.0, 1.0, 2.0, 3.0])
-    assert E.rmse([1, 1, 1, 1], target) == pytest.approx(np.sqrt((1 + 0 + 1 + 4) / 4))
+    assert metrics.rmse([1, 1, 1, 1], target) == pytest.approx(np.sqrt((1 + 0 + 1 + 4) / 4))
     bert, forest = target + np.array([0.1, -0.1, 0.1, -0.1]), target + np.array([-0.3, 0.3, -0.3, 0.3])
-    w = E.best_bert_weight(bert, forest, target)
+    w = scoring.best_bert_weight(bert, forest, target)
     assert w == pytest.approx(0.75)  # 0.75·0.1 − 0.25·0.3 = 0: exact
-    assert E.rmse(E.blend(bert, forest, w, 1 - w), target) < 1e-6
-    assert E.best_bert_weight(target + 5, target + 6, target) == 1.0  # clipped to [0, 1]
-    report = E.summarize(target, {"bert": bert, "forest": forest, "score": E.blend(bert, forest)})
+    assert metrics.rmse(scoring.blend(bert, forest, w, 1 - w), target) < 1e-6
+    assert scoring.best_bert_weight(target + 5, target + 6, target) == 1.0  # clipped to [0, 1]
+    report = metrics.summarize(target, {"bert": bert, "forest": forest, "score": scoring.blend(bert, forest)})
     assert report["rmse"]["bert"] == pytest.approx(0.1) and report["rmse"]["forest"] == pytest.approx(0.3)
     assert report["rmse_of_the_mean"] == pytest.approx(np.std(target))
     assert report["best_bert_weight"] == pytest.approx(0.75)
     with pytest.raises(ValueError, match="positive sum"):
-        E.blend(bert, forest, 0, 0)
-    with pytest.raises(E.EvaluationError, match="3 predictions for 4 targets"):
-        E.rmse([1, 2, 3], target)
+        scoring.blend(bert, forest, 0, 0)
+    with pytest.raises(EvaluationError, match="3 predictions for 4 targets"):
+        metrics.rmse([1, 2, 3], target)
+
+
+def test_out_of_fold_predictions_and_fold_rmses():
+    y = np.arange(10, dtype=np.float64)
+    seen = []
+
+    def fit_predict(train, held):
+        seen.append(set(held.tolist()))
+        assert not set(train.tolist()) & set(held.tolist())
+        return np.full(len(held), y[train].mean())
+
+    oof, per_fold = metrics.out_of_fold(y, 5, fit_predict, seed=0)
+    assert len(per_fold) == 5 and set().union(*seen) == set(range(10))
+    for held in seen:  # each text predicted by the mean of the others
+        for i in held:
+            assert oof[i] == pytest.approx(y[[j for j in range(10) if j not in held]].mean())
+    with pytest.raises(EvaluationError, match="2 to 10 folds"):
+        metrics.out_of_fold(y, 11, fit_predict)
 
 
 def test_a_forest_only_set_gives_the_forest_branch(tiny_artifacts, tmp_path):
@@ -85,10 +115,10 @@ def test_a_forest_only_set_gives_the_forest_branch(tiny_artifacts, tmp_path):
     out.mkdir()
     for name in ("checkpoint.tl", "vocabulary.json"):
         shutil.copy(os.path.join(tiny_artifacts, name), out / name)
-    write_manifest(str(out), max_length=load_manifest(tiny_artifacts)["max_length"])
-    got = E.artifact_predictions(str(out), TEXTS)
+    write_manifest(str(out), max_length=load_manifest(tiny_artifacts).max_length)
+    got = Pipeline.from_folder(str(out))(TEXTS)
     assert set(got) == {"forest"}
-    np.testing.assert_array_equal(got["forest"], E.artifact_predictions(tiny_artifacts, TEXTS)["forest"])
+    np.testing.assert_array_equal(got["forest"], Pipeline.from_folder(tiny_artifacts)(TEXTS)["forest"])
 
 
 def test_evaluate_command_reports_and_writes(tiny_artifacts, tmp_path):
@@ -98,9 +128,9 @@ def test_evaluate_command_reports_and_writes(tiny_artifacts, tmp_path):
                          "--out", str(predictions), "--batch-size", "4")
     assert code == 0, err
     report = json.loads(out)
-    got = E.artifact_predictions(tiny_artifacts, TEXTS)
+    got = Pipeline.from_folder(tiny_artifacts)(TEXTS)
     for branch in ("bert", "forest", "score"):
-        assert report["rmse"][branch] == pytest.approx(E.rmse(got[branch], TARGETS))
+        assert report["rmse"][branch] == pytest.approx(metrics.rmse(got[branch], TARGETS))
     assert report["texts"] == len(TEXTS) and report["weights"] == {"bert": 0.5, "forest": 0.5}
     rows = predictions.read_text(encoding="utf-8").splitlines()
     assert rows[0] == "text,target,score,bert_score,forest_score"

@@ -9,7 +9,9 @@ import numpy as np
 import pytest
 
 import features_reference as ref
-from readability_triton import _textops
+from harness import CupyLikeRules
+from readability_triton.features import charclass
+from readability_triton.features import words as kernels
 from readability_triton.contracts import N_FEATURES
 from readability_triton.features import (
     BASE_FEATURES,
@@ -103,14 +105,14 @@ def test_everything_else_is_wordchar(text):
 
 
 def test_every_codepoint_class_matches_the_spec_lists():
-    table = _textops.CODEPOINT_TABLE
-    for cp in range(_textops.FIXUP_LIMIT):
+    table = charclass.CODEPOINT_TABLE
+    for cp in range(charclass.FIXUP_LIMIT):
         expected = 0
         if ref.is_punct(cp):
-            expected = _textops.PUNCT | (_textops.TERMINATOR if ref.is_terminator(cp) else 0) \
-                | (_textops.APOSTROPHE if ref.is_apostrophe(cp) else 0)
+            expected = charclass.PUNCT | (charclass.TERMINATOR if ref.is_terminator(cp) else 0) \
+                | (charclass.APOSTROPHE if ref.is_apostrophe(cp) else 0)
         elif ref.is_wordchar(cp):
-            expected = _textops.WORD
+            expected = charclass.WORD
         assert table[cp] == expected, hex(cp)
 
 
@@ -268,58 +270,26 @@ def test_texts_longer_than_a_pass_are_split_into_passes(monkeypatch):
     v = Vocabulary(["the", "a"], ["zebra", "ant"], ["the"])
     texts = ["The ant. " * k + "A zebra!" for k in range(1, 40)] + ["", "x" * 5000]
     whole = featurize(texts, v)
-    monkeypatch.setattr(_textops.NumpyOps, "chunk_bytes", 64)
+    monkeypatch.setattr(kernels.NumpyOps, "chunk_bytes", 64)
     np.testing.assert_array_equal(featurize(texts, v), whole)
     assert_like_reference(texts, v)
 
 
 def test_generic_ops_equal_numpy_ops():
     # GenericOps is what CuPy runs; run it on NumPy and compare.
-    from readability_triton.features import _featurize
+    from readability_triton.features.extract import _featurize
 
     v = Vocabulary(["the", "a", "extraordinarily"], ["zebra", "ant", "naïve"], ["the"])
     texts = [EXAMPLE, "The naïve ant, extraordinarily extraordinarily. " * 3, "", "\u201cA\u201d \u2014 b\u2026",
              "x" * 100 + " " + "x" * 100, "ab\u00a0cd\u2003ef\u3000gh\u1680ij\u0085kl"]
     a = _featurize(texts, v)
-    b = _featurize(texts, v, ops=_textops.GenericOps(np))
+    b = _featurize(texts, v, ops=kernels.GenericOps(np))
     np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
     assert_like_reference(texts, v)
 
 
-class CupyLikeRules:
-    """NumPy behind the array-module interface, with the CuPy limits this code must
-    respect: no ufunc.reduceat, `repeat` only with a scalar count, `bincount` of an empty
-    array fails, and `cuda.runtime.getDevice()` exists."""
-
-    class cuda:  # noqa: N801 - mimics cupy.cuda
-        class runtime:  # noqa: N801
-            @staticmethod
-            def getDevice():  # noqa: N802
-                return 0
-
-    __name__ = "cupy_like"
-
-    def __getattr__(self, name):
-        return getattr(np, name)
-
-    @staticmethod
-    def repeat(a, repeats, axis=None):
-        if isinstance(repeats, np.ndarray) and repeats.ndim > 0:
-            raise ValueError("cupy.ndarray cannot be specified as `repeats` argument")
-        return np.repeat(a, repeats, axis)
-
-    @staticmethod
-    def bincount(x, weights=None, minlength=None):
-        int(np.max(x))  # what CuPy does (fails on an empty array)
-        return np.bincount(x, weights=weights, minlength=minlength)
-
-    class add:  # noqa: N801 - no reduceat, no at
-        def __new__(cls, *args, **kwargs):
-            return np.add(*args, **kwargs)
-
-
 def test_generic_ops_follow_cupy_rules():
-    from readability_triton.features import _featurize
+    from readability_triton.features.extract import _featurize
 
     xp = CupyLikeRules()
     v = Vocabulary(["the", "a", "extraordinarily"], ["zebra", "ant", "naïve"], ["the", "zzz"])
@@ -327,18 +297,18 @@ def test_generic_ops_follow_cupy_rules():
     got = _featurize(texts, v, xp=xp)
     want = _featurize(texts, v)
     np.testing.assert_array_equal(got.view(np.uint32), want.view(np.uint32))
-    got = _featurize(["nothing matches"], v, xp=xp, weak=_textops.Weakening(key_mask=0, tail_mask=0))
+    got = _featurize(["nothing matches"], v, xp=xp, weak=kernels.Weakening(key_mask=0, tail_mask=0))
     np.testing.assert_array_equal(got, featurize(["nothing matches"], v))
 
 
 @pytest.mark.parametrize("weak", [
-    _textops.Weakening(key_mask=0),  # every word in one sorted run
-    _textops.Weakening(key_mask=0xF000000000000000),
-    _textops.Weakening(tail_mask=0),  # long words with equal first 8 bytes and length: equal hashes
-    _textops.Weakening(key_mask=0, tail_mask=0),
+    kernels.Weakening(key_mask=0),  # every word in one sorted run
+    kernels.Weakening(key_mask=0xF000000000000000),
+    kernels.Weakening(tail_mask=0),  # long words with equal first 8 bytes and length: equal hashes
+    kernels.Weakening(key_mask=0, tail_mask=0),
 ], ids=["key0", "key4bits", "tail0", "both"])
 def test_hash_collisions_never_change_a_value(weak):
-    from readability_triton.features import _featurize
+    from readability_triton.features.extract import _featurize
 
     v = Vocabulary(["the", "a", "extraordinarily", "b", "abcdefghij"], ["zebra", "ant", "naïve", "c", "abcdefghiy"],
                    ["the", "c", "abcdefghiz"])
@@ -347,7 +317,7 @@ def test_hash_collisions_never_change_a_value(weak):
              "abcdefghij abcdefghiX abcdefghiy abcdefghiz", "abcdefghiy abcdefghij", "abcdefghij"]
     want = _featurize(texts, v)
     assert_like_reference(texts, v)
-    for ops in (_textops.NumpyOps(), _textops.GenericOps(np)):
+    for ops in (kernels.NumpyOps(), kernels.GenericOps(np)):
         stats = {}
         got = _featurize(texts, v, ops=ops, weak=weak, stats=stats)
         assert stats["collisions"] > 0
@@ -395,7 +365,7 @@ def test_serving_side_does_not_need_scikit_learn():
     import sys
 
     code = ("import sys; sys.modules['sklearn'] = None\n"
-            "from readability_triton import features, serving\n"
+            "from readability_triton import features\nfrom readability_triton.triton import runtime\n"
             "v = features.Vocabulary(['a'], ['b'], ['a'])\n"
             "print(features.featurize(['a b'], v).tolist())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

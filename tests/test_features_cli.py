@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from readability_triton import cli
+from readability_triton.cli import app as cli_main
 from readability_triton.features import FEATURE_NAMES, Vocabulary, build_vocabulary, featurize
 
 TEXTS = [f"Text number {i}. " + " ".join(f"w{j}" for j in range(8 * i, 8 * i + 40)) + "!" for i in range(30)]
@@ -16,7 +17,7 @@ TEXTS += ["Ça va? Oui\u2026 très bien, don\u2019t worry.", "", "Comma, \"quote
 @pytest.fixture
 def run(monkeypatch, capsys):
     # Only this module's commands (the other command modules are not needed here).
-    monkeypatch.setattr(cli, "_COMMAND_MODULES", ("readability_triton.commands.features",))
+    monkeypatch.setattr(cli_main, "_COMMAND_MODULES", ("readability_triton.cli.features",))
 
     def run_cli(*argv):
         code = cli.main([str(a) for a in argv])

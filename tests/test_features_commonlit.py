@@ -6,9 +6,10 @@ import numpy as np
 import pytest
 
 import features_reference as ref
-from readability_triton import _textops
+from readability_triton.features import words as kernels
 from readability_triton.contracts import N_FEATURES
-from readability_triton.features import _featurize, build_vocabulary, featurize
+from readability_triton.features import build_vocabulary, featurize
+from readability_triton.features.extract import _featurize
 
 
 @pytest.fixture(scope="module")
@@ -36,7 +37,7 @@ def test_every_excerpt_equals_the_reference(commonlit, fitted):
     sample = texts[::7]
     expected = want[::7]
     np.testing.assert_array_equal(featurize([t.encode("utf-8") for t in sample], fitted), expected)
-    np.testing.assert_array_equal(_featurize(sample, fitted, ops=_textops.GenericOps(np)), expected)
+    np.testing.assert_array_equal(_featurize(sample, fitted, ops=kernels.GenericOps(np)), expected)
     np.testing.assert_array_equal(np.concatenate([featurize([t], fitted) for t in sample[:50]]), expected[:50])
-    weak = _textops.Weakening(key_mask=0xFFF0000000000000, tail_mask=0)
+    weak = kernels.Weakening(key_mask=0xFFF0000000000000, tail_mask=0)
     np.testing.assert_array_equal(_featurize(sample, fitted, weak=weak), expected)

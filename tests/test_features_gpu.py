@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from readability_triton import _textops
-from readability_triton.features import Vocabulary, _featurize, build_vocabulary, featurize
+from readability_triton.features import charclass
+from readability_triton.features import Vocabulary, build_vocabulary, featurize
+from readability_triton.features.extract import _featurize
 from test_features_properties import NASTY, VOCABULARY, WEAKENINGS, WORDS
 
 pytestmark = pytest.mark.gpu
@@ -60,7 +61,7 @@ def test_only_the_text_goes_to_the_device(cupy, monkeypatch):
     out = featurize(texts, v, xp=cupy)
     assert isinstance(out, cupy.ndarray)
     assert len(copies) == 1 and copies[0].dtype == np.uint8  # the UTF-8 text buffer
-    assert copies[0].size == sum(len(t.encode()) + 1 for t in texts) + 1 + _textops.PAD
+    assert copies[0].size == sum(len(t.encode()) + 1 for t in texts) + 1 + charclass.PAD
 
 
 def test_other_gpu_keeps_its_own_tables(cupy):

@@ -9,8 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import features_reference as ref
-from readability_triton import _textops
-from readability_triton.features import Vocabulary, _featurize, build_vocabulary, featurize
+from readability_triton.features import words as kernels
+from readability_triton.features import Vocabulary, build_vocabulary, featurize
+from readability_triton.features.extract import _featurize
 
 # Characters that exercise every rule: quotes, apostrophes, dashes, ellipses, terminators,
 # every kind of space, controls and NUL, the multi-byte fix-up ranges and their
@@ -76,11 +77,11 @@ def test_featurize_equals_reference(batch):
 @given(texts)
 def test_generic_ops_equal_reference(batch):
     # The primitives CuPy runs, here on NumPy.
-    same_bits(_featurize(batch, VOCABULARY, ops=_textops.GenericOps(np)), reference(batch))
+    same_bits(_featurize(batch, VOCABULARY, ops=kernels.GenericOps(np)), reference(batch))
 
 
-WEAKENINGS = [_textops.Weakening(key_mask=0), _textops.Weakening(key_mask=0xFF00000000000000),
-              _textops.Weakening(tail_mask=0), _textops.Weakening(key_mask=0xC000000000000003, tail_mask=0)]
+WEAKENINGS = [kernels.Weakening(key_mask=0), kernels.Weakening(key_mask=0xFF00000000000000),
+              kernels.Weakening(tail_mask=0), kernels.Weakening(key_mask=0xC000000000000003, tail_mask=0)]
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -121,7 +122,7 @@ def test_words_around_the_8_byte_chunks():
                    [words[0], "é"])
     want = reference(batch, v)
     same_bits(featurize(batch, v), want)
-    same_bits(_featurize(batch, v, ops=_textops.GenericOps(np)), want)
+    same_bits(_featurize(batch, v, ops=kernels.GenericOps(np)), want)
     for weak in WEAKENINGS:
         same_bits(_featurize(batch, v, weak=weak), want)
 
@@ -136,8 +137,8 @@ def test_very_long_words_and_texts():
     v = Vocabulary([long_word, "the", "😀"], ["cat", other.lower(), "yes"], ["the", "on", "it"])
     want = reference(batch, v)
     same_bits(featurize(batch, v), want)
-    same_bits(_featurize(batch, v, ops=_textops.GenericOps(np)), want)
-    same_bits(_featurize(batch, v, weak=_textops.Weakening(key_mask=0, tail_mask=0)), want)
+    same_bits(_featurize(batch, v, ops=kernels.GenericOps(np)), want)
+    same_bits(_featurize(batch, v, weak=kernels.Weakening(key_mask=0, tail_mask=0)), want)
     f = featurize([text], v)[0]
     assert f[0] == 3 * 3 + 4  # 3 long words per repeat (the upper-case one is long_word), 4 short
     assert f[1] == 2 + 4  # long_word and the variant, plus the 4 short words

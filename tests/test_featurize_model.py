@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import triton_python_backend_utils as pb_utils
 
-from harness import load_model, make_model_dir, output, text_request
-from readability_triton import contracts, serving
-from readability_triton import manifest as artifact_manifest
+from harness import CupyLikeRules, load_model, make_model_dir, output, text_request
+from readability_triton import contracts
+from readability_triton.device import Device
+from readability_triton.artifacts import manifest as artifact_manifest
 from readability_triton.features import Vocabulary, build_vocabulary, featurize
 
 FEATURES = contracts.FEATURES
@@ -35,20 +36,16 @@ def model_dir(tmp_path, vocab_file, profile="cpu", **render_kw):
                           files={"vocabulary.json": vocab_file} if vocab_file else None, **render_kw)
 
 
-def model_globals(model):
-    return type(model).execute.__globals__
-
-
 def test_batches_all_requests_in_one_featurize_call(tmp_path, vocab_file, vocabulary, monkeypatch):
     model = load_model(model_dir(tmp_path, vocab_file))
     calls = []
-    real = model_globals(model)["featurize"]
+    real = model.runner
 
-    def counting(texts, vocab, xp=None):
+    def counting(texts):
         calls.append(len(texts))
-        return real(texts, vocab, xp=xp)
+        return real(texts)
 
-    monkeypatch.setitem(model_globals(model), "featurize", counting)
+    model.runner = counting
     requests = [
         text_request(["The cat sat on the mat.", "w1 w2 w3"]),
         text_request(["Ça va? Oui\u2026 très bien!"]),
@@ -98,7 +95,7 @@ def test_missing_or_mismatched_vocabulary(tmp_path, vocab_file):
         load_model(model_dir(tmp_path / "a", None))
     small = tmp_path / "small.json"
     Vocabulary(["a", "b"], ["c", "d"], []).save(str(small))
-    with pytest.raises(ValueError, match=r"dims \[207\].*11 features"):
+    with pytest.raises(ValueError, match=r"FEATURES has dims \[207\] but vocabulary.json gives \[11\]"):
         load_model(model_dir(tmp_path / "b", str(small)))
     broken = tmp_path / "broken.json"
     broken.write_text(json.dumps({"top": ["A"], "bottom": ["b"], "stopwords": []}), encoding="utf-8")
@@ -125,50 +122,21 @@ def test_manifest_feature_count_must_match(tmp_path, vocab_file):
         load_model(directory)
 
 
-class FakeDeviceArray:
-    """What a CuPy array looks like to the stub: DLPack on a CUDA device, no NumPy."""
-
-    def __init__(self, array):
-        self.array = array
-
-    def __getitem__(self, key):
-        return FakeDeviceArray(self.array[key])
-
-    def __dlpack_device__(self):
-        return (2, 0)  # kDLCUDA, device 0
-
-    def __dlpack__(self, stream=None):
-        raise AssertionError("the stub keeps device tensors as they are")
-
-    @property
-    def shape(self):
-        return self.array.shape
-
-
-def test_gpu_instance_hands_features_over_through_dlpack(tmp_path, vocab_file, vocabulary, monkeypatch):
-    fake_xp = object()
-    monkeypatch.setattr(serving.Device, "array_module", lambda self: fake_xp if self.is_gpu else np)
-    seen = []
-    import readability_triton.features as features_module
-
-    real = features_module.featurize
-
-    def fake_featurize(texts, vocab, xp=None):
-        seen.append(xp)
-        return FakeDeviceArray(real(texts, vocab))
-
-    monkeypatch.setattr(features_module, "featurize", fake_featurize)  # bound by model.py on load
-    model = load_model(model_dir(tmp_path, vocab_file, profile="gpu"), kind="GPU")
-    responses = model.execute([text_request(["w1 w2"]), text_request(["bad \xff".encode("latin-1")]),
-                               text_request(["w3", "w4 w4"])])
-    assert seen and all(xp is fake_xp for xp in seen)
-    assert responses[1].has_error()
-    for response, texts in ((responses[0], ["w1 w2"]), (responses[2], ["w3", "w4 w4"])):
-        tensor = pb_utils.get_output_tensor_by_name(response, FEATURES)
-        assert not tensor.is_cpu()
-        with pytest.raises(pb_utils.TritonModelException):
-            tensor.as_numpy()
-        np.testing.assert_array_equal(tensor._array.array, featurize(texts, vocabulary))
+def test_gpu_instance_runs_the_featurizer_on_the_device_module(tmp_path, vocab_file, vocabulary, monkeypatch):
+    """A KIND_GPU instance builds its runner on the instance's device and computes with that
+    device's array module: here a NumPy stand-in that enforces CuPy's limits (no CUDA on
+    this machine; the `gpu` tests run real CuPy). Handing device outputs over through
+    DLPack is tested in test_runtime.py."""
+    device_module = CupyLikeRules()
+    monkeypatch.setattr(Device, "array_module", lambda self: device_module if self.is_gpu else np)
+    model = load_model(model_dir(tmp_path, vocab_file, profile="gpu"), kind="GPU", device_id=0)
+    assert model.runner.device == Device("gpu", 0) and model.runner.xp is device_module
+    texts = [["w1 w2"], ["bad \xff".encode("latin-1")], ["w3", "w4 w4. Don\u2019t!"]]
+    responses = model.execute([text_request(t) for t in texts])
+    assert responses[1].has_error() and "not valid UTF-8" in responses[1].error().message()
+    for response, group in ((responses[0], texts[0]), (responses[2], texts[2])):
+        np.testing.assert_array_equal(output(response, FEATURES), featurize(group, vocabulary))
+    assert any("on GPU 0 (cupy_like)" in text for _, text in pb_utils.Logger.records)
 
 
 @pytest.mark.gpu
@@ -182,7 +150,7 @@ def test_gpu_instance_with_cupy(tmp_path, vocab_file, vocabulary):
     for response in responses:
         tensor = pb_utils.get_output_tensor_by_name(response, FEATURES)
         assert not tensor.is_cpu()
-        got.append(cupy.asnumpy(cupy.from_dlpack(tensor._array)))
+        got.append(cupy.asnumpy(cupy.from_dlpack(tensor)))
     np.testing.assert_array_equal(np.concatenate(got), featurize(texts, vocabulary))
 
 

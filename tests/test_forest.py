@@ -11,11 +11,12 @@ import pytest
 from harness import write_csv
 
 from readability_triton import contracts
-from readability_triton import forest as F
+from readability_triton.forest import training as F
+from readability_triton.forest.checkpoint import treelite_module
 from readability_triton.cli import main
-from readability_triton.demo_artifacts import generate_corpus
+from readability_triton.artifacts.corpus import generate_corpus
 from readability_triton.features import Vocabulary, build_vocabulary, featurize
-from readability_triton.manifest import load_manifest
+from readability_triton.artifacts.manifest import load_manifest
 
 SMALL = {"n_estimators": 12, "max_depth": 8}
 
@@ -41,9 +42,9 @@ def test_train_forest_cli_writes_checkpoint_vocabulary_and_manifest(tmp_path, co
     assert "2-fold CV RMSE" in printed
     assert {"checkpoint.tl", "vocabulary.json", "manifest.json"} <= set(os.listdir(out))
     manifest = load_manifest(str(out))
-    assert manifest["n_features"] == contracts.N_FEATURES
-    assert set(manifest["files"]) == {"checkpoint.tl", "vocabulary.json"}
-    record = manifest["info"]["forest"]
+    assert manifest.n_features == contracts.N_FEATURES
+    assert set(manifest.files) == {"checkpoint.tl", "vocabulary.json"}
+    record = manifest.info["forest"]
     assert record["n_estimators"] == 12 and record["max_depth"] == 8 and record["folds"] == 2
     assert record["cv_rmse"] < record["mean_rmse"]  # the generated targets are learnable
 
@@ -128,7 +129,7 @@ def test_refuses_treelite_5(monkeypatch):
 
     monkeypatch.setattr(treelite, "__version__", "5.0.0")
     with pytest.raises(F.ForestError, match=r"Treelite 4\.x"):
-        F._treelite()
+        treelite_module()
 
 
 # ----------------------------------------------------------------- refusals

@@ -8,11 +8,11 @@ import re
 import numpy as np
 import pytest
 import triton_python_backend_utils as pb_utils
-from harness import hf_encode, load_model, make_model_dir, output, text_request
+from harness import CupyLikeRules, hf_encode, load_model, make_model_dir, output, text_request
 
 from readability_triton import contracts
-from readability_triton import manifest as M
-from readability_triton import serving
+from readability_triton.artifacts import manifest as M
+from readability_triton.device import Device
 
 
 def tokenizer_files(vocab_dir):
@@ -43,13 +43,13 @@ def test_batches_across_requests(model_64, vocab_dir, commonlit):
 
 def test_one_tokenizer_pass_per_execute(model_64, monkeypatch):
     calls = []
-    original = model_64.tokenizer.encode
+    original = model_64.runner.tokenizer.encode
 
     def counting(texts, **kw):
         calls.append(len(texts))
         return original(texts, **kw)
 
-    monkeypatch.setattr(model_64.tokenizer, "encode", counting)
+    monkeypatch.setattr(model_64.runner.tokenizer, "encode", counting)
     model_64.execute([text_request(["a", "b"]), text_request(["c"]), text_request(["d", "e", "f"])])
     assert calls == [6]
 
@@ -79,7 +79,7 @@ def test_max_length_must_match_output_dims(vocab_dir, tmp_path):
     fixed = re.sub(r'(key: "MAX_LENGTH"\s*value: \{ string_value: )"32"', r'\1"48"', text)
     assert fixed != text
     open(config, "w", encoding="utf-8").write(fixed)
-    with pytest.raises(ValueError, match=r"INPUT_IDS has dims \[32\] but parameter MAX_LENGTH is 48"):
+    with pytest.raises(ValueError, match=r"INPUT_IDS has dims \[32\] but parameter MAX_LENGTH gives \[48\]"):
         load_model(model_dir)
 
 
@@ -91,7 +91,7 @@ def test_default_max_length_is_256(vocab_dir, tmp_path):
     assert "MAX_LENGTH" not in without
     open(config, "w", encoding="utf-8").write(without)
     model = load_model(model_dir)
-    assert model.max_length == contracts.DEFAULT_MAX_LENGTH == 256
+    assert model.runner.max_length == contracts.DEFAULT_MAX_LENGTH == 256
     ids = output(model.execute([text_request(["hello"])])[0], contracts.INPUT_IDS)
     assert ids.shape == (1, 256)
 
@@ -101,7 +101,7 @@ def test_manifest_is_checked(vocab_dir, tmp_path):
                                files=tokenizer_files(vocab_dir), max_length=16)
     version = os.path.join(model_dir, "1")
     M.write_manifest(version, max_length=16)
-    assert load_model(model_dir).max_length == 16
+    assert load_model(model_dir).runner.max_length == 16
     M.write_manifest(version, max_length=128)
     with pytest.raises(ValueError, match="built for max_length 128"):
         load_model(model_dir)
@@ -118,23 +118,35 @@ def test_missing_tokenizer_files(tmp_path):
         load_model(model_dir)
 
 
-def test_gpu_instance_without_cudf_logs_once_and_uses_the_cpu(vocab_dir, tmp_path, monkeypatch):
-    """A KIND_GPU instance where cuDF cannot be used: one log line at load, CPU results."""
+def test_gpu_instance_without_cudf_logs_once_and_uploads_the_cpu_ids(vocab_dir, tmp_path, monkeypatch, commonlit):
+    """A KIND_GPU instance where cuDF cannot be used: one warning at load that says why, and
+    the CPU path's ids (equal to Hugging Face's), uploaded with the device's array module:
+    here a NumPy stand-in that enforces CuPy's limits (no CUDA on this machine)."""
     if importlib.util.find_spec("cudf") is not None:
         pytest.skip("cuDF is installed here")
-    monkeypatch.setattr(serving.Device, "array_module", lambda self: np)  # no CuPy on this machine
-    from readability_triton import tokenization
+    uploads = []
 
-    monkeypatch.setattr(tokenization.WordPieceTokenizer, "encode",
-                        lambda self, texts, xp=None, device=None: self.encode_cpu(texts))
+    class DeviceModule(CupyLikeRules):
+        def asarray(self, array, *args, **kwargs):
+            uploads.append(array.shape)
+            return np.asarray(array, *args, **kwargs)
+
+    device_module = DeviceModule()
+    monkeypatch.setattr(Device, "array_module", lambda self: device_module if self.is_gpu else np)
     model_dir = make_model_dir(str(tmp_path), contracts.PREPROCESS, profile="gpu",
                                files=tokenizer_files(vocab_dir), max_length=16)
     before = len(pb_utils.Logger.records)
     model = load_model(model_dir, kind="GPU")
     lines = [m for level, m in pb_utils.Logger.records[before:] if level == "WARNING"]
-    assert len(lines) == 1 and "tokenizes on the CPU" in lines[0]
+    assert len(lines) == 1 and "GPU 0 tokenizes on the CPU (tokenizers) and uploads the ids" in lines[0]
     assert "cuDF" in lines[0] or "CuPy" in lines[0]
-    model.execute([text_request(["a"])])
+    groups = [commonlit.texts[:3], ["héllo wörld", "[SEP] x"]]
+    responses = model.execute([text_request(g) for g in groups])
+    for group, response in zip(groups, responses):
+        want_ids, want_mask = hf_encode(vocab_dir, group, 16)
+        assert (output(response, contracts.INPUT_IDS) == want_ids).all()
+        assert (output(response, contracts.ATTENTION_MASK) == want_mask).all()
+    assert uploads == [(5, 16), (5, 16)]  # ids and mask, once each for the whole batch
     assert len([m for level, m in pb_utils.Logger.records[before:] if level == "WARNING"]) == 1
 
 

@@ -13,8 +13,8 @@ from tritonclient.grpc import model_config_pb2
 
 from readability_triton import cli
 from readability_triton import contracts as C
-from readability_triton import manifest as M
-from readability_triton import repository
+from readability_triton.artifacts import manifest as M
+from readability_triton.triton import repository
 
 
 def parse(path):
@@ -27,7 +27,7 @@ def test_assembled_repository_is_complete(tiny_artifacts, tmp_path, profile):
     out = tmp_path / profile
     manifest = repository.assemble(tiny_artifacts, str(out), profile)
     assert sorted(os.listdir(out)) == sorted(C.ALL_MODELS)
-    contracts = C.contracts(manifest["max_length"], manifest["n_features"])
+    contracts = C.contracts(manifest.max_length, manifest.n_features)
     for model in C.ALL_MODELS:
         config = parse(out / model / "config.pbtxt")
         assert [t.name for t in config.input] == [s.name for s in contracts[model].inputs]
@@ -44,7 +44,7 @@ def test_assembled_repository_is_complete(tiny_artifacts, tmp_path, profile):
             assert (out / model / "1" / name).is_file(), f"{model}/1/{name}"
     assert (out / "preprocess" / "1" / "tokenizer.json").is_file()
     max_length = parse(out / "preprocess" / "config.pbtxt").parameters["MAX_LENGTH"].string_value
-    assert int(max_length) == manifest["max_length"] == 64
+    assert int(max_length) == manifest.max_length == 64
 
 
 def test_native_artifacts_load_like_their_backends(tiny_artifacts, tmp_path):

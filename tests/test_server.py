@@ -2,7 +2,6 @@
 binary of the nvidia-pytriton wheel), queried over HTTP and gRPC."""
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -16,9 +15,9 @@ import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
 from readability_triton import contracts as C
-from readability_triton import repository
-from readability_triton.client import ReadabilityClient
-from readability_triton.server import TritonServer, free_port
+from readability_triton.triton import repository
+from readability_triton.triton.client import ReadabilityClient
+from readability_triton.triton.server import TritonServer, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -65,28 +64,16 @@ def server(repo, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def expected(tiny_artifacts):
-    """What the artifacts compute in-process: tokens -> torch.jit, features -> Treelite."""
-    import torch
-    import treelite
-    import treelite.gtil
+    """What the artifacts compute in process, with the runners the Python models run."""
+    from readability_triton.artifacts.pipeline import Pipeline
 
-    from readability_triton.features import Vocabulary, featurize
-    from readability_triton.manifest import load_manifest
-    from readability_triton.tokenization import WordPieceTokenizer
-
-    max_length = load_manifest(tiny_artifacts)["max_length"]
-    tokenizer = WordPieceTokenizer.from_directory(tiny_artifacts, max_length)
-    module = torch.jit.load(os.path.join(tiny_artifacts, "model.pt"), map_location="cpu").eval()
-    vocabulary = Vocabulary.load(os.path.join(tiny_artifacts, "vocabulary.json"))
-    forest = treelite.Model.deserialize(os.path.join(tiny_artifacts, "checkpoint.tl"))
+    pipeline = Pipeline.from_folder(tiny_artifacts)
 
     def compute(texts):
-        ids, mask = tokenizer.encode(texts)
-        with torch.inference_mode():
-            bert = module(torch.from_numpy(ids), torch.from_numpy(mask)).numpy().reshape(-1)
-        features = featurize(texts, vocabulary)
-        trees = treelite.gtil.predict(forest, features).reshape(-1).astype(np.float32)
-        return {"ids": ids, "mask": mask, "features": features, "bert": bert, "forest": trees}
+        ids, mask = pipeline.tokenizer(texts)
+        features = pipeline.features(texts)
+        return {"ids": ids, "mask": mask, "features": features, "bert": pipeline.bert(ids, mask).reshape(-1),
+                "forest": pipeline.forest(features).reshape(-1)}
 
     return compute
 
@@ -266,7 +253,8 @@ def test_evaluate_through_the_server_equals_the_artifacts(server, tiny_artifacts
     import csv
     import json
 
-    from readability_triton.evaluation import artifact_predictions, rmse
+    from readability_triton.artifacts.pipeline import Pipeline
+    from readability_triton.metrics import rmse
 
     texts = [t for t in TEXTS if len(t.encode()) <= MAX_TEXT_BYTES]
     targets = np.linspace(-2.0, 1.0, len(texts))
@@ -278,7 +266,7 @@ def test_evaluate_through_the_server_equals_the_artifacts(server, tiny_artifacts
                       "--batch-size", "3")
         assert result.returncode == 0, result.stderr
         report = json.loads(result.stdout)
-        local = artifact_predictions(tiny_artifacts, texts)
+        local = Pipeline.from_folder(tiny_artifacts)(texts)
         assert report["texts"] == len(texts)
         assert report["rmse"]["forest"] == pytest.approx(rmse(local["forest"], targets), abs=1e-12)
         for branch in ("bert", "score"):

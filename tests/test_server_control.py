@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from readability_triton import health as H
-from readability_triton import server as S
-from readability_triton.client import is_transient
+from readability_triton.triton import health as H
+from readability_triton.triton import server as S
+from readability_triton.triton.client import is_transient
 
 
 def test_this_environment_has_a_numpy_the_stub_can_read():

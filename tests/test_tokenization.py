@@ -14,8 +14,8 @@ from hypothesis import strategies as st
 
 from harness import hf_encode, hf_tokenizer
 
-from readability_triton import tokenization as T
-from readability_triton.tokenization import WordPieceTokenizer
+from readability_triton.tokenizer import files, routing, wordpiece
+from readability_triton.tokenizer import WordPieceTokenizer
 
 MAX_LENGTHS = (2, 3, 5, 16, 64, 256, 512)
 
@@ -214,9 +214,9 @@ def test_missing_and_inconsistent_files(vocab_dir, tmp_path):
 
 
 def test_save_tokenizer_files(vocab_dir, tmp_path, commonlit):
-    copied = T.save_tokenizer_files(vocab_dir, str(tmp_path / "copied"))
+    copied = files.save_tokenizer_files(vocab_dir, str(tmp_path / "copied"))
     assert "vocab.txt" in copied and "tokenizer.json" in copied
-    saved = T.save_tokenizer_files(hf_tokenizer(vocab_dir), str(tmp_path / "saved"))  # transformers 5 writes no vocab.txt
+    saved = files.save_tokenizer_files(hf_tokenizer(vocab_dir), str(tmp_path / "saved"))  # transformers 5 writes no vocab.txt
     assert "vocab.txt" in saved
     assert open(tmp_path / "saved" / "vocab.txt", encoding="utf-8").read() == \
         open(os.path.join(vocab_dir, "vocab.txt"), encoding="utf-8").read()
@@ -225,7 +225,7 @@ def test_save_tokenizer_files(vocab_dir, tmp_path, commonlit):
         got = WordPieceTokenizer.from_directory(str(tmp_path / folder), 64).encode(texts)
         assert_same(got, hf_encode(vocab_dir, texts, 64))
     with pytest.raises(ValueError, match="no vocab.txt or tokenizer.json"):
-        T.save_tokenizer_files(str(tmp_path / "copied" / "nothing"), str(tmp_path / "x"))
+        files.save_tokenizer_files(str(tmp_path / "copied" / "nothing"), str(tmp_path / "x"))
 
 
 # ------------------------------------------------- GPU-path logic, on the CPU
@@ -243,15 +243,15 @@ def test_add_special_tokens_matches_hugging_face(vocab_dir, commonlit):
     values = np.array([i for r in rows for i in r], dtype=np.int32)
     for max_length in MAX_LENGTHS:
         tok = _tokenizer(vocab_dir, max_length)
-        got = T.add_special_tokens(values, counts, max_length, 101, 102, tok.pad_id, np)
+        got = wordpiece.add_special_tokens(values, counts, max_length, 101, 102, tok.pad_id, np)
         assert_same(got, hf_encode(vocab_dir, texts, max_length))
-    ids, mask = T.add_special_tokens(np.zeros(0, np.int32), np.zeros(3, np.int32), 4, 101, 102, 0, np)
+    ids, mask = wordpiece.add_special_tokens(np.zeros(0, np.int32), np.zeros(3, np.int32), 4, 101, 102, 0, np)
     assert ids.tolist() == [[101, 102, 0, 0]] * 3 and mask.tolist() == [[1, 1, 0, 0]] * 3
 
 
 def test_decode_non_ascii():
     text = "aé中😀\n\x7fß\U0010FFFF"
-    cps, positions = T.decode_non_ascii(np.frombuffer(text.encode("utf-8"), dtype=np.uint8))
+    cps, positions = routing.decode_non_ascii(np.frombuffer(text.encode("utf-8"), dtype=np.uint8))
     assert cps.tolist() == [ord(c) for c in text if ord(c) > 127]
     encoded = text.encode("utf-8")
     assert all(encoded[p] >= 0xC0 for p in positions)
@@ -309,13 +309,13 @@ def test_calibration_finds_the_differences(vocab_dir):
     tok = _tokenizer(vocab_dir, 64)
     engine = EmulatedCudf(tok.backend, BROKEN)
     cps = np.array([ord(c) for c in "aZ09 \t\n\r.,;[]#$^`~" + "".join(BROKEN) + "ÀÆß\u0301\u2013\u2019\u00ad"])
-    words = T.reference_words(tok.backend)
-    safe = T.calibrate_codepoints(cps, words, engine.normalize_text)
+    words = routing.reference_words(tok.backend)
+    safe = routing.calibrate_codepoints(cps, words, engine.normalize_text)
     result = dict(zip(map(chr, cps.tolist()), safe.tolist()))
     assert not any(result[c] for c in BROKEN)
     assert all(ok for c, ok in result.items() if c not in BROKEN)
     # the normalized form takes more bytes than the original: unsafe even though equal
-    ok = T.calibrate_codepoints(np.array([0x23A]), words, EmulatedCudf(tok.backend, {}).normalize_text)
+    ok = routing.calibrate_codepoints(np.array([0x23A]), words, EmulatedCudf(tok.backend, {}).normalize_text)
     assert not ok[0]
 
 
@@ -323,7 +323,7 @@ def test_calibration_finds_the_differences(vocab_dir):
 def test_device_path_with_emulated_cudf_equals_hugging_face(vocab_dir, commonlit, max_length):
     tok = _tokenizer(vocab_dir, max_length)
     engine = EmulatedCudf(tok.backend, BROKEN)
-    path = T.DevicePath(tok, engine, np)
+    path = routing.DevicePath(tok, engine, np)
     texts = EDGE_CASES + long_texts(commonlit) + commonlit.texts[:40]
     got = path.encode(texts)
     assert_same(got, hf_encode(vocab_dir, texts, max_length))
@@ -341,7 +341,7 @@ def test_device_path_with_emulated_cudf_equals_hugging_face(vocab_dir, commonlit
         sizes = np.array([len(t.encode()) + 1 for t in texts])
         starts = np.concatenate([[0], np.cumsum(sizes)])
         values, counts = engine.wordpiece(data, starts, max_length - 2)
-        raw = T.add_special_tokens(values, counts, max_length, path.cls_id, path.sep_id, tok.pad_id)
+        raw = wordpiece.add_special_tokens(values, counts, max_length, path.cls_id, path.sep_id, tok.pad_id)
         want = hf_encode(vocab_dir, texts, max_length)
         differs = set(np.flatnonzero((raw[0] != want[0]).any(axis=1)).tolist())
         assert differs and differs <= routed
@@ -349,7 +349,7 @@ def test_device_path_with_emulated_cudf_equals_hugging_face(vocab_dir, commonlit
 
 def test_device_path_all_routed_and_empty(vocab_dir):
     tok = _tokenizer(vocab_dir, 16)
-    path = T.DevicePath(tok, EmulatedCudf(tok.backend, BROKEN), np)
+    path = routing.DevicePath(tok, EmulatedCudf(tok.backend, BROKEN), np)
     texts = ["[SEP]", "—", "y" * 300]
     assert_same(path.encode(texts), hf_encode(vocab_dir, texts, 16))
     assert path.last_routed.tolist() == [0, 1, 2]
@@ -361,10 +361,10 @@ def test_device_incompatibility(vocab_dir):
     from tokenizers import Tokenizer, pre_tokenizers
 
     tok = _tokenizer(vocab_dir, 16)
-    assert T.device_incompatibility(tok.backend) is None
+    assert routing.device_incompatibility(tok.backend) is None
     other = Tokenizer.from_str(tok.backend.to_str())
     other.pre_tokenizer = pre_tokenizers.Whitespace()
-    assert "pre-tokenizer" in T.device_incompatibility(other)
+    assert "pre-tokenizer" in routing.device_incompatibility(other)
 
 
 # ------------------------------------------------------------- GPU == CPU
@@ -394,9 +394,9 @@ def test_gpu_equals_cpu(vocab_dir, commonlit, max_length):
 def test_gpu_path_is_used_when_cudf_is_there(vocab_dir, commonlit):
     import cupy
 
-    from readability_triton import _tokenization_gpu
+    from readability_triton.tokenizer import cudf_engine
 
-    ok, why = _tokenization_gpu.cudf_support()
+    ok, why = cudf_engine.cudf_support()
     if not ok:
         pytest.skip(f"no usable cuDF: {why}")
     tok = WordPieceTokenizer.from_directory(vocab_dir, 256)

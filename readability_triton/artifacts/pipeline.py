@@ -1,0 +1,127 @@
+"""What the served ensemble computes, in process: `Pipeline.from_folder(artifacts)(texts)`.
+
+The same runners the Python models run (`TokenizerRunner` + `TorchScriptRunner` for the
+BERT branch, `FeatureRunner` + `GTILRunner` for the forest branch), the `validate` step's
+checks first, and `postprocess`'s blend. Every file used is checked against
+`manifest.json`. A set from `train-forest` alone (no `model.pt`) gives the forest branch
+only, and one with only `model.pt` and its tokenizer the BERT branch only; half a branch
+is refused. `evaluate --artifacts`, `bench` (the in-process row) and the tests'
+expectations all use it.
+"""
+from __future__ import annotations
+
+import os
+from contextlib import nullcontext
+
+import numpy as np
+
+from .. import contracts
+from ..errors import EvaluationError
+from ..scoring import Blender
+from ..texts import as_utf8
+from .manifest import BRANCH_FILES, load_manifest, present, verify_files
+
+BRANCHES = ("bert", "forest", "score")
+
+
+def refuse_like_validate(texts, max_text_bytes: int = contracts.DEFAULT_MAX_TEXT_BYTES) -> list[bytes]:
+    """The texts as UTF-8, or the ValueError the `validate` step would answer with (naming
+    the text): invalid UTF-8, over `max_text_bytes`, no word."""
+    from ..features import count_words
+
+    rows = as_utf8(texts)
+    sizes = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
+    if sizes.size and int(sizes.max()) > max_text_bytes:
+        at = int(np.argmax(sizes > max_text_bytes))
+        raise ValueError(f"text {at} has {int(sizes[at])} bytes, over the limit of {max_text_bytes}")
+    empty = np.flatnonzero(count_words(rows) == 0)
+    if empty.size:
+        raise ValueError(f"text {int(empty[0])} holds no words (it is empty, or only spaces, punctuation or "
+                         "control characters): there is nothing to score")
+    return rows
+
+
+class Pipeline:
+    """The branches present in an artifact set, and SCORE when both are (see the module doc)."""
+
+    def __init__(self, tokenizer=None, bert=None, features=None, forest=None, weights=(0.5, 0.5)):
+        self.tokenizer, self.bert, self.features, self.forest = tokenizer, bert, features, forest
+        self.blender = Blender(*weights)
+        self.weights = self.blender.weights
+
+    @classmethod
+    def from_folder(cls, folder: str, bert_weight: float | None = None,
+                    forest_weight: float | None = None) -> "Pipeline":
+        """The runners of the artifact set in `folder`; SCORE's weights are the ones given
+        (both or none; default 0.5 each). On the CPU."""
+        from ..tokenizer.files import TOKENIZER_FILES
+
+        if not os.path.isdir(folder):
+            raise EvaluationError(f"{folder}: no such artifact folder")
+        manifest = load_manifest(folder)
+        has = {branch: [os.path.isfile(os.path.join(folder, name)) for name in names]
+               for branch, names in BRANCH_FILES.items()}
+        for branch, flags in has.items():
+            if any(flags) and not all(flags):
+                first, second = BRANCH_FILES[branch]
+                present_, absent = (first, second) if flags[0] else (second, first)
+                raise EvaluationError(f"{folder}: {present_} without {absent}; the two belong together "
+                                      "(train-forest writes checkpoint.tl and vocabulary.json, export-bert "
+                                      "model.pt and the tokenizer files)")
+        if not (all(has["forest"]) or all(has["bert"])):
+            raise EvaluationError(f"{folder}: neither a forest (checkpoint.tl + vocabulary.json, from "
+                                  "train-forest) nor a BERT model (model.pt + vocab.txt, from export-bert)")
+        runners: dict = {}
+        if all(has["forest"]):
+            from ..features.runner import FeatureRunner
+            from ..forest.runner import GTILRunner
+
+            verify_files(folder, manifest, BRANCH_FILES["forest"])
+            runners["features"] = FeatureRunner.from_folder(folder)
+            runners["forest"] = GTILRunner.from_folder(folder)
+            if runners["forest"].n_features != runners["features"].n_features:
+                raise EvaluationError(f"{folder}: the forest takes {runners['forest'].n_features} features, its "
+                                      f"vocabulary gives {runners['features'].n_features}")
+        if all(has["bert"]):
+            from ..bert.runner import TorchScriptRunner
+            from ..tokenizer.runner import TokenizerRunner
+
+            verify_files(folder, manifest, [BRANCH_FILES["bert"][0]] + present(folder, TOKENIZER_FILES))
+            runners["tokenizer"] = TokenizerRunner.from_folder(folder, manifest.max_length)
+            runners["bert"] = TorchScriptRunner.from_folder(folder)
+        if (bert_weight is None) != (forest_weight is None):
+            raise EvaluationError("give both weights of SCORE, or neither")
+        weights = (0.5, 0.5) if bert_weight is None else (bert_weight, forest_weight)
+        return cls(weights=weights, **runners)
+
+    @property
+    def branches(self) -> tuple[str, ...]:
+        out = ["bert"] if self.bert is not None else []
+        out += ["forest"] if self.forest is not None else []
+        return tuple(out + (["score"] if len(out) == 2 else []))
+
+    def __call__(self, texts, batch_size: int = contracts.MAX_BATCH_SIZE[contracts.ENSEMBLE],
+                 progress=None, validate: bool = True) -> dict[str, np.ndarray]:
+        """float32 predictions by branch ("bert", "forest", "score" when both), texts in
+        batches of `batch_size`. With `validate`, a text the served ensemble would refuse
+        is a ValueError naming it. `progress(total=..., desc=..., unit=...)` gives an
+        optional progress bar (a context manager with `update(n)`)."""
+        if batch_size < 1:
+            raise EvaluationError(f"batch size {batch_size}: must be at least 1")
+        rows = refuse_like_validate(texts) if validate else as_utf8(texts)
+        parts: dict[str, list] = {"bert": [], "forest": []}
+        bar = progress(total=len(rows), desc="scoring", unit="text") if progress else nullcontext(None)
+        with bar as b:
+            for start in range(0, len(rows), batch_size):
+                chunk = rows[start:start + batch_size]
+                if self.bert is not None:
+                    parts["bert"].append(self.bert(*self.tokenizer(chunk)).reshape(-1))
+                if self.forest is not None:
+                    parts["forest"].append(self.forest(self.features(chunk)).reshape(-1))
+                if b is not None:
+                    b.update(len(chunk))
+        out = {name: (np.concatenate(values) if values else np.zeros(0, np.float32)).astype(np.float32)
+               for name, values in parts.items() if name in self.branches}
+        if "score" in self.branches:
+            out["score"] = self.blender(out["bert"], out["forest"])[0]
+        return out

@@ -1,0 +1,268 @@
+"""`export-bert`: a sequence-regression checkpoint traced to TorchScript `model.pt`, verified
+against eager PyTorch at several batch sizes and padding patterns before anything is
+written (and loaded back and checked again); the tokenizer files the `preprocess` model
+needs are written next to it. `export_torchscript` also scans the traced graph for device
+constants and reports any. transformers is imported inside the functions that need it.
+"""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+import time
+import warnings
+
+import torch
+
+from .. import contracts
+from ..errors import BertError, ExportError
+from .modules import EagerReference, SequenceRegressor
+
+#: Largest |traced - eager| accepted for a float32 export (the issue's bound).
+FP32_TOLERANCE = 1e-4
+#: Largest |traced - eager| accepted for a float16 export (both run in float16).
+FP16_TOLERANCE = 1e-2
+#: Batch sizes the traced module is checked at (it is traced at batch size 2).
+VERIFY_BATCH_SIZES = (1, 2, 5, 8)
+
+
+def _check_checkpoint_folder(path: str, what: str) -> None:
+    if not os.path.isdir(path):
+        raise BertError(f"{path}: no such folder; {what} must be a Hugging Face model folder (with config.json)")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise BertError(f"{path}: no config.json; {what} must be a Hugging Face model folder "
+                        "(what `save_pretrained` or `readability-triton train-bert` writes)")
+
+
+def load_sequence_regressor(checkpoint: str, attn_implementation: str = "sdpa"):
+    """A Hugging Face sequence-regression model with exactly one output, in eval mode.
+
+    Refuses multi-output checkpoints, classification checkpoints and bare encoders (whose
+    head would be randomly initialised) with a message that says what to do instead."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    _check_checkpoint_folder(checkpoint, "the checkpoint")
+    try:
+        config = AutoConfig.from_pretrained(checkpoint)
+    except (OSError, ValueError) as err:
+        raise BertError(f"{checkpoint}: config.json is not a Hugging Face model configuration ({err})") from None
+    architectures = list(getattr(config, "architectures", None) or [])
+    if architectures and not any(a.endswith("ForSequenceClassification") for a in architectures):
+        raise BertError(f"{checkpoint}: a {', '.join(architectures)} checkpoint has no trained regression head; "
+                        "fine-tune it first with `readability-triton train-bert --base "
+                        f"{checkpoint} --out DIR` and export DIR")
+    n_outputs = int(getattr(config, "num_labels", 0) or 0)
+    problem = getattr(config, "problem_type", None)
+    if n_outputs != 1:
+        kind = f", problem_type={problem}" if problem else ""
+        raise BertError(f"{checkpoint}: a multi-output checkpoint ({n_outputs} outputs: num_labels={n_outputs}{kind}); "
+                        "the bert step serves one readability score, so export-bert needs a sequence-regression "
+                        "checkpoint with one output (num_labels=1); fine-tune one with `readability-triton train-bert`")
+    if problem not in (None, "regression"):
+        raise BertError(f"{checkpoint}: problem_type={problem!r}; export-bert needs a regression checkpoint "
+                        "(problem_type 'regression', num_labels=1); fine-tune one with `readability-triton train-bert`")
+    try:
+        model, info = AutoModelForSequenceClassification.from_pretrained(
+            checkpoint, attn_implementation=attn_implementation, output_loading_info=True)
+    except (OSError, ValueError, KeyError) as err:
+        raise BertError(f"{checkpoint}: cannot load it as a sequence-regression model ({err})") from None
+    missing = [k for k in info.get("missing_keys", ()) if k]
+    if missing:
+        raise BertError(f"{checkpoint}: the checkpoint lacks weights ({', '.join(sorted(missing)[:4])}"
+                        f"{', ...' if len(missing) > 4 else ''}); they would be random. Export a fully "
+                        "trained checkpoint (see `readability-triton train-bert`)")
+    return model.eval()
+
+
+def load_tokenizer(directory: str, max_length: int, what: str):
+    """The serving tokenizer (`tokenizer.WordPieceTokenizer`) of `directory`."""
+    from ..tokenizer import WordPieceTokenizer
+
+    try:
+        return WordPieceTokenizer.from_directory(directory, max_length)
+    except (ValueError, OSError) as err:
+        raise BertError(f"{directory}: no usable BERT tokenizer for {what} ({err}); it needs vocab.txt "
+                        "(and optionally tokenizer.json, tokenizer_config.json, special_tokens_map.json)") from None
+
+
+def special_ids(tokenizer) -> dict[str, int]:
+    """[CLS], [SEP], [PAD] ids of a `WordPieceTokenizer`."""
+    ids = {}
+    for key in ("cls_token", "sep_token", "pad_token"):
+        value = tokenizer.backend.token_to_id(tokenizer.special_tokens[key])
+        if value is None:
+            raise BertError(f"the tokenizer has no {tokenizer.special_tokens[key]} token")
+        ids[key] = int(value)
+    return ids
+
+
+def verification_inputs(batch_size: int, max_length: int, vocab_size: int, ids: dict[str, int], generator):
+    """Random token ids with [CLS]/[SEP], a full-length row, a 2-token row and random
+    padding in between."""
+    low = min(1000, max(vocab_size // 2, 1))
+    tokens = torch.randint(low, vocab_size, (batch_size, max_length), generator=generator, dtype=torch.int64)
+    lengths = torch.randint(2, max_length + 1, (batch_size,), generator=generator)
+    lengths[0] = max_length
+    if batch_size > 1:
+        lengths[-1] = 2
+    positions = torch.arange(max_length).unsqueeze(0)
+    mask = (positions < lengths.unsqueeze(1)).to(torch.int64)
+    tokens[:, 0] = ids["cls_token"]
+    tokens[torch.arange(batch_size), lengths - 1] = ids["sep_token"]
+    tokens = torch.where(mask.bool(), tokens, torch.full_like(tokens, ids["pad_token"]))
+    return tokens, mask
+
+
+def trace(module, max_length: int, vocab_size: int, ids: dict[str, int], seed: int = 0):
+    """`torch.jit.trace` of `module` on a padded example batch of 2 (CPU)."""
+    generator = torch.Generator().manual_seed(seed)
+    example = verification_inputs(2, max_length, vocab_size, ids, generator)  # row 2 is padded
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # jit deprecation notices, tracer warnings checked below
+        return torch.jit.trace(module, example, check_trace=False)
+
+
+def device_constants(traced) -> list[str]:
+    """Graph lines that pin a device (such a module only runs on that device)."""
+    found = []
+    for line in str(traced.inlined_graph).splitlines():
+        if "prim::Constant" in line and ('value="cpu"' in line or 'value="cuda' in line):
+            found.append(line.strip())
+    return found
+
+
+def compare(candidate, reference, max_length: int, vocab_size: int, ids: dict[str, int],
+            batch_sizes=VERIFY_BATCH_SIZES, seed: int = 1, device=None) -> dict[int, float]:
+    """max |candidate - reference| per batch size, on the same random batches."""
+    generator = torch.Generator().manual_seed(seed)
+    diffs = {}
+    with torch.no_grad():
+        for batch_size in batch_sizes:
+            tokens, mask = verification_inputs(batch_size, max_length, vocab_size, ids, generator)
+            if device is not None:
+                tokens, mask = tokens.to(device), mask.to(device)
+            got = candidate(tokens, mask)
+            want = reference(tokens, mask)
+            if tuple(got.shape) != (batch_size, 1) or got.dtype != torch.float32:
+                raise ExportError(f"the traced module returns {got.dtype} {tuple(got.shape)} for a batch of "
+                                  f"{batch_size}; the bert contract is float32 [{batch_size}, 1]")
+            diff = (got.float() - want.float()).abs().max().item()
+            diffs[batch_size] = diff if math.isfinite(diff) else float("inf")
+    return diffs
+
+
+def export_torchscript(module, out_path: str, *, max_length: int, vocab_size: int, ids: dict[str, int],
+                       reference=None, half: bool = False, batch_sizes=VERIFY_BATCH_SIZES,
+                       seed: int = 0, log=None) -> dict:
+    """Trace `module` (contract above), verify it, and write it to `out_path`.
+
+    `reference` (default: `module` itself) is the eager model the trace must reproduce.
+    With `half`, both are converted to float16 and compared in float16 (the difference to
+    the float32 reference is reported too). Raises `ExportError`, writing nothing, when
+    the traced module differs by more than the tolerance; the saved file is loaded back
+    with `torch.jit.load` and checked again before it replaces `out_path`.
+    """
+    log = log or (lambda message: None)
+    module = module.eval()
+    reference = (reference if reference is not None else module).eval()
+    fp32_reference = None
+    if half:
+        generator = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():
+            fp32_reference = {b: reference(*verification_inputs(b, max_length, vocab_size, ids, generator))
+                              for b in batch_sizes}
+        module = module.half()
+        reference = reference.half()
+    tolerance = FP16_TOLERANCE if half else FP32_TOLERANCE
+    started = time.perf_counter()
+    traced = trace(module, max_length, vocab_size, ids, seed)
+    diffs = compare(traced, reference, max_length, vocab_size, ids, batch_sizes, seed=seed + 1)
+    worst = max(diffs.values())
+    log(f"traced in {time.perf_counter() - started:.1f} s; max |traced - eager| = {worst:.3g} "
+        f"({'float16' if half else 'float32'}; batch sizes {', '.join(map(str, batch_sizes))})")
+    if not worst <= tolerance:
+        raise ExportError(f"the traced module differs from eager PyTorch by {worst:.3g} (> {tolerance:g}; "
+                          f"per batch size: {diffs}); {out_path} was not written")
+    result = {"max_abs_diff": worst, "per_batch_size": {str(k): v for k, v in diffs.items()},
+              "tolerance": tolerance, "dtype": "float16" if half else "float32", "max_length": max_length}
+    if fp32_reference is not None:
+        generator = torch.Generator().manual_seed(seed + 1)
+        with torch.no_grad():
+            vs32 = max((traced(*verification_inputs(b, max_length, vocab_size, ids, generator)) - fp32_reference[b])
+                       .abs().max().item() for b in batch_sizes)
+        result["max_abs_diff_vs_float32"] = vs32
+        log(f"float16 module vs the float32 model: max |diff| = {vs32:.3g}")
+    pinned = device_constants(traced)
+    result["device_constants"] = pinned
+    if pinned:
+        log(f"warning: the traced graph pins a device ({len(pinned)} constants, e.g. {pinned[0]}); "
+            "it may only run on the device it was traced on")
+    directory = os.path.dirname(os.path.abspath(out_path))
+    os.makedirs(directory, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".export-", dir=directory)
+    temporary = os.path.join(staging, os.path.basename(out_path))  # the archive is named after the file
+    try:
+        torch.jit.save(traced, temporary)
+        loaded = torch.jit.load(temporary, map_location="cpu")
+        reloaded = compare(loaded, reference, max_length, vocab_size, ids, batch_sizes[:2], seed=seed + 2)
+        if not max(reloaded.values()) <= tolerance:
+            raise ExportError(f"the saved module, loaded back, differs from eager PyTorch by "
+                              f"{max(reloaded.values()):.3g}; {out_path} was not written")
+        os.replace(temporary, out_path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if torch.cuda.is_available():
+        on_gpu = torch.jit.load(out_path, map_location="cuda")
+        gpu_reference = reference.to("cuda")
+        gpu = compare(on_gpu, gpu_reference, max_length, vocab_size, ids, batch_sizes[:2], seed=seed + 3,
+                      device="cuda")
+        reference.to("cpu")
+        result["cuda_max_abs_diff"] = max(gpu.values())
+        log(f"loaded on the GPU: max |traced - eager| = {result['cuda_max_abs_diff']:.3g}")
+    result["bytes"] = os.path.getsize(out_path)
+    return result
+
+
+def write_tokenizer(source: str, directory: str, max_length: int, vocab_size: int | None = None) -> list[str]:
+    """Copy the tokenizer files of `source` into `directory` (what `preprocess` loads),
+    check they load, and that every token id has an embedding."""
+    from ..tokenizer import save_tokenizer_files
+
+    try:
+        written = save_tokenizer_files(source, directory)
+    except (ValueError, OSError) as err:
+        raise BertError(f"{source}: cannot write its tokenizer ({err}); the BERT checkpoint must come with "
+                        "its vocab.txt (or tokenizer.json); with export-bert, --tokenizer DIR names another folder "
+                        "that has them") from None
+    tokenizer = load_tokenizer(directory, max_length, "the exported model")
+    if vocab_size is not None and tokenizer.vocab_size > vocab_size:
+        raise BertError(f"{source}: the tokenizer has {tokenizer.vocab_size} tokens but the model embeds only "
+                        f"{vocab_size}; the tokenizer belongs to another model")
+    return written
+
+
+def export_checkpoint(checkpoint: str, out_path: str, max_length: int = contracts.DEFAULT_MAX_LENGTH,
+                      half: bool = False, tokenizer: str | None = None, log=None) -> dict:
+    """`export-bert`: checkpoint folder -> verified TorchScript `out_path` + tokenizer files."""
+    log = log or (lambda message: None)
+    if max_length < 2:
+        raise BertError(f"--max-length {max_length}: must be at least 2 ([CLS] and [SEP])")
+    model = load_sequence_regressor(checkpoint)
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if limit is not None and max_length > limit:
+        raise BertError(f"--max-length {max_length}: the model has position embeddings for {limit} tokens; "
+                        f"use --max-length {limit} or less")
+    source = tokenizer or checkpoint
+    tok = load_tokenizer(source, max_length, "export-bert (pass the folder with vocab.txt as --tokenizer)")
+    vocab_size = int(model.config.vocab_size)
+    if tok.vocab_size > vocab_size:
+        raise BertError(f"{source}: the tokenizer has {tok.vocab_size} tokens but the model embeds only "
+                        f"{vocab_size}; the tokenizer belongs to another model")
+    ids = special_ids(tok)
+    result = export_torchscript(SequenceRegressor(model), out_path, max_length=max_length, vocab_size=vocab_size,
+                                ids=ids, reference=EagerReference(model), half=half, log=log)
+    result["tokenizer_files"] = write_tokenizer(source, os.path.dirname(os.path.abspath(out_path)), max_length,
+                                                vocab_size)
+    result["checkpoint"] = os.path.abspath(checkpoint)
+    return result

@@ -1,0 +1,66 @@
+"""`TorchScriptRunner`: an artifact set's `model.pt`, run by torch.jit (what the libtorch
+backend runs)."""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from ..artifacts.manifest import MODEL_PT
+from ..device import Device, as_device
+
+
+def embedding_rows(module) -> int | None:
+    """The number of token ids a BERT module embeds (rows of its word-embedding matrix),
+    or None if it has none that can be found by name."""
+    for name, parameter in module.named_parameters():
+        if name.endswith("word_embeddings.weight") and parameter.dim() == 2:
+            return int(parameter.shape[0])
+    return None
+
+
+def check_token_ids(ids, mask, vocab_size: int | None) -> None:
+    """ValueError (one line) unless every id is in [0, vocab_size) and the mask is 0/1."""
+    if ids.size:
+        low, high = int(ids.min()), int(ids.max())
+        if low < 0 or (vocab_size is not None and high >= vocab_size):
+            where = f"[0, {vocab_size})" if vocab_size is not None else "[0, ...)"
+            raise ValueError(f"input__0 holds the token id {low if low < 0 else high}, outside the model's "
+                             f"vocabulary {where}")
+    if mask.size and not bool(((mask == 0) | (mask == 1)).all()):
+        raise ValueError("input__1 (the attention mask) must hold only 0 and 1")
+
+
+class TorchScriptRunner:
+    """(input_ids, attention_mask) int64 `(n, L)` -> scores float32 `(n, 1)`, on the CPU.
+    A batch whose ids fall outside the vocabulary, or whose mask is not 0/1, is a
+    ValueError (the module would fail with a TorchScript traceback)."""
+
+    FILES = (MODEL_PT,)
+
+    def __init__(self, module, device: Device | str | None = None):
+        import torch
+
+        if as_device(device).is_gpu:
+            raise ValueError("the TorchScript runner runs on the CPU (KIND_CPU); on a GPU use the gpu or hybrid "
+                             "profile, where the pytorch_libtorch backend serves model.pt")
+        self.torch = torch
+        self.module = module.eval()
+        self.vocab_size = embedding_rows(self.module)
+
+    @classmethod
+    def from_folder(cls, folder: str, device: Device | str | None = None) -> "TorchScriptRunner":
+        import torch
+
+        return cls(torch.jit.load(os.path.join(folder, MODEL_PT), map_location="cpu"), device)
+
+    def describe(self) -> str:
+        return f"TorchScript model.pt on the CPU (vocabulary of {self.vocab_size} ids)"
+
+    def __call__(self, ids, mask):
+        torch = self.torch
+        check_token_ids(ids, mask, self.vocab_size)
+        with torch.inference_mode():
+            scores = self.module(torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)),
+                                 torch.from_numpy(np.ascontiguousarray(mask, dtype=np.int64)))
+        return scores.reshape(-1, 1).to(torch.float32).numpy()

@@ -1,0 +1,113 @@
+"""CLI: `evaluate`: RMSE of an artifact set (in process) or of a running ensemble on a
+CSV with targets, e.g. excerpts held out from training."""
+from __future__ import annotations
+
+import csv
+import json
+import sys
+
+from .. import contracts
+from ..errors import CommandError
+from .common import data_arguments, progress
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "evaluate", help="RMSE of an artifact set or a running ensemble on a CSV with targets",
+        description="Score the texts of a CSV that has targets, and report the RMSE of the BERT "
+                    "branch, the forest branch and SCORE, next to the RMSE of the targets' own mean (the "
+                    "best constant) and the best BERT weight on these texts. With --artifacts the models "
+                    "of an artifact folder run in process, exactly as serving computes them (features "
+                    "with its vocabulary.json, Treelite GTIL on checkpoint.tl, torch.jit on model.pt; "
+                    "checksums checked against manifest.json); a folder from train-forest alone gives the "
+                    "forest branch only. With --url a running 'readability' ensemble is asked instead. "
+                    "Use texts the models were not trained on.")
+    source = p.add_mutually_exclusive_group(required=True)
+    source.add_argument("--artifacts", metavar="DIR", help="artifact folder (build-demo, train-forest, export-bert)")
+    source.add_argument("--url", help="address of a running server (e.g. 127.0.0.1:8000 for http, :8001 for grpc)")
+    data_arguments(p, what="CSV of texts the models were not trained on,")
+    p.add_argument("--protocol", choices=("http", "grpc"), default="http", help="with --url (default: http)")
+    p.add_argument("--bert-weight", type=float, default=0.5,
+                   help="with --artifacts: BERT weight of SCORE (default 0.5, as assemble)")
+    p.add_argument("--forest-weight", type=float, default=0.5,
+                   help="with --artifacts: forest weight of SCORE (default 0.5, as assemble)")
+    p.add_argument("--batch-size", type=int, default=32, help="texts per batch or request (default 32)")
+    p.add_argument("--outputs", default=None,
+                   help="with --url: the ensemble outputs to ask for, comma-separated (default: "
+                        "SCORE,BERT_SCORE,FOREST_SCORE); the report covers those")
+    p.add_argument("--out", metavar="FILE", help="also write each text's target and predictions to this CSV")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_evaluate)
+
+
+def cmd_evaluate(args) -> int:
+    from ..artifacts.pipeline import Pipeline
+    from ..data import read_table
+    from ..metrics import summarize
+    from ..scoring import blend_weights
+    from ..triton.client import parse_outputs, served_predictions
+
+    limit = contracts.MAX_BATCH_SIZE[contracts.ENSEMBLE]
+    if args.batch_size < 1 or (args.url and args.batch_size > limit):
+        raise CommandError(f"--batch-size must be at least 1 (and at most {limit}, the ensemble's max_batch_size, "
+                           "with --url)")
+    try:
+        blend_weights(args.bert_weight, args.forest_weight)
+    except ValueError as err:
+        raise CommandError(err) from None
+    outputs = contracts.OUTPUTS
+    if args.outputs is not None:
+        if not args.url:
+            raise CommandError("--outputs applies to --url only (--artifacts computes every branch present)")
+        try:
+            outputs = parse_outputs(args.outputs)
+        except ValueError as err:
+            raise CommandError(f"--outputs: {err}") from None
+    if args.url and (args.bert_weight, args.forest_weight) != (0.5, 0.5):
+        raise CommandError("--bert-weight/--forest-weight apply to --artifacts only: a served SCORE uses the "
+                           "weights its repository was assembled with")
+    table = read_table(args.data, args.column, args.target)
+    if args.artifacts:
+        pipeline = Pipeline.from_folder(args.artifacts, args.bert_weight, args.forest_weight)
+        try:
+            predictions = pipeline(table.texts, batch_size=args.batch_size, progress=progress)
+        except ValueError as err:  # a text the served ensemble would refuse too
+            raise CommandError(f"{args.data}: {err} (the served ensemble refuses it too)") from None
+        where = f"artifacts {args.artifacts}"
+    else:
+        predictions = served_predictions(args.url, table.texts, protocol=args.protocol, batch_size=args.batch_size,
+                                         progress=progress, outputs=outputs)
+        where = f"the ensemble at {args.url} ({args.protocol})"
+    report = summarize(table.targets, predictions)
+    report["data"], report["source"] = args.data, where
+    if args.artifacts and "score" in predictions:
+        report["weights"] = {"bert": args.bert_weight, "forest": args.forest_weight}
+    if args.out:
+        names = [name for name in ("score", "bert", "forest") if name in predictions]
+        with open(args.out, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["text", "target"] + [f"{name}_score" if name != "score" else name for name in names])
+            for i, text in enumerate(table.texts):
+                writer.writerow([text, table.targets[i]] + [f"{float(predictions[n][i]):.6f}" for n in names])
+        print(f"wrote {len(table.texts)} predictions to {args.out}", file=sys.stderr)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print_report(report)
+    return 0
+
+
+def print_report(report: dict) -> None:
+    print(f"{report['texts']} texts of {report['data']}, scored by {report['source']}\n")
+    print(f"{'':<8}  {'RMSE':>7}")
+    labels = {"bert": "BERT", "forest": "forest", "score": "SCORE"}
+    for name, value in report["rmse"].items():
+        note = ""
+        if name == "score" and "weights" in report:
+            note = f"  ({report['weights']['bert']:g} BERT + {report['weights']['forest']:g} forest)"
+        print(f"{labels[name]:<8}  {value:>7.4f}{note}")
+    print(f"{'mean':<8}  {report['rmse_of_the_mean']:>7.4f}  (the targets' own mean: the best constant)")
+    if "best_bert_weight" in report:
+        w = report["best_bert_weight"]
+        print(f"\nbest blend on these texts: {w:.2f} BERT + {1 - w:.2f} forest, RMSE "
+              f"{report['rmse_at_best_weight']:.4f} (fitted on the texts it scores: optimistic)")

@@ -1,0 +1,336 @@
+"""CLI: `assemble`, `serve`, `score` and `demo`."""
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import sys
+import time
+
+from ..errors import CommandError
+from .common import progress
+
+#: Texts of clearly different difficulty, written for this demo.
+DEMO_TEXTS = (
+    "The cat sat on the mat. It was a warm day. The cat was happy and went to sleep in the sun.",
+    "Tom and his sister ran down to the lake after lunch. They threw small stones into the water and "
+    "counted the rings until their mother called them home for supper.",
+    "The city council voted on Tuesday to extend the bus line to the new hospital, a change that "
+    "officials said would shorten many patients' trips by half an hour.",
+    "Photosynthesis converts light energy into chemical energy: chlorophyll absorbs photons, and the "
+    "resulting electron transport drives the synthesis of ATP and NADPH, which the Calvin cycle then "
+    "consumes to fix atmospheric carbon dioxide into carbohydrates.",
+    "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor against "
+    "any liability, howsoever arising, consequent upon the lessee's failure to observe covenants "
+    "hereinbefore enumerated, save insofar as such liability proceeds from the lessor's negligence.",
+)
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "assemble", help="build a complete model repository for a profile from an artifact set",
+        description="Write the configs of a profile (gpu, hybrid, cpu, portable), the Python models' "
+                    "model.py and the artifacts into a Triton model repository, after checking the "
+                    "artifacts against their manifest.json and the tensor contracts.")
+    p.add_argument("--profile", required=True, choices=("gpu", "hybrid", "cpu", "portable"))
+    p.add_argument("--artifacts", required=True, metavar="DIR",
+                   help="artifact set (model.pt, tokenizer files, checkpoint.tl, vocabulary.json, manifest.json)")
+    p.add_argument("--out", required=True, metavar="REPO", help="repository folder to write")
+    p.add_argument("--bert-weight", type=float, default=0.5, help="weight of BERT_SCORE in SCORE (default 0.5)")
+    p.add_argument("--forest-weight", type=float, default=0.5, help="weight of FOREST_SCORE in SCORE (default 0.5)")
+    p.add_argument("--max-text-bytes", type=int, default=None,
+                   help="largest UTF-8 text the Python steps accept (default 100000)")
+    p.add_argument("--force", action="store_true", help="replace REPO if it exists")
+    p.set_defaults(func=cmd_assemble)
+
+    p = subparsers.add_parser(
+        "serve", help="run the tritonserver of the nvidia-pytriton wheel on a repository (127.0.0.1)",
+        description="Run the official tritonserver binary shipped in the nvidia-pytriton wheel (python "
+                    "backend and ensembles; it serves the 'portable' profile) on 127.0.0.1, forward its "
+                    "log, and stop it cleanly on Ctrl-C or SIGTERM.")
+    p.add_argument("--repository", required=True, metavar="REPO")
+    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--grpc-port", type=int, default=8001)
+    p.add_argument("--metrics-port", type=int, default=8002)
+    p.add_argument("--log-file", default=None, help="write the server log here instead of stderr")
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness")
+    p.add_argument("--health-interval", type=float, default=5.0,
+                   help="seconds between canary inferences through the ensemble; a failed one makes serve "
+                        "reload the models whose stubs died, or restart the server (0: no supervision; "
+                        "default 5)")
+    p.add_argument("--health-port", type=int, default=None,
+                   help="also answer GET /healthz on 127.0.0.1:PORT with the canary's result (200 or 503), "
+                        "for an HTTP liveness probe")
+    p.add_argument("--drain-timeout", type=float, default=30.0,
+                   help="on SIGTERM, seconds to let requests in flight finish before the server is stopped "
+                        "(default 30)")
+    p.set_defaults(func=cmd_serve)
+
+    p = subparsers.add_parser(
+        "health", help="send a canary text through a running ensemble: exit 0 if it is scored",
+        description="Send one canary text through the 'readability' ensemble and check that a finite SCORE "
+                    "comes back. Triton's own readiness stays 200 when a python-backend stub has died; this "
+                    "check does not. Exit status 0 (healthy) or 1 (not), with one line that says why: usable "
+                    "as a Kubernetes exec liveness probe.")
+    p.add_argument("--url", default="127.0.0.1:8000", help="server address (default 127.0.0.1:8000)")
+    p.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the answer (default 10)")
+    p.set_defaults(func=cmd_health)
+
+    p = subparsers.add_parser(
+        "score", help="score texts through the readability ensemble of a running server",
+        description="Send texts to the 'readability' ensemble and print (or write) SCORE, BERT_SCORE and "
+                    "FOREST_SCORE. Texts come from the arguments, a CSV file (--csv), or standard input "
+                    "(one text per line).")
+    p.add_argument("texts", nargs="*", help="texts to score")
+    p.add_argument("--csv", dest="csv_path", metavar="FILE", help="CSV with a text column")
+    p.add_argument("--column", default="excerpt", help="text column of --csv (default: excerpt)")
+    p.add_argument("--out", metavar="FILE", help="write a CSV with the scores here")
+    p.add_argument("--url", default=None, help="server address (default 127.0.0.1:8000 http, :8001 grpc)")
+    p.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    p.add_argument("--batch-size", type=int, default=64, help="texts per request (at most 64)")
+    p.add_argument("--outputs", default="SCORE,BERT_SCORE,FOREST_SCORE",
+                   help="the ensemble outputs to ask for, comma-separated (default: all three)")
+    p.set_defaults(func=cmd_score)
+
+    p = subparsers.add_parser(
+        "demo", help="build demo artifacts, serve them, score example texts, stop",
+        description="Build (or reuse) demo artifacts, assemble the portable profile, start a real "
+                    "tritonserver on 127.0.0.1, score example texts through the ensemble, print a table "
+                    "and stop the server.")
+    p.add_argument("--artifacts", default=".cache/demo-artifacts", metavar="DIR")
+    p.add_argument("--repository", default=".cache/demo-repository", metavar="REPO")
+    p.add_argument("--data", default=None, metavar="CSV",
+                   help="training CSV (default: the shared CommonLit data if present, else a generated corpus)")
+    p.add_argument("--bert", choices=("minilm", "tiny"), default="minilm")
+    p.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    p.set_defaults(func=cmd_demo)
+
+
+# ------------------------------------------------------------------------- assemble
+
+
+def cmd_assemble(args) -> int:
+    from .. import contracts
+    from ..triton.repository import assemble
+
+    manifest = assemble(args.artifacts, args.out, args.profile, bert_weight=args.bert_weight,
+                        forest_weight=args.forest_weight,
+                        max_text_bytes=args.max_text_bytes or contracts.DEFAULT_MAX_TEXT_BYTES, force=args.force)
+    print(f"assembled profile {args.profile!r} in {args.out} (max_length {manifest.max_length}, "
+          f"{manifest.n_features} features)")
+    return 0
+
+
+# ---------------------------------------------------------------------------- serve
+
+
+def cmd_serve(args) -> int:
+    import threading
+
+    from ..triton.health import Supervisor
+    from ..triton.server import TritonServer
+
+    server = TritonServer(args.repository, args.http_port, args.grpc_port, args.metrics_port,
+                          log_file=args.log_file, drain_timeout=args.drain_timeout)
+    stopping = []
+
+    def on_signal(signum, _frame):
+        stopping.append(signum)
+
+    def say(message: str) -> None:
+        print(f"readability-triton serve: {message}", file=sys.stderr, flush=True)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    supervisor = Supervisor(server, interval=args.health_interval or 1.0, log=say)
+    watcher = threading.Thread(target=supervisor.run, daemon=True)
+    health_server = None
+    try:
+        server.start(timeout=args.timeout)
+        print(f"tritonserver ready (pid {server.process.pid}): http {server.http_url}, grpc {server.grpc_url}, "
+              f"metrics {server.metrics_url}; Ctrl-C stops it", file=sys.stderr, flush=True)
+        if args.health_port:
+            health_server = _health_endpoint(args.health_port, server)
+            say(f"GET http://127.0.0.1:{args.health_port}/healthz answers with the canary's result")
+        if args.health_interval > 0:
+            watcher.start()
+        while not stopping:
+            if args.health_interval <= 0 and server.process.poll() is not None:
+                break
+            time.sleep(0.2)
+    finally:
+        supervisor.stop()
+        if watcher.is_alive():
+            watcher.join(timeout=60)  # a repair in progress finishes first
+        if health_server is not None:
+            health_server.shutdown()
+        if stopping:
+            say(f"stopping: unloading the ensemble and letting the requests in flight finish (at most "
+                f"{args.drain_timeout:g} s), then stopping tritonserver")
+        code = server.stop()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    report = server.last_stop
+    if report.get("removed_shm"):
+        say(f"removed {len(report['removed_shm'])} /dev/shm segment(s) the server left behind")
+    if not stopping:
+        raise CommandError(f"tritonserver exited on its own with status {code}")
+    detail = "" if report.get("drained") else " (not drained: " + (
+        report.get("error") or f"still loaded after the drain timeout: {', '.join(report.get('still_loaded', []))}"
+    ) + ")"
+    print(f"tritonserver stopped (status {code}){detail}", file=sys.stderr)
+    return 0
+
+
+def _health_endpoint(port: int, server):
+    """A tiny HTTP server on 127.0.0.1:`port` whose GET /healthz runs the canary."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from ..triton.health import check
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802 - the http.server API
+            if self.path.rstrip("/") != "/healthz":
+                self.send_error(404, "only /healthz is served here")
+                return
+            health = check(server.http_url, "http", timeout=10)
+            body = (("ok: " if health.ok else "unhealthy: ") + health.message + "\n").encode("utf-8")
+            self.send_response(200 if health.ok else 503)
+            self.send_header("Content-Type", "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):  # quiet: probes come every few seconds
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    return httpd
+
+
+def cmd_health(args) -> int:
+    from ..triton.health import check
+
+    health = check(args.url, args.protocol, args.timeout)
+    if health.ok:
+        print(f"healthy: {health.message}")
+        return 0
+    print(f"unhealthy: {health.message}", file=sys.stderr)
+    return 1
+
+
+# ---------------------------------------------------------------------------- score
+
+
+def _read_texts(args) -> list[str]:
+    from ..data import read_table
+
+    if args.csv_path:
+        return read_table(args.csv_path, args.column).texts
+    if args.texts:
+        return list(args.texts)
+    if sys.stdin.isatty():
+        raise CommandError("no texts: give them as arguments, with --csv FILE, or on standard input")
+    texts = [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    if not texts:
+        raise CommandError("standard input holds no text")
+    return texts
+
+
+#: Columns of `score`'s table and CSV: (ensemble output, Score attribute, CSV header, label).
+_COLUMNS = (("BERT_SCORE", "bert", "bert_score", "BERT"), ("FOREST_SCORE", "forest", "forest_score", "forest"),
+            ("SCORE", "score", "score", "score"))
+
+
+def cmd_score(args) -> int:
+    from ..triton.client import ReadabilityClient, parse_outputs
+
+    if not 1 <= args.batch_size <= 64:
+        raise CommandError("--batch-size must be between 1 and 64 (the ensemble's max_batch_size)")
+    try:
+        outputs = parse_outputs(args.outputs)
+    except ValueError as err:
+        raise CommandError(f"--outputs: {err}") from None
+    texts = _read_texts(args)
+    url = args.url or ("127.0.0.1:8000" if args.protocol == "http" else "127.0.0.1:8001")
+    with ReadabilityClient(url, args.protocol, batch_size=args.batch_size) as client:
+        if not client.ready():
+            raise CommandError(f"no ready 'readability' model at {url} ({args.protocol}); start one "
+                               "with `readability-triton serve --repository REPO`")
+        with progress(total=len(texts), unit="text", desc="scoring") as bar:
+            scores = client.score(texts, progress=bar, outputs=outputs)
+    if args.out:
+        # CSV columns: text, then the requested scores in the order score, bert_score, forest_score
+        columns = [c for c in (_COLUMNS[2], _COLUMNS[0], _COLUMNS[1]) if c[0] in outputs]
+        with open(args.out, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(["text"] + [c[2] for c in columns])
+            for s in scores:
+                writer.writerow([s.text] + [f"{getattr(s, c[1]):.6f}" for c in columns])
+        print(f"wrote {len(scores)} scores to {args.out}", file=sys.stderr)
+    else:
+        print_table(scores, outputs=outputs)
+    return 0
+
+
+def print_table(scores, width: int = 60, latency: bool = False, outputs=("SCORE", "BERT_SCORE", "FOREST_SCORE")) -> None:
+    columns = [c for c in _COLUMNS if c[0] in outputs]
+    header = f"{'text':<{width}}" + "".join(f"  {c[3]:>7}" for c in columns)
+    if latency:
+        header += f"  {'latency':>9}"
+    print(header)
+    print("-" * len(header))
+    for s in scores:
+        text = " ".join(s.text.split())
+        text = text if len(text) <= width else text[: width - 1] + "…"
+        line = f"{text:<{width}}" + "".join(f"  {getattr(s, c[1]):>7.3f}" for c in columns)
+        if latency:
+            line += f"  {s.latency_ms:>6.1f} ms"
+        print(line)
+
+
+# ----------------------------------------------------------------------------- demo
+
+
+def cmd_demo(args) -> int:
+    from ..data import COMMONLIT_CSV
+    from ..triton.client import ReadabilityClient
+    from ..triton.repository import assemble
+    from ..triton.server import TritonServer
+    from .training import ensure_demo_artifacts
+
+    data = args.data
+    if data is None and os.path.isfile(COMMONLIT_CSV):
+        data = os.path.normpath(COMMONLIT_CSV)
+    print(f"demo artifacts in {args.artifacts} (BERT branch: {args.bert}; training data: "
+          f"{data or 'a corpus generated by readability-triton'})", file=sys.stderr, flush=True)
+    built = ensure_demo_artifacts(args.artifacts, data=data, bert=args.bert)
+    info = built.manifest.info
+    assemble(args.artifacts, args.repository, "portable", force=True)
+    log_file = os.path.abspath(args.repository.rstrip("/") + ".server.log")
+    open(log_file, "w").close()
+    server = TritonServer(args.repository, log_file=log_file)
+    print(f"starting tritonserver on 127.0.0.1 (http {server.http_port}, grpc {server.grpc_port}); "
+          f"log: {log_file}", file=sys.stderr, flush=True)
+    server.start(timeout=300)
+    try:
+        url = server.http_url if args.protocol == "http" else server.grpc_url
+        with ReadabilityClient(url, args.protocol) as client:
+            client.score([DEMO_TEXTS[0]])  # warm-up: the first request pays one-time costs in each step
+            scores = [client.score([text])[0] for text in DEMO_TEXTS]
+    finally:
+        code = server.stop()
+    print(f"\nScores from the 'readability' ensemble ({args.protocol}, one request per text; "
+          "higher = easier, CommonLit scale):\n")
+    print_table(scores, latency=True)
+    bert, forest = info.get("bert", {}), info.get("forest", {})
+    print(f"\nBERT branch: {bert.get('encoder', args.bert)}, {bert.get('folds')}-fold CV RMSE "
+          f"{bert.get('cv_rmse', float('nan')):.3f}; forest: {forest.get('folds')}-fold CV RMSE "
+          f"{forest.get('cv_rmse', float('nan')):.3f}; SCORE = 0.5 BERT + 0.5 forest.")
+    if not info.get("data", {}).get("calibrated", True):
+        print("NOTE: trained on a corpus generated by readability-triton (no CommonLit data found): these "
+              "scores are illustrative, not CommonLit-calibrated. Pass --data train.csv for real ones.")
+    print(f"tritonserver (pid {server.process.pid}) stopped, status {code}.")
+    return 0

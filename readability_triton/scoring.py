@@ -1,0 +1,49 @@
+"""SCORE from the two branch scores: the blend weights and the weighted mean.
+
+`postprocess` (served), the in-process pipeline behind `evaluate --artifacts`, and
+`assemble`'s check of the weights all compute it here.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def blend_weights(bert_weight: float, forest_weight: float) -> tuple[float, float]:
+    """The SCORE weights normalised to sum 1; ValueError unless both are non-negative
+    with a positive sum."""
+    bert_weight, forest_weight = float(bert_weight), float(forest_weight)
+    if not (bert_weight >= 0 and forest_weight >= 0 and bert_weight + forest_weight > 0):
+        raise ValueError(f"the BERT weight ({bert_weight}) and the forest weight ({forest_weight}) must be "
+                         "non-negative with a positive sum")
+    total = bert_weight + forest_weight
+    return bert_weight / total, forest_weight / total
+
+
+def blend(bert, forest, bert_weight: float = 0.5, forest_weight: float = 0.5, xp=np):
+    """SCORE: the weighted mean of the two branch scores (float64 sum, float32 result)."""
+    b, f = blend_weights(bert_weight, forest_weight)
+    return (b * xp.asarray(bert).astype(xp.float64) + f * xp.asarray(forest).astype(xp.float64)).astype(xp.float32)
+
+
+def best_bert_weight(bert, forest, target) -> float:
+    """The BERT weight w in [0, 1] that minimises the RMSE of w·bert + (1−w)·forest on
+    these texts (least squares, clipped)."""
+    bert, forest, target = (np.asarray(a, dtype=np.float64) for a in (bert, forest, target))
+    d = bert - forest
+    denominator = float(d @ d)
+    if denominator == 0.0:
+        return 0.5
+    return float(np.clip(d @ (target - forest) / denominator, 0.0, 1.0))
+
+
+class Blender:
+    """The postprocess step as a runner: (bert, forest) -> (SCORE, BERT_SCORE, FOREST_SCORE)."""
+
+    def __init__(self, bert_weight: float = 0.5, forest_weight: float = 0.5, xp=np):
+        blend_weights(bert_weight, forest_weight)  # refuse bad weights when built
+        self.weights = (float(bert_weight), float(forest_weight))
+        self.xp = xp
+
+    def __call__(self, bert, forest):
+        xp = self.xp
+        return blend(bert, forest, *self.weights, xp=xp), bert.astype(xp.float32), forest.astype(xp.float32)

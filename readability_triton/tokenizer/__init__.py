@@ -1,0 +1,14 @@
+"""BERT WordPiece tokenization equal to Hugging Face's, on the CPU (tokenizers) and on the
+GPU (cuDF + CuPy, exact by routing), and its runner.
+
+- `files.py`: the tokenizer files of an artifact set, read and written;
+- `wordpiece.py`: `WordPieceTokenizer` (both paths), padding and special tokens;
+- `routing.py`: which texts the GPU engine cannot match (sent to the CPU path);
+- `cudf_engine.py`: the only code that imports cuDF;
+- `runner.py`: `TokenizerRunner`, what `preprocess` and the in-process pipeline run.
+"""
+from .files import TOKENIZER_FILES, load_backend, load_vocab, save_tokenizer_files
+from .wordpiece import WordPieceTokenizer, add_special_tokens, pad_rows
+
+__all__ = ["TOKENIZER_FILES", "WordPieceTokenizer", "add_special_tokens", "load_backend", "load_vocab",
+           "pad_rows", "save_tokenizer_files"]

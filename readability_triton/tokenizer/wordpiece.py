@@ -1,0 +1,217 @@
+"""BERT WordPiece tokenization, identical to Hugging Face's, on the CPU and on the GPU.
+
+`WordPieceTokenizer.from_directory(path, max_length)` reads the tokenizer files of an
+artifact set (see `files.py`) and `.encode(texts)` returns `(input_ids, attention_mask)`,
+int64 arrays of shape `(len(texts), max_length)`: `[CLS] ... [SEP]`, truncated to
+`max_length`, padded with `[PAD]` (mask 0). The result is what
+`transformers.BertTokenizerFast.from_pretrained(path)(texts, padding="max_length",
+truncation=True, max_length=max_length)` gives.
+
+Two paths, one result:
+
+- CPU (`encode(texts)`): the `tokenizers` library, one batched call, packed with NumPy.
+- GPU (`encode(texts, xp=cupy)` or `device="gpu"`): cuDF's `CharacterNormalizer` and
+  `WordPieceVocabulary` (cuDF >= 25.04, `cudf_engine.py`), then [CLS]/[SEP], truncation,
+  padding and the mask in CuPy (`add_special_tokens`); CuPy arrays out. cuDF's WordPiece
+  does not match Hugging Face on every input, so `routing.DevicePath` sends the texts it
+  cannot match to the CPU path and writes their rows into the device result. Where cuDF
+  is missing or too old, or the tokenizer is not a BERT WordPiece pipeline the GPU path
+  can reproduce, `encode(..., xp=cupy)` tokenizes on the CPU, uploads the result and logs
+  the reason once.
+"""
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import os
+import re
+from typing import Sequence
+
+import numpy as np
+
+from .. import contracts
+from ..device import Device
+from ..texts import _as_list, _culprit, as_str
+from .files import SPECIAL_DEFAULTS, load_backend
+
+log = logging.getLogger(__name__)
+
+
+# ------------------------------------------------------------- array assembly
+
+
+def pad_rows(rows: Sequence[Sequence[int]], max_length: int, pad_id: int):
+    """Token-id rows (special tokens included, at most `max_length` long) -> padded ids, mask."""
+    n = len(rows)
+    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=n)
+    if n and int(lengths.max()) > max_length:
+        raise ValueError(f"a row has {int(lengths.max())} tokens, more than max_length {max_length}")
+    flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
+    mask = np.arange(max_length, dtype=np.int64)[None, :] < lengths[:, None]
+    ids = np.full((n, max_length), pad_id, dtype=np.int64)
+    ids[mask] = flat
+    return ids, mask.astype(np.int64)
+
+
+def add_special_tokens(values, counts, max_length: int, cls_id: int, sep_id: int, pad_id: int, xp=np):
+    """Ragged WordPiece ids -> `[CLS] first max_length-2 ids [SEP] [PAD]...` and the mask.
+
+    `values` holds the ids of all rows back to back, `counts` the number of ids of each
+    row (both `xp` arrays). No host synchronisation: gathers and `where`, no boolean
+    indexing, so the same code runs on NumPy and CuPy.
+    """
+    counts = counts.astype(xp.int64)
+    n = int(counts.shape[0])
+    starts = xp.cumsum(counts) - counts
+    keep = xp.minimum(counts, max_length - 2)
+    cols = xp.arange(max_length, dtype=xp.int64)[None, :]
+    body = (cols >= 1) & (cols <= keep[:, None])
+    if values.shape[0] == 0:
+        values = xp.zeros(1, dtype=xp.int64)
+    source = xp.clip(starts[:, None] + cols - 1, 0, values.shape[0] - 1)
+    ids = xp.where(body, values[source].astype(xp.int64), xp.asarray(pad_id, dtype=xp.int64))
+    ids[:, 0] = cls_id
+    ids[xp.arange(n), keep + 1] = sep_id
+    mask = (cols < (keep + 2)[:, None]).astype(xp.int64)
+    return ids, mask
+
+
+# ------------------------------------------------------------------- tokenizer
+
+
+def _device_request(xp, device) -> tuple[bool, int | None]:
+    """(GPU wanted, device id or None for the current one) from `xp` / `device`."""
+    gpu_xp = xp is not None and xp is not np
+    if device is None:
+        return gpu_xp, None
+    if isinstance(device, Device):
+        gpu, device_id = bool(device.is_gpu), int(getattr(device, "device_id", 0))
+    elif isinstance(device, int) and not isinstance(device, bool):
+        gpu, device_id = True, device
+    elif isinstance(device, str) and device.lower() == "cpu":
+        gpu, device_id = False, None
+    elif isinstance(device, str) and re.fullmatch(r"(gpu|cuda)(:\d+)?", device.lower()):
+        gpu = True
+        device_id = int(device.split(":")[1]) if ":" in device else None
+    else:
+        raise ValueError(f"device must be 'cpu', 'gpu', 'cuda[:N]', a GPU index or a Device, got {device!r}")
+    if xp is not None and gpu != gpu_xp:
+        raise ValueError(f"xp={getattr(xp, '__name__', xp)} contradicts device={device!r}")
+    return gpu, device_id
+
+
+class WordPieceTokenizer:
+    """BERT WordPiece tokenization to fixed-length int64 arrays (see the module docstring)."""
+
+    def __init__(self, backend, max_length: int = contracts.DEFAULT_MAX_LENGTH,
+                 special_tokens: dict[str, str] | None = None, directory: str | None = None):
+        from tokenizers import Tokenizer
+
+        if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 2:
+            raise ValueError(f"max_length must be an integer of at least 2 ([CLS] and [SEP]), got {max_length!r}")
+        self.max_length = int(max_length)
+        self.directory = directory
+        self.special_tokens = dict(SPECIAL_DEFAULTS, **(special_tokens or {}))
+        # A private copy: truncation and padding are ours to set.
+        self.backend = Tokenizer.from_str(backend.to_str())
+        self.backend.no_padding()
+        self.backend.enable_truncation(self.max_length)
+        pad_id = self.backend.token_to_id(self.special_tokens["pad_token"])
+        if pad_id is None:
+            raise ValueError(f"the vocabulary has no padding token {self.special_tokens['pad_token']}")
+        self.pad_id = int(pad_id)
+        self._device_paths: dict[int, object] = {}
+        self._device_reasons: dict[int, str] = {}
+
+    @classmethod
+    def from_directory(cls, path: str, max_length: int = contracts.DEFAULT_MAX_LENGTH) -> "WordPieceTokenizer":
+        """The tokenizer in folder `path` (`vocab.txt`, optionally `tokenizer.json` & co.)."""
+        backend, special = load_backend(os.fspath(path))
+        return cls(backend, max_length, special, directory=os.fspath(path))
+
+    @property
+    def vocab_size(self) -> int:
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    # ---------------------------------------------------------------- encode
+
+    def encode(self, texts, xp=None, device=None):
+        """`(input_ids, attention_mask)`, int64 `(len(texts), max_length)`.
+
+        `texts`: `str` or UTF-8 `bytes` items. CPU (NumPy) by default; `xp=cupy` or
+        `device="gpu"` / `"cuda:N"` / a GPU index / a GPU `Device` gives CuPy arrays (a
+        `Device`'s own array module) from the GPU path, or, where it is unavailable, from
+        the CPU path, uploaded.
+        """
+        texts = _as_list(texts)
+        gpu, device_id = _device_request(xp, device)
+        if not gpu:
+            return self.encode_cpu(texts)
+        if xp is None and isinstance(device, Device):
+            xp = device.array_module()  # bound to that GPU
+        elif xp is None:
+            try:
+                import cupy as xp
+            except ImportError as exc:
+                raise RuntimeError("GPU tokenization was requested but CuPy is not importable: install "
+                                   "readability-triton[gpu] or encode on the CPU") from exc
+        if device_id is None:
+            device_id = int(xp.cuda.runtime.getDevice())
+        path = self.device_path(device_id)
+        select = getattr(xp.cuda, "Device", None)
+        with (select(device_id) if select is not None else contextlib.nullcontext()):
+            if path is None:
+                ids, mask = self.encode_cpu(texts)
+                return xp.asarray(ids), xp.asarray(mask)
+            return path.encode(texts)
+
+    def encode_cpu(self, texts):
+        """The CPU path: one `tokenizers` batch call, packed with NumPy."""
+        strings = as_str(texts)
+        encode_batch = getattr(self.backend, "encode_batch_fast", None) or self.backend.encode_batch  # < 0.20
+        try:
+            encodings = encode_batch(strings)
+        except Exception:  # noqa: BLE001 - e.g. a str with a lone surrogate: name it
+            raise _culprit(strings) from None
+        return pad_rows([e.ids for e in encodings], self.max_length, self.pad_id)
+
+    # ---------------------------------------------------------------- GPU path
+
+    def gpu_support(self, device_id: int = 0) -> tuple[bool, str]:
+        """Whether `encode(..., device=device_id)` runs on cuDF, and why (not)."""
+        path = self.device_path(device_id)
+        if path is None:
+            return False, self._device_reasons[device_id]
+        return True, self._device_reasons[device_id]
+
+    def device_path(self, device_id: int = 0):
+        """The `DevicePath` on GPU `device_id`, built on first use; None where unavailable."""
+        if device_id in self._device_paths:
+            return self._device_paths[device_id]
+        path, reason = None, None
+        from . import cudf_engine
+        from .routing import DevicePath, device_incompatibility, device_vocabulary
+
+        incompatible = device_incompatibility(self.backend)
+        if incompatible:
+            reason = f"the tokenizer cannot run on cuDF: {incompatible}"
+        else:
+            ok, why = cudf_engine.cudf_support()
+            if not ok:
+                reason = why
+            else:
+                try:
+                    engine = cudf_engine.CudfEngine(device_vocabulary(self.backend),
+                                                    do_lower=bool(self.backend.normalizer.lowercase),
+                                                    device_id=device_id)
+                    path = DevicePath(self, engine, cudf_engine.cupy_module())
+                    reason = f"{why}; {path.describe()}"
+                except Exception as exc:  # noqa: BLE001 - any failure means: use the CPU path
+                    path, reason = None, f"building the cuDF tokenizer failed ({type(exc).__name__}: {exc})"
+        if path is None:
+            log.warning("GPU %d: WordPiece on the CPU (tokenizers), results uploaded to the GPU: %s",
+                        device_id, reason)
+        self._device_paths[device_id] = path
+        self._device_reasons[device_id] = reason
+        return path

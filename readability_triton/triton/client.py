@@ -1,0 +1,177 @@
+"""Score texts through the `readability` ensemble of a running Triton server.
+
+One request per chunk of texts (up to the ensemble's max_batch_size), over HTTP or gRPC
+(tritonclient). The client asks for the outputs the caller wants (all three by default);
+each result carries them (None for an output not asked for) and the round-trip time of
+the request that carried it.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import contracts as C
+from ..errors import ClientError
+
+
+@dataclass
+class Score:
+    text: str
+    score: float | None
+    bert: float | None
+    forest: float | None
+    latency_ms: float  # round trip of the request that carried this text
+
+
+def parse_outputs(value) -> tuple[str, ...]:
+    """The ensemble outputs named in `value` (a comma-separated string or a sequence),
+    in the ensemble's order; ValueError for an unknown or empty selection."""
+    names = [n.strip() for n in (value.split(",") if isinstance(value, str) else value) if n.strip()]
+    unknown = [n for n in names if n not in C.OUTPUTS]
+    if unknown or not names:
+        raise ValueError(f"outputs {', '.join(unknown) or '(none)'}: choose one or more of {', '.join(C.OUTPUTS)}")
+    return tuple(n for n in C.OUTPUTS if n in names)
+
+
+#: What a server says while it cannot serve for a moment: a dead stub being replaced, a
+#: model being reloaded, a server stopping or restarting.
+_TRANSIENT = ("not healthy", "has no available versions", "is not found", "server is stopping",
+              "unavailable", "connection refused", "connection reset", "failed to connect", "broken pipe")
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a failed request may succeed when sent again a little later (never a
+    refusal of the request itself, INVALID_ARG)."""
+    status = str(getattr(exc, "status", lambda: "")() if callable(getattr(exc, "status", None)) else "")
+    text = f"{status} {exc}".lower()
+    if "invalid_arg" in text or status in ("400", "StatusCode.INVALID_ARGUMENT"):
+        return False
+    return isinstance(exc, (ConnectionError, OSError)) or any(sign in text for sign in _TRANSIENT)
+
+
+def _module(protocol: str):
+    if protocol == "http":
+        import tritonclient.http as module
+    elif protocol == "grpc":
+        import tritonclient.grpc as module
+    else:
+        raise ValueError(f"protocol must be 'http' or 'grpc', got {protocol!r}")
+    return module
+
+
+class ReadabilityClient:
+    """A small client of the ensemble: `score(texts)` -> list of `Score`."""
+
+    def __init__(self, url: str, protocol: str = "http", model: str = C.ENSEMBLE,
+                 batch_size: int = C.MAX_BATCH_SIZE[C.ENSEMBLE], timeout: float = 60.0,
+                 retries: int = 3, backoff: float = 0.5):
+        self.module = _module(protocol)
+        self.protocol = protocol
+        self.model = model
+        self.batch_size = batch_size
+        self.timeout = timeout
+        self.retries = retries  # attempts after the first, for transient failures only
+        self.backoff = backoff  # seconds before the first retry; doubled each time
+        try:
+            if protocol == "http":
+                self.client = self.module.InferenceServerClient(url, connection_timeout=timeout,
+                                                                network_timeout=timeout)
+            else:
+                self.client = self.module.InferenceServerClient(url)
+        except Exception as exc:  # noqa: BLE001 - tritonclient raises several types
+            raise ClientError(f"cannot create a {protocol} client for {url}: {exc}") from exc
+        self.url = url
+
+    def close(self) -> None:
+        """Close the connection (an open HTTP keep-alive connection delays a server's shutdown)."""
+        try:
+            self.client.close()
+        except Exception:  # noqa: BLE001 - closing twice or a dead server is fine
+            pass
+
+    def __enter__(self) -> "ReadabilityClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def ready(self) -> bool:
+        try:
+            return bool(self.client.is_server_ready() and self.client.is_model_ready(self.model))
+        except Exception:  # noqa: BLE001 - not reachable means not ready
+            return False
+
+    def infer_batch(self, texts: list[str | bytes], outputs=C.OUTPUTS) -> tuple[dict[str, np.ndarray], float]:
+        """One request with `texts`, asking for `outputs` (ensemble output names); returns
+        those outputs and the round-trip time in ms."""
+        contract = C.contracts()[C.ENSEMBLE]
+        names = parse_outputs(outputs)
+        rows = np.empty((len(texts), 1), dtype=np.object_)
+        rows[:, 0] = [t.encode("utf-8") if isinstance(t, str) else t for t in texts]
+        request = self.module.InferInput(C.TEXT, list(rows.shape), contract.input(C.TEXT).wire_dtype)
+        request.set_data_from_numpy(rows)
+        requested = [self.module.InferRequestedOutput(name) for name in names]
+        attempt = 0
+        while True:
+            start = time.perf_counter()
+            try:
+                if self.protocol == "grpc":
+                    result = self.client.infer(self.model, [request], outputs=requested,
+                                               client_timeout=self.timeout)
+                else:
+                    result = self.client.infer(self.model, [request], outputs=requested)
+                break
+            except Exception as exc:  # noqa: BLE001 - InferenceServerException and transport errors
+                if attempt >= self.retries or not is_transient(exc):
+                    raise ClientError(f"{self.model} at {self.url}: {exc}") from exc
+                time.sleep(self.backoff * 2 ** attempt)
+                attempt += 1
+        elapsed = (time.perf_counter() - start) * 1e3
+        got = {}
+        for name in names:
+            array = result.as_numpy(name)
+            if array is None:
+                raise ClientError(f"{self.model} at {self.url}: the response has no output {name}")
+            got[name] = array.reshape(-1)
+        return got, elapsed
+
+    def score(self, texts: list[str], progress=None, outputs=C.OUTPUTS) -> list[Score]:
+        """Scores of `texts`, one request per `batch_size` texts, asking for `outputs`."""
+        names = parse_outputs(outputs)
+        results: list[Score] = []
+        for start in range(0, len(texts), self.batch_size):
+            chunk = texts[start:start + self.batch_size]
+            out, elapsed = self.infer_batch(chunk, names)
+
+            def value(name, i):
+                return float(out[name][i]) if name in out else None
+
+            for i, text in enumerate(chunk):
+                results.append(Score(text, value(C.SCORE, i), value(C.BERT_SCORE, i), value(C.FOREST_SCORE, i),
+                                     elapsed))
+            if progress is not None:
+                progress.update(len(chunk))
+        return results
+
+
+#: The ensemble output that carries each branch's prediction.
+SERVED = {"score": C.SCORE, "bert": C.BERT_SCORE, "forest": C.FOREST_SCORE}
+
+
+def served_predictions(url: str, texts, *, protocol: str = "http", batch_size: int = 32,
+                       progress=None, outputs=C.OUTPUTS) -> dict[str, np.ndarray]:
+    """The ensemble's `outputs` (by default SCORE, BERT_SCORE and FOREST_SCORE) for
+    `texts` from the server at `url`, keyed "score", "bert", "forest"."""
+    from contextlib import nullcontext
+
+    texts = list(texts)
+    with ReadabilityClient(url, protocol, batch_size=batch_size) as client:
+        if not client.ready():
+            raise ClientError(f"no ready '{C.ENSEMBLE}' model at {url} ({protocol})")
+        bar = progress(total=len(texts), desc="scoring", unit="text") if progress else nullcontext(None)
+        with bar as b:
+            scores = client.score(texts, progress=b, outputs=outputs)
+    return {branch: np.array([getattr(s, branch) for s in scores], np.float32)
+            for branch, output in SERVED.items() if output in outputs}

@@ -1,0 +1,221 @@
+"""The model repository: `config.pbtxt` of every model for every profile, and assembly.
+
+Profiles (same models, same tensor names; `../shared/design.md`):
+
+| profile  | python steps       | bert                          | forest                        |
+|----------|--------------------|-------------------------------|-------------------------------|
+| gpu      | KIND_GPU (CuPy)    | pytorch_libtorch, KIND_GPU    | fil, KIND_GPU                 |
+| hybrid   | KIND_CPU (NumPy)   | pytorch_libtorch, KIND_GPU    | fil, KIND_GPU                 |
+| cpu      | KIND_CPU           | pytorch_libtorch, KIND_CPU    | fil, KIND_CPU                 |
+| portable | KIND_CPU           | python: torch.jit on model.pt | python: Treelite on checkpoint.tl |
+
+`validate` (the first step) runs on the CPU in every profile.
+
+`model_repository/` in the source tree holds the canonical (`gpu`) configs; it is
+rendered by `render_config` and a test keeps the two identical.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+from importlib import resources
+
+from .. import contracts as C
+from ..artifacts import manifest as M
+from ..errors import AssemblyError
+from ..scoring import blend_weights
+
+PROFILES = ("gpu", "hybrid", "cpu", "portable")
+#: Version folder of every model.
+VERSION = "1"
+#: Dynamic-batching queue delay (microseconds) of each batching step.
+QUEUE_DELAY_US = {C.VALIDATE: 500, C.PREPROCESS: 1000, C.FEATURIZE: 1000, C.BERT: 2000, C.FOREST: 500, C.POSTPROCESS: 500}
+#: Python backend file of each Python model, per profile (folder under backends/).
+PYTHON_BACKENDS = {C.VALIDATE: "validate", C.PREPROCESS: "preprocess", C.FEATURIZE: "featurize",
+                   C.POSTPROCESS: "postprocess"}
+PORTABLE_BACKENDS = {C.BERT: "bert_portable", C.FOREST: "forest_portable"}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How one model of one profile runs."""
+
+    backend: str  # "python", "pytorch_libtorch", "fil" or "ensemble"
+    kind: str | None  # "KIND_GPU", "KIND_CPU", None for the ensemble
+
+
+def placement(model: str, profile: str) -> Placement:
+    if profile not in PROFILES:
+        raise AssemblyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    if model == C.ENSEMBLE:
+        return Placement("ensemble", None)
+    gpu_python = profile == "gpu"
+    gpu_models = profile in ("gpu", "hybrid")
+    if model == C.VALIDATE:  # BYTES in, BYTES out: CPU work in every profile
+        return Placement("python", "KIND_CPU")
+    if model in C.PYTHON_MODELS:
+        return Placement("python", "KIND_GPU" if gpu_python else "KIND_CPU")
+    if profile == "portable":
+        return Placement("python", "KIND_CPU")
+    native = {C.BERT: "pytorch_libtorch", C.FOREST: "fil"}[model]
+    return Placement(native, "KIND_GPU" if gpu_models else "KIND_CPU")
+
+
+def backend_file(model: str, profile: str) -> str | None:
+    """Folder under `backends/` whose `model.py` serves `model` in `profile`, if Python."""
+    if placement(model, profile).backend != "python":
+        return None
+    return PYTHON_BACKENDS.get(model) or PORTABLE_BACKENDS[model]
+
+
+# ---------------------------------------------------------------------- rendering
+
+
+def _tensor(spec: C.TensorSpec) -> str:
+    dims = ", ".join(str(d) for d in spec.dims)
+    return f'  {{\n    name: "{spec.name}"\n    data_type: {spec.data_type}\n    dims: [ {dims} ]\n  }}'
+
+
+def _tensors(key: str, specs) -> str:
+    return f"{key} [\n" + ",\n".join(_tensor(s) for s in specs) + "\n]\n"
+
+
+def _parameters(params: dict[str, str]) -> str:
+    return "".join(f'parameters {{\n  key: "{k}"\n  value: {{ string_value: "{v}" }}\n}}\n'
+                   for k, v in params.items())
+
+
+def ensemble_scheduling(wiring=C.ENSEMBLE_STEPS) -> str:
+    """The `ensemble_scheduling` block of the ensemble's config for `wiring` (steps as in
+    `contracts.ENSEMBLE_STEPS`)."""
+    steps = []
+    for model, inputs, outputs in wiring:
+        maps = "".join(f'      input_map {{ key: "{k}" value: "{v}" }}\n' for k, v in inputs.items())
+        maps += "".join(f'      output_map {{ key: "{k}" value: "{v}" }}\n' for k, v in outputs.items())
+        steps.append(f'    {{\n      model_name: "{model}"\n      model_version: -1\n{maps}    }}')
+    return "ensemble_scheduling {\n  step [\n" + ",\n".join(steps) + "\n  ]\n}\n"
+
+
+_HEADERS = {
+    C.ENSEMBLE: "The readability ensemble: TEXT -> validate -> (BERT branch || feature/forest branch) -> "
+                "postprocess -> SCORE, BERT_SCORE, FOREST_SCORE.",
+    C.VALIDATE: "The ensemble's first step: refuses what no later step may refuse (invalid UTF-8, a text "
+                "over MAX_TEXT_BYTES, a text without words); passes TEXT on as VALID_TEXT.",
+    C.PREPROCESS: "BERT WordPiece tokenization: TEXT -> INPUT_IDS, ATTENTION_MASK (CuPy/cuDF on a GPU "
+                  "instance, the tokenizers library on a CPU one).",
+    C.FEATURIZE: "The 207 readability features of ../shared/spec/features.md (CuPy on a GPU instance, "
+                 "NumPy on a CPU one).",
+    C.POSTPROCESS: "SCORE = weighted mean of the branch scores (BERT_WEIGHT, FOREST_WEIGHT); also emits "
+                   "BERT_SCORE and FOREST_SCORE, so every ensemble output is a leaf.",
+    C.BERT: "The fine-tuned BERT regressor (TorchScript, 1/model.pt).",
+    C.FOREST: "The random forest on the readability features (Treelite checkpoint, 1/checkpoint.tl).",
+}
+
+
+def render_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_MAX_LENGTH,
+                  n_features: int = C.N_FEATURES, bert_weight: float = 0.5,
+                  forest_weight: float = 0.5, max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES) -> str:
+    """The `config.pbtxt` text of `model` in `profile`."""
+    contract = C.contracts(max_length, n_features)[model]
+    where = placement(model, profile)
+    lines = [f"# {_HEADERS[model]}\n", f"# Profile: {profile}. Generated by readability_triton.repository.\n",
+             f'name: "{model}"\n']
+    if where.backend == "ensemble":
+        lines.append('platform: "ensemble"\n')
+    elif where.backend == "pytorch_libtorch":
+        lines.append('platform: "pytorch_libtorch"\n')
+    else:
+        lines.append(f'backend: "{where.backend}"\n')
+    lines.append(f"max_batch_size: {C.MAX_BATCH_SIZE[model]}\n")
+    lines.append(_tensors("input", contract.inputs))
+    lines.append(_tensors("output", contract.outputs))
+    if where.backend == "ensemble":
+        lines.append(ensemble_scheduling())
+        return "".join(lines)
+    lines.append(f"dynamic_batching {{\n  max_queue_delay_microseconds: {QUEUE_DELAY_US[model]}\n}}\n")
+    lines.append(f"instance_group [\n  {{\n    kind: {where.kind}\n    count: 1\n  }}\n]\n")
+    params: dict[str, str] = {}
+    if model in (C.VALIDATE, C.PREPROCESS, C.FEATURIZE):  # one limit: validate refuses first
+        params["MAX_TEXT_BYTES"] = str(max_text_bytes)
+    if model == C.PREPROCESS:
+        params["MAX_LENGTH"] = str(max_length)
+    if model == C.POSTPROCESS:
+        params["BERT_WEIGHT"] = repr(float(bert_weight))
+        params["FOREST_WEIGHT"] = repr(float(forest_weight))
+    if where.backend == "python" and where.kind == "KIND_GPU" and model == C.POSTPROCESS:
+        # Let the scores of the bert and forest steps arrive on the GPU (read via DLPack).
+        params["FORCE_CPU_ONLY_INPUT_TENSORS"] = "no"
+    if where.backend == "fil":
+        params["model_type"] = "treelite_checkpoint"
+        params["output_class"] = "false"  # a regressor (required up to Triton 25.08)
+    if where.backend == "pytorch_libtorch":
+        params["INFERENCE_MODE"] = "true"
+    lines.append(_parameters(params))
+    return "".join(lines)
+
+
+# ---------------------------------------------------------------------- assembly
+
+
+def backends_root() -> str:
+    """The folder holding `backends/<model>/model.py` (source tree or installed package)."""
+    try:
+        return str(resources.files("readability_triton._backends"))  # installed (setup.cfg's package_dir)
+    except ModuleNotFoundError:
+        # A source checkout on PYTHONPATH, not installed: backends/ beside the package.
+        return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "backends")
+
+
+def write_configs(out: str, profile: str, **render_kw) -> None:
+    """Configs, version folders and the Python models' `model.py` for `profile`."""
+    for model in C.ALL_MODELS:
+        model_dir = os.path.join(out, model)
+        os.makedirs(os.path.join(model_dir, VERSION), exist_ok=True)
+        with open(os.path.join(model_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
+            handle.write(render_config(model, profile, **render_kw))
+        source = backend_file(model, profile)
+        if source is not None:
+            shutil.copyfile(os.path.join(backends_root(), source, "model.py"),
+                            os.path.join(model_dir, VERSION, "model.py"))
+
+
+def assemble(artifacts: str, out: str, profile: str, bert_weight: float = 0.5,
+             forest_weight: float = 0.5, max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
+             force: bool = False) -> dict:
+    """Build a complete model repository for `profile` from an artifact set."""
+    if profile not in PROFILES:
+        raise AssemblyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    try:
+        blend_weights(bert_weight, forest_weight)  # the check the postprocess model makes at load
+    except ValueError as err:
+        raise AssemblyError(str(err)) from None
+    try:
+        manifest = M.check_artifacts(artifacts)
+    except M.ManifestError as err:
+        raise AssemblyError(str(err)) from None
+    if os.path.exists(out):
+        if not force and os.listdir(out):
+            raise AssemblyError(f"{out} exists and is not empty; pass --force to replace it")
+        shutil.rmtree(out)
+    os.makedirs(out)
+    write_configs(out, profile, max_length=manifest.max_length, n_features=manifest.n_features,
+                  bert_weight=bert_weight, forest_weight=forest_weight, max_text_bytes=max_text_bytes)
+    for model, names in M.MODEL_FILES.items():
+        target = os.path.join(out, model, VERSION)
+        for name in list(names) + M.present(artifacts, M.OPTIONAL_FILES.get(model, ())) + [M.MANIFEST]:
+            shutil.copyfile(os.path.join(artifacts, name), os.path.join(target, name))
+    return manifest
+
+
+def write_canonical(root: str) -> None:
+    """Rewrite the configs of the source tree's `model_repository/` (the `gpu` profile)."""
+    for model in C.ALL_MODELS:
+        with open(os.path.join(root, model, "config.pbtxt"), "w", encoding="utf-8") as handle:
+            handle.write(render_config(model, "gpu"))
+
+
+if __name__ == "__main__":  # python -m readability_triton.repository model_repository
+    import sys
+
+    write_canonical(sys.argv[1] if len(sys.argv) > 1 else "model_repository")

@@ -1,0 +1,186 @@
+"""The runtime every Python model uses (`triton.runtime`): request validation, batching,
+splitting, errors."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import triton_python_backend_utils as pb_utils
+from harness import array_request, text_request
+
+from readability_triton.device import Device
+from readability_triton.triton import runtime
+
+
+def test_read_text_requests_isolates_bad_requests():
+    requests = [
+        text_request(["good one", "two"]),
+        text_request([b"\xff\xfe bad"]),
+        text_request(["x" * 50]),
+        pb_utils.InferenceRequest(inputs=[]),
+        array_request(TEXT=np.zeros((1, 1), dtype=np.float32)),
+        text_request(["last"]),
+    ]
+    batch = runtime.read_text_requests(pb_utils, requests, max_text_bytes=20)
+    assert batch.counts == [2, 0, 0, 0, 0, 1]
+    assert batch.items == [b"good one", b"two", b"last"]
+    assert set(batch.errors) == {1, 2, 3, 4}
+    assert "not valid UTF-8" in batch.errors[1][0]
+    assert "over the limit of 20" in batch.errors[2][0] and "MAX_TEXT_BYTES" in batch.errors[2][0]
+    assert "missing input TEXT" in batch.errors[3][0]
+    assert "BYTES" in batch.errors[4][0]
+    assert all(code == "INVALID_ARG" for _, code in batch.errors.values())
+
+
+def _lengths(rows):
+    return {"LENGTH": np.array([[float(len(r))] for r in rows], dtype=np.float32)}
+
+
+def test_run_batch_splits_results_and_errors_back():
+    requests = [text_request(["a", "bb"]), text_request([b"\xc3"]), text_request(["ccc"])]
+    calls = []
+
+    def compute(rows):
+        calls.append(len(rows))
+        return _lengths(rows)
+
+    batch = runtime.read_text_requests(pb_utils, requests)
+    out = runtime.run_batch(pb_utils, batch, compute)
+    assert calls == [3], "all good requests must be computed in one pass"
+    assert out[0].output_tensors()[0].as_numpy().ravel().tolist() == [1.0, 2.0]
+    assert out[1].has_error() and out[1].error().code() == pb_utils.TritonError.INVALID_ARG
+    assert out[2].output_tensors()[0].as_numpy().ravel().tolist() == [3.0]
+
+
+def test_run_batch_isolates_a_request_that_breaks_the_batched_pass():
+    requests = [text_request(["fine"]), text_request(["boom"]), text_request(["also fine", "x"])]
+
+    def compute(rows):
+        if b"boom" in rows:
+            raise ValueError("cannot handle boom")
+        return _lengths(rows)
+
+    batch = runtime.read_text_requests(pb_utils, requests)
+    out = runtime.run_batch(pb_utils, batch, compute, logger=pb_utils.Logger)
+    assert [r.has_error() for r in out] == [False, True, False]
+    assert out[1].error().message() == "cannot handle boom"
+    assert out[1].error().code() == pb_utils.TritonError.INVALID_ARG
+    assert out[2].output_tensors()[0].as_numpy().ravel().tolist() == [9.0, 1.0]
+
+    def crash(rows):
+        if b"boom" in rows:
+            raise RuntimeError("device fault")
+        return _lengths(rows)
+
+    out = runtime.run_batch(pb_utils, runtime.read_text_requests(pb_utils, requests), crash)
+    assert out[1].error().code() == pb_utils.TritonError.INTERNAL
+    assert not out[0].has_error() and not out[2].has_error()
+
+
+def test_read_array_requests_checks_shapes_and_concatenates():
+    dims = {"A": (2,), "B": (2,)}
+    requests = [
+        array_request(A=np.ones((2, 2), np.float32), B=np.zeros((2, 2), np.float32)),
+        array_request(A=np.ones((1, 3), np.float32), B=np.zeros((1, 3), np.float32)),
+        array_request(A=np.ones((1, 2), np.float32), B=np.zeros((2, 2), np.float32)),
+        array_request(A=np.full((1, 2), 5, np.float32), B=np.full((1, 2), 6, np.float32)),
+    ]
+    batch = runtime.read_array_requests(pb_utils, requests, ("A", "B"), np, dims)
+    arrays = batch.items
+    assert batch.counts == [2, 0, 0, 1]
+    assert "shape [batch, 2]" in batch.errors[1][0]
+    assert "different batch sizes" in batch.errors[2][0]
+    assert arrays["A"].shape == (3, 2) and arrays["B"][2].tolist() == [6, 6]
+
+
+def test_read_array_requests_refuses_non_finite_rows_per_request():
+    dims = {"A": (1,), "B": (1,)}
+    requests = [
+        array_request(A=[[1.0], [2.0]], B=[[3.0], [4.0]]),
+        array_request(A=[[1.0], [np.nan]], B=[[0.0], [0.0]]),
+        array_request(A=[[5.0]], B=[[np.inf]]),
+        array_request(A=[[7.0]], B=[[8.0]]),
+    ]
+    requests = [pb_utils.InferenceRequest(inputs=[pb_utils.Tensor(t.name(), t.as_numpy().astype(np.float32))
+                                                  for t in r.inputs()]) for r in requests]
+    batch = runtime.read_array_requests(pb_utils, requests, ("A", "B"), np, dims, finite=True)
+    assert batch.counts == [2, 0, 0, 1] and set(batch.errors) == {1, 2}
+    assert "row 1 of the request holds NaN or infinity" in batch.errors[1][0]
+    assert "row 0 of the request holds NaN or infinity" in batch.errors[2][0]
+    assert batch.items["A"].ravel().tolist() == [1.0, 2.0, 7.0]
+    assert batch.items["B"].ravel().tolist() == [3.0, 4.0, 8.0]
+    # without the check the same rows pass
+    assert runtime.read_array_requests(pb_utils, requests, ("A", "B"), np, dims).counts == [2, 2, 1, 1]
+
+
+def test_run_batch_isolates_a_failing_pass_of_an_array_model():
+    dims = {"A": (1,)}
+    requests = [array_request(A=np.array([[1.0]], np.float32)), array_request(A=np.array([[-1.0]], np.float32)),
+                array_request(A=np.array([[2.0], [3.0]], np.float32))]
+
+    def compute(inputs):
+        if (inputs["A"] < 0).any():
+            raise RuntimeError("The following operation failed in the TorchScript interpreter.\n"
+                               "Traceback of TorchScript (most recent call last):\n  File \"code\", line 9\n"
+                               "RuntimeError: index out of range in self")
+        return {"B": inputs["A"] * 2}
+
+    batch = runtime.read_array_requests(pb_utils, requests, ("A",), np, dims)
+    out = runtime.run_batch(pb_utils, batch, compute, logger=pb_utils.Logger)
+    assert out[0].output_tensors()[0].as_numpy().tolist() == [[2.0]]
+    assert out[2].output_tensors()[0].as_numpy().tolist() == [[4.0], [6.0]]
+    message = out[1].error().message()
+    assert out[1].error().code() == pb_utils.TritonError.INTERNAL
+    assert "\n" not in message and "index out of range in self" in message and "server log" in message
+    assert any("Traceback" in text for level, text in pb_utils.Logger.records if level == "ERROR")
+
+
+def test_texts_without_words_are_refused_only_when_asked():
+    requests = [text_request(["A good text."]), text_request(["fine", ""]), text_request(["   \t\n"]),
+                text_request(["!!! ... ?"]), text_request(["\x00\x01"]), text_request(["😀"]),
+                text_request(["don't"])]
+    batch = runtime.read_text_requests(pb_utils, requests, require_words=True)
+    assert set(batch.errors) == {1, 2, 3, 4}
+    assert batch.errors[1][0].startswith("text 1 of the request holds no words")
+    assert all(code == "INVALID_ARG" for _, code in batch.errors.values())
+    assert batch.items == [b"A good text.", "😀".encode(), b"don't"]
+    lax = runtime.read_text_requests(pb_utils, requests)
+    assert not lax.errors and len(lax.items) == 8
+
+
+def test_one_line():
+    assert runtime.one_line(ValueError("plain")) == "plain"
+    assert runtime.one_line(RuntimeError("first\n\n  last line  \n")) == "last line"
+    assert runtime.one_line(RuntimeError("")) == "RuntimeError"
+    assert len(runtime.one_line(RuntimeError("x" * 1000))) == 300
+
+
+def test_input_array_never_calls_as_numpy_on_a_gpu_tensor():
+    tensor = pb_utils.Tensor._on_gpu("A", np.ones((1, 1), np.float32))
+    with pytest.raises(pb_utils.TritonModelException):
+        tensor.as_numpy()
+
+    class DeviceModule:
+        """Stands in for CuPy: takes GPU tensors through DLPack only."""
+
+        @staticmethod
+        def from_dlpack(obj):
+            assert obj.__dlpack_device__()[0] == 2
+            return obj._array
+
+    assert runtime.input_array(tensor, DeviceModule).tolist() == [[1.0]]
+
+
+def test_parameters():
+    config = {"parameters": {"A": {"string_value": "3"}, "B": {"string_value": "x"},
+                             "W": {"string_value": "0.25"}}}
+    params = runtime.parameters(config)
+    assert runtime.int_parameter(params, "A", 1) == 3
+    assert runtime.int_parameter(params, "MISSING", 7) == 7
+    with pytest.raises(ValueError, match="parameter B must be an integer"):
+        runtime.int_parameter(params, "B", 1)
+    with pytest.raises(ValueError, match="at least 5"):
+        runtime.int_parameter(params, "A", 1, minimum=5)
+    assert runtime.float_parameter(params, "W", 0.5) == 0.25
+    assert runtime.instance_device({"model_instance_kind": "GPU", "model_instance_device_id": "1"}) == \
+        Device("gpu", 1)
+    assert runtime.instance_device({"model_instance_kind": "CPU"}).array_module() is np
