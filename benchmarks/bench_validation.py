@@ -28,8 +28,8 @@ import tempfile
 import numpy as np
 
 from readability_triton import contracts as C
-from readability_triton.triton import load, repository
 from readability_triton.data import COMMONLIT_CSV, read_table
+from readability_triton.triton import load, repository
 from readability_triton.triton.server import TritonServer
 
 VARIANTS = ("validate-step", "preprocess-validates", "unsafe")

@@ -22,15 +22,12 @@ import tempfile
 import threading
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
-sys.path.insert(0, ROOT)
+from readability_triton.data import COMMONLIT_CSV, read_table
+from readability_triton.triton import repository
+from readability_triton.triton.client import ReadabilityClient
+from readability_triton.triton.server import TritonServer
 
-from readability_triton.triton import repository  # noqa: E402
-from readability_triton.triton.client import ReadabilityClient  # noqa: E402
-from readability_triton.data import COMMONLIT_CSV, read_table  # noqa: E402
-from readability_triton.triton.server import TritonServer  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def texts_for_benchmark() -> tuple[list[str], str]:
@@ -96,7 +93,8 @@ def main() -> int:
             print(f"ensemble benchmark: profile {args.profile}, {args.protocol}, BERT {bert}, max_length "
                   f"{manifest['max_length']}, texts from {source}, {os.cpu_count()} CPUs, {args.seconds:.0f} s "
                   "per row")
-            print(f"{'texts/request':>13} | {'concurrency':>11} | {'texts/s':>8} | {'p50 ms':>8} | {'p99 ms':>8} | requests")
+            print(f"{'texts/request':>13} | {'concurrency':>11} | {'texts/s':>8} | {'p50 ms':>8} | "
+                  f"{'p99 ms':>8} | requests")
             print("-" * 72)
             for per_request in map(int, args.texts_per_request.split(",")):
                 for concurrency in map(int, args.concurrency.split(",")):

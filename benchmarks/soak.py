@@ -26,9 +26,9 @@ import time
 import numpy as np
 
 from readability_triton import contracts as C
+from readability_triton.data import COMMONLIT_CSV, read_table
 from readability_triton.triton import load, repository
 from readability_triton.triton.client import ReadabilityClient
-from readability_triton.data import COMMONLIT_CSV, read_table
 from readability_triton.triton.server import TritonServer
 
 BAD = [b"broken \xff\xfe utf-8", b"", b"   \t  ", b"\xed\xa0\x80 surrogate", b"\xc3"]

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 #: Number of frequency words per list in the vocabulary (the spec's N).
 VOCABULARY_SIZE = 100
 #: Number of readability features: 7 counts and ratios + 2 * N word frequencies.
@@ -52,12 +50,6 @@ INPUT_0 = "input__0"
 INPUT_1 = "input__1"
 OUTPUT_0 = "output__0"
 
-#: Triton data type -> NumPy dtype (TYPE_STRING is an object array of bytes).
-NUMPY_DTYPES = {
-    "TYPE_STRING": np.object_,
-    "TYPE_FP32": np.float32,
-    "TYPE_INT64": np.int64,
-}
 #: Triton data type -> the datatype string of the KServe v2 protocol (clients).
 WIRE_DTYPES = {"TYPE_STRING": "BYTES", "TYPE_FP32": "FP32", "TYPE_INT64": "INT64"}
 
@@ -67,10 +59,6 @@ class TensorSpec:
     name: str
     data_type: str  # Triton's enum name, e.g. "TYPE_FP32"
     dims: tuple[int, ...]
-
-    @property
-    def numpy_dtype(self):
-        return NUMPY_DTYPES[self.data_type]
 
     @property
     def wire_dtype(self) -> str:

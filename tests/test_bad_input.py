@@ -142,13 +142,13 @@ CASES = [
         [[b"a", b"b"]], dtype=np.object_))}, "http"), "shape"),
     ("wrong-shape-to-featurize", lambda d: to_model(C.FEATURIZE, {C.TEXT: ("BYTES", np.array(
         [b"a"], dtype=np.object_))}), "shape"),
-    ("wrong-shape-to-bert", lambda d: to_model(C.BERT, {C.INPUT_0: ("INT64", _long(5)), C.INPUT_1: ("INT64", _long(5))}),
-     "shape"),
+    ("wrong-shape-to-bert", lambda d: to_model(C.BERT, {C.INPUT_0: ("INT64", _long(5)),
+                                                        C.INPUT_1: ("INT64", _long(5))}), "shape"),
     ("wrong-shape-to-forest", lambda d: to_model(C.FOREST, {C.INPUT_0: ("FP32", np.zeros((1, 5), np.float32))}, "http"),
      "shape"),
     ("wrong-shape-to-postprocess", lambda d: to_model(C.POSTPROCESS, {
-        C.BERT_OUTPUT: ("FP32", np.zeros((1, 2), np.float32)), C.FOREST_OUTPUT: ("FP32", np.zeros((1, 2), np.float32))}),
-     "shape"),
+        C.BERT_OUTPUT: ("FP32", np.zeros((1, 2), np.float32)),
+        C.FOREST_OUTPUT: ("FP32", np.zeros((1, 2), np.float32))}), "shape"),
     ("wrong-dtype-to-bert", lambda d: to_model(C.BERT, _row(d[C.BERT][0], input__0=(
         "FP32", d[C.BERT][0][C.INPUT_0][1][:1].astype(np.float32)))), "FP32"),
 ]

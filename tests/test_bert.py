@@ -13,12 +13,12 @@ transformers = pytest.importorskip("transformers")
 
 from harness import write_csv  # noqa: E402
 
+from readability_triton.artifacts.corpus import generate_corpus  # noqa: E402
+from readability_triton.artifacts.demo import minilm_directory  # noqa: E402
+from readability_triton.artifacts.manifest import load_manifest  # noqa: E402
 from readability_triton.bert import export as B  # noqa: E402
 from readability_triton.bert import training as BT  # noqa: E402
 from readability_triton.cli import main  # noqa: E402
-from readability_triton.artifacts.corpus import generate_corpus
-from readability_triton.artifacts.demo import minilm_directory  # noqa: E402
-from readability_triton.artifacts.manifest import load_manifest  # noqa: E402
 from readability_triton.tokenizer import WordPieceTokenizer  # noqa: E402
 
 MAX_LENGTH = 32

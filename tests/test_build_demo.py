@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from harness import write_csv
+from harness import write_csv  # noqa: E402
 
 from readability_triton import contracts  # noqa: E402
 from readability_triton.artifacts import corpus as D  # noqa: E402

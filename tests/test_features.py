@@ -1,5 +1,5 @@
 """Every rule of ../shared/spec/features.md, one test each, against `featurize` (and, where
-it helps, against the plain reference in features_reference.py, which the property tests
+it helps, against the plain reference in features/reference.py, which the property tests
 then compare with `featurize` on random text)."""
 from __future__ import annotations
 
@@ -7,11 +7,8 @@ import json
 
 import numpy as np
 import pytest
-
-import features_reference as ref
 from harness import CupyLikeRules
-from readability_triton.features import charclass
-from readability_triton.features import words as kernels
+
 from readability_triton.contracts import N_FEATURES
 from readability_triton.features import (
     BASE_FEATURES,
@@ -19,11 +16,14 @@ from readability_triton.features import (
     Vocabulary,
     VocabularyError,
     build_vocabulary,
+    charclass,
     feature_names,
     featurize,
     normal_form,
     word_counts,
 )
+from readability_triton.features import reference as ref
+from readability_triton.features import words as kernels
 
 WORD_COUNT, UNIQUE, PUNCT, SENTENCES, WPS, STOPS, SPS = range(7)
 

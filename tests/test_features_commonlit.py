@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-import features_reference as ref
-from readability_triton.features import words as kernels
 from readability_triton.contracts import N_FEATURES
 from readability_triton.features import build_vocabulary, featurize
+from readability_triton.features import reference as ref
+from readability_triton.features import words as kernels
 from readability_triton.features.extract import _featurize
 
 

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
-from readability_triton.features import charclass
-from readability_triton.features import Vocabulary, build_vocabulary, featurize
-from readability_triton.features.extract import _featurize
 from test_features_properties import NASTY, VOCABULARY, WEAKENINGS, WORDS
+
+from readability_triton.features import Vocabulary, build_vocabulary, charclass, featurize
+from readability_triton.features.extract import _featurize
 
 pytestmark = pytest.mark.gpu
 

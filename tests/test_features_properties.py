@@ -1,4 +1,4 @@
-"""Property tests: `featurize` equals the plain per-text reference (features_reference.py)
+"""Property tests: `featurize` equals the plain per-text reference (features/reference.py)
 bit for bit on random Unicode text, and so does the vocabulary; plus deterministic
 stress cases (very long words and texts, 8-byte chunk boundaries, hash collisions)."""
 from __future__ import annotations
@@ -8,9 +8,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import features_reference as ref
-from readability_triton.features import words as kernels
 from readability_triton.features import Vocabulary, build_vocabulary, featurize
+from readability_triton.features import reference as ref
+from readability_triton.features import words as kernels
 from readability_triton.features.extract import _featurize
 
 # Characters that exercise every rule: quotes, apostrophes, dashes, ellipses, terminators,

@@ -7,16 +7,15 @@ import os
 
 import numpy as np
 import pytest
-
 from harness import write_csv
 
 from readability_triton import contracts
+from readability_triton.artifacts.corpus import generate_corpus
+from readability_triton.artifacts.manifest import load_manifest
+from readability_triton.cli import main
+from readability_triton.features import Vocabulary, build_vocabulary, featurize
 from readability_triton.forest import training as F
 from readability_triton.forest.checkpoint import treelite_module
-from readability_triton.cli import main
-from readability_triton.artifacts.corpus import generate_corpus
-from readability_triton.features import Vocabulary, build_vocabulary, featurize
-from readability_triton.artifacts.manifest import load_manifest
 
 SMALL = {"n_estimators": 12, "max_depth": 8}
 
@@ -111,17 +110,31 @@ def test_cross_validation_refits_the_vocabulary_inside_each_fold(monkeypatch, co
     assert missing == [1] * len(texts)
 
 
-def test_same_hyper_parameters_for_both_backends():
-    model = F.make_forest("sklearn", seed=7, **F.DEFAULTS)
-    params = model.get_params()
-    for key, value in F.DEFAULTS.items():
-        assert params[key] == value
-    assert params["bootstrap"] is True and params["random_state"] == 7
-    assert F.DEFAULTS["n_estimators"] == 100 and F.DEFAULTS["max_depth"] == 16
+def test_both_backends_get_the_same_hyper_parameters():
+    """What each library's constructor is given differs only by its own options; the
+    scikit-learn forest really has them (cuML is not installed here: its arguments are
+    checked, not a cuML model)."""
+    sklearn_kwargs = F.forest_kwargs("sklearn", seed=7, **F.DEFAULTS)
+    cuml_kwargs = F.forest_kwargs("cuml", seed=7, **F.DEFAULTS)
+    shared = {k: v for k, v in sklearn_kwargs.items() if k not in F.BACKEND_OPTIONS["sklearn"]}
+    assert shared == {k: v for k, v in cuml_kwargs.items() if k not in F.BACKEND_OPTIONS["cuml"]}
+    assert shared["bootstrap"] is True and shared["random_state"] == 7
+    params = F.make_forest("sklearn", seed=7, **F.DEFAULTS).get_params()
+    assert {k: params[k] for k in sklearn_kwargs} == sklearn_kwargs
     assert F.choose_backend("sklearn") == "sklearn"
     if not F._cuml_available():
         with pytest.raises(F.ForestError, match="cuML"):
             F.choose_backend("cuml")
+
+
+def test_the_default_forest_is_100_trees_of_depth_16_at_most(tmp_path, corpus):
+    texts, targets = corpus
+    record = F.train_forest(texts, targets, str(tmp_path), folds=0, backend="sklearn")
+    model = treelite_module().Model.deserialize(str(tmp_path / "checkpoint.tl"))
+    assert model.num_tree == record["checkpoint"]["num_tree"] == 100
+    fitted = F.fit(texts, targets, backend="sklearn")
+    assert len(fitted.model.estimators_) == 100
+    assert max(e.tree_.max_depth for e in fitted.model.estimators_) <= 16
 
 
 def test_refuses_treelite_5(monkeypatch):

@@ -1,7 +1,6 @@
 """The runners the Python models, the in-process pipeline and the tests share."""
 from __future__ import annotations
 
-
 import numpy as np
 import pytest
 

@@ -77,6 +77,7 @@ class FakeServer:
     def __init__(self):
         self.calls = []
         self.http_url = self.grpc_url = "127.0.0.1:1"
+        self.pid = 1
         self.process = type("P", (), {"poll": lambda self: None, "pid": 1, "returncode": None})()
 
     def reload(self, model):

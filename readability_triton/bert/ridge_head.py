@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DemoError
-from ..metrics import mean_rmse, out_of_fold
+from ..metrics import mean_rmse, out_of_fold, rmse
 
 #: Ridge penalties tried (by generalised cross-validation) for the BERT head.
 RIDGE_ALPHAS = tuple(float(a) for a in np.logspace(-3, 4, 29))
@@ -26,7 +26,7 @@ def embed(encoder, input_ids, attention_mask, poolings=None, batch_size: int = 3
     from .modules import POOLINGS, length_batches, pool
 
     poolings = tuple(poolings or POOLINGS)
-    out = {p: None for p in poolings}
+    out: dict[str, np.ndarray] = {}
     bar = progress(total=len(input_ids), desc="embedding", unit="text") if progress else None
     with torch.inference_mode():
         for index, length in length_batches(attention_mask, batch_size):
@@ -35,7 +35,7 @@ def embed(encoder, input_ids, attention_mask, poolings=None, batch_size: int = 3
                               output_hidden_states=True, return_dict=True)
             for p in poolings:
                 vectors = pool(outputs, mask, p).double().numpy()
-                if out[p] is None:
+                if p not in out:
                     out[p] = np.zeros((len(input_ids), vectors.shape[1]))
                 out[p][index.numpy()] = vectors
             if bar is not None:
@@ -58,7 +58,7 @@ def select_head(pooled: dict, targets, folds: int = 5, seed: int = 0) -> dict:
             return RidgeCV(alphas=RIDGE_ALPHAS).fit(X[train], y[train]).predict(X[held])
 
         oof, _ = out_of_fold(y, folds, fit_predict, seed)
-        scores[pooling] = float(np.sqrt(np.mean((oof - y) ** 2)))
+        scores[pooling] = rmse(oof, y)
     best = min(scores, key=scores.__getitem__)
     ridge = RidgeCV(alphas=RIDGE_ALPHAS).fit(pooled[best], y)
     return {"pooling": best, "cv_rmse": scores[best], "cv_rmse_by_pooling": scores, "folds": folds,

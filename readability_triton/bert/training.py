@@ -52,7 +52,8 @@ def pick_device(name: str = "auto"):
 
 
 def _optimizer(model, lr: float, weight_decay: float):
-    decay, no_decay = [], []
+    decay: list = []
+    no_decay: list = []
     for name, parameter in model.named_parameters():
         if not parameter.requires_grad:
             continue

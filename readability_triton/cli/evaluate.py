@@ -55,7 +55,7 @@ def cmd_evaluate(args) -> int:
         blend_weights(args.bert_weight, args.forest_weight)
     except ValueError as err:
         raise CommandError(err) from None
-    outputs = contracts.OUTPUTS
+    outputs: tuple[str, ...] = contracts.OUTPUTS
     if args.outputs is not None:
         if not args.url:
             raise CommandError("--outputs applies to --url only (--artifacts computes every branch present)")
@@ -87,8 +87,8 @@ def cmd_evaluate(args) -> int:
         with open(args.out, "w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
             writer.writerow(["text", "target"] + [f"{name}_score" if name != "score" else name for name in names])
-            for i, text in enumerate(table.texts):
-                writer.writerow([text, table.targets[i]] + [f"{float(predictions[n][i]):.6f}" for n in names])
+            for i, (text, target) in enumerate(zip(table.texts, table.targets or [], strict=True)):
+                writer.writerow([text, target] + [f"{float(predictions[n][i]):.6f}" for n in names])
         print(f"wrote {len(table.texts)} predictions to {args.out}", file=sys.stderr)
     if args.json:
         print(json.dumps(report, indent=2))

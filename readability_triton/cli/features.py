@@ -122,7 +122,7 @@ def cmd_features(args) -> int:
                 except ValueError as err:  # e.g. a text that is not valid Unicode
                     raise CommandError(f"{args.data}: {_shift_index(str(err), start)}") from None
                 if xp is not np:
-                    values = xp.asnumpy(values)
+                    values = values.get()  # CuPy -> NumPy
                 # %.9g: 9 significant digits give back every float32 exactly.
                 cells = np.char.mod("%.9g", values)
                 for offset, row in enumerate(cells.tolist()):

@@ -107,6 +107,7 @@ def cmd_train_bert(args) -> int:
 
 
 def cmd_export_bert(args) -> int:
+    from ..artifacts.manifest import MODEL_PT
     from ..bert import export as B
 
     _quiet_transformers()
@@ -117,7 +118,7 @@ def cmd_export_bert(args) -> int:
     result = B.export_checkpoint(args.checkpoint, args.out, max_length=args.max_length, half=args.half,
                                  tokenizer=args.tokenizer, log=log)
     directory = os.path.dirname(os.path.abspath(args.out))
-    if os.path.basename(args.out) == "model.pt":
+    if os.path.basename(args.out) == MODEL_PT:
         update_manifest(directory, "bert", result, max_length=args.max_length)
         note = " and manifest.json"
     else:

@@ -23,6 +23,7 @@ from ..texts import as_utf8
 from . import charclass, words
 from .vocabulary import N_BASE, Vocabulary
 
+
 class _VocabularyTables:
     """The vocabulary's distinct words tokenized and hashed on one device, and where each
     feature column and the stop-word count take them from."""
@@ -89,7 +90,8 @@ def _featurize(texts, vocabulary: Vocabulary, xp=None, ops=None, weak: words.Wea
     tables = _tables(vocabulary, xp, weak)
     if not pieces:
         return xp.zeros((0, N_BASE + 2 * tables.n), dtype=xp.float32)
-    parts = [_features_of_buffer(xp, ops, buffer, tables, weak, stats) for buffer in charclass.buffers(pieces, ops.chunk_bytes)]
+    parts = [_features_of_buffer(xp, ops, buffer, tables, weak, stats)
+             for buffer in charclass.buffers(pieces, ops.chunk_bytes)]
     return parts[0] if len(parts) == 1 else xp.concatenate(parts)
 
 

@@ -204,7 +204,7 @@ def build_vocabulary(texts, n: int = VOCABULARY_SIZE, stopwords: Iterable[str] |
     if isinstance(stopwords, (str, bytes)):
         raise ValueError("stopwords must be a collection of words, not one string")
     stops = sorted({normal_form(w) for w in stopwords})
-    for i, w in enumerate(stops):
+    for w in stops:
         _check_word(w, f"stop word {w!r}")
     counts = word_counts(texts)
     if len(counts) < 2 * n:

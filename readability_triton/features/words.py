@@ -23,10 +23,21 @@ array of counts): `GenericOps` builds the same results from gathers, `cumsum` an
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
-from .charclass import (APOSTROPHE, BYTE_TABLE, CODEPOINT_TABLE, LEAD, SEPARATOR_FLAG, TERMINATOR,  # noqa: F401
-                        WORD, _TRANSLATE, on_device)
+from .charclass import (  # noqa: F401
+    _TRANSLATE,
+    APOSTROPHE,
+    BYTE_TABLE,
+    CODEPOINT_TABLE,
+    LEAD,
+    SEPARATOR_FLAG,
+    TERMINATOR,
+    WORD,
+    on_device,
+)
 
 # ----------------------------------------------------------------------------- ops
 
@@ -130,6 +141,14 @@ class Tokens:
     `hashes` (uint64; equal words have equal hashes)."""
 
     __slots__ = ("data", "flags", "sep", "starts", "ends", "lengths", "head", "hashes")
+    data: Any
+    flags: Any
+    sep: Any
+    starts: Any
+    ends: Any
+    lengths: Any
+    head: Any
+    hashes: Any
 
 
 class Weakening:
@@ -246,6 +265,13 @@ class Classes:
     had to be split off their hash run."""
 
     __slots__ = ("order", "first", "new_run", "key", "key_bits", "key_mask", "collisions")
+    order: Any
+    first: Any
+    new_run: Any
+    key: Any
+    key_bits: int
+    key_mask: int
+    collisions: int
 
 
 def runs(xp, values):

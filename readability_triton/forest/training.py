@@ -32,6 +32,7 @@ import numpy as np
 from .. import contracts
 from ..artifacts.manifest import CHECKPOINT, VOCABULARY
 from ..errors import ForestError
+from ..features import Vocabulary
 from ..metrics import mean_rmse, out_of_fold, rmse
 from .checkpoint import gtil_predict, treelite_module
 
@@ -44,7 +45,7 @@ ROUND_TRIP_TOLERANCE = {"sklearn": 1e-6, "cuml": 1e-4}
 
 @dataclass
 class FittedForest:
-    vocabulary: object  # features.Vocabulary
+    vocabulary: Vocabulary
     model: object  # sklearn or cuML RandomForestRegressor
     backend: str  # "sklearn" or "cuml"
     features: np.ndarray  # the training features, float32 (n, 207)
@@ -95,19 +96,32 @@ def check_params(n_estimators: int, max_depth: int, max_features: float, min_sam
         raise ForestError(f"--min-samples-leaf {min_samples_leaf}: must be at least 1")
 
 
-def make_forest(backend: str, *, n_estimators: int, max_depth: int, max_features: float,
-                min_samples_leaf: int, seed: int):
-    """An unfitted forest of `backend` with the given hyper-parameters (bootstrap on)."""
+#: What each library takes besides the shared hyper-parameters.
+BACKEND_OPTIONS = {"cuml": {"n_streams": 1}, "sklearn": {"n_jobs": -1}}  # one cuML stream: reproducible
+
+
+def forest_kwargs(backend: str, *, n_estimators: int, max_depth: int, max_features: float,
+                  min_samples_leaf: int, seed: int) -> dict:
+    """The constructor arguments of `backend`'s RandomForestRegressor: the same
+    hyper-parameters for both (bootstrap on), plus the library's own options."""
     check_params(n_estimators, max_depth, max_features, min_samples_leaf)
-    common = {"n_estimators": n_estimators, "max_depth": max_depth, "max_features": max_features,
-              "min_samples_leaf": min_samples_leaf, "bootstrap": True, "random_state": seed}
+    if backend not in BACKEND_OPTIONS:
+        raise ForestError(f"backend {backend!r}: choose one of {', '.join(BACKEND_OPTIONS)}")
+    return {"n_estimators": n_estimators, "max_depth": max_depth, "max_features": max_features,
+            "min_samples_leaf": min_samples_leaf, "bootstrap": True, "random_state": seed,
+            **BACKEND_OPTIONS[backend]}
+
+
+def make_forest(backend: str, **params):
+    """An unfitted forest of `backend` (see `forest_kwargs`)."""
+    kwargs = forest_kwargs(backend, **params)
     if backend == "cuml":
         from cuml.ensemble import RandomForestRegressor
 
-        return RandomForestRegressor(n_streams=1, **common)  # one stream: reproducible
+        return RandomForestRegressor(**kwargs)
     from sklearn.ensemble import RandomForestRegressor
 
-    return RandomForestRegressor(n_jobs=-1, **common)
+    return RandomForestRegressor(**kwargs)
 
 
 def _fit_model(model, backend: str, X, y, progress=None, desc: str = "forest"):

@@ -6,9 +6,9 @@ cuDF facts this relies on (cuDF >= 25.04; the old `SubwordTokenizer` was depreca
 - `cudf.core.character_normalizer.CharacterNormalizer(do_lower, special_tokens=None)`;
   `.normalize(series) -> series`. A per-code-point table: tab, newline, carriage
   return, space and Unicode spaces (e.g. U+00A0) become ' ', other control and format
-  characters (Cc, Cf; e.g. U+000B, U+00AD) are removed, punctuation (categories P*, plus ASCII symbols such as '$', '^', '`') and
-  CJK ideographs get a space on each side, and with `do_lower` upper case is lowered
-  and accents are stripped (one code point may become up to three). Spaces are not
+  characters (Cc, Cf; e.g. U+000B, U+00AD) are removed, punctuation (categories P*, plus
+  ASCII symbols such as '$', '^', '`') and CJK ideographs get a space on each side, and
+  with `do_lower` upper case is lowered and accents are stripped (one code point may become up to three). Spaces are not
   collapsed. Newer releases add `flags` (default PAD_PUNCTUATION, the same result).
 - `cudf.core.wordpiece_tokenize.WordPieceVocabulary(series_of_tokens)`; token id = row
   number; `[UNK]` (else `[unk]`) is the unknown token. `.tokenize(series,

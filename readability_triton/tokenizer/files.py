@@ -206,7 +206,5 @@ def save_tokenizer_files(source, directory: str) -> list[str]:
                              f"it cannot be written as {VOCAB_TXT}")
         with open(vocab_path, "w", encoding="utf-8", newline="\n") as handle:
             handle.write("".join(t + "\n" for t in tokens))
-    from .wordpiece import WordPieceTokenizer
-
-    WordPieceTokenizer.from_directory(directory)  # check that it loads (and that the files agree)
+    load_backend(directory)  # check that it loads (and that the files agree)
     return [name for name in TOKENIZER_FILES if os.path.isfile(os.path.join(directory, name))]

@@ -23,8 +23,8 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from ..texts import as_utf8
-from .wordpiece import _as_list, add_special_tokens
+from ..texts import _as_list, as_utf8
+from .arrays import add_special_tokens
 
 log = logging.getLogger(__name__)
 

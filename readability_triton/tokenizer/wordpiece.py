@@ -12,7 +12,7 @@ Two paths, one result:
 - CPU (`encode(texts)`): the `tokenizers` library, one batched call, packed with NumPy.
 - GPU (`encode(texts, xp=cupy)` or `device="gpu"`): cuDF's `CharacterNormalizer` and
   `WordPieceVocabulary` (cuDF >= 25.04, `cudf_engine.py`), then [CLS]/[SEP], truncation,
-  padding and the mask in CuPy (`add_special_tokens`); CuPy arrays out. cuDF's WordPiece
+  padding and the mask in CuPy (`arrays.add_special_tokens`); CuPy arrays out. cuDF's WordPiece
   does not match Hugging Face on every input, so `routing.DevicePath` sends the texts it
   cannot match to the CPU path and writes their rows into the device result. Where cuDF
   is missing or too old, or the tokenizer is not a BERT WordPiece pipeline the GPU path
@@ -22,62 +22,22 @@ Two paths, one result:
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import os
 import re
-from typing import Sequence
 
 import numpy as np
 
 from .. import contracts
 from ..device import Device
 from ..texts import _as_list, _culprit, as_str
+from .arrays import add_special_tokens, pad_rows  # noqa: F401 - add_special_tokens: part of the API here
 from .files import SPECIAL_DEFAULTS, load_backend
 
 log = logging.getLogger(__name__)
 
 
 # ------------------------------------------------------------- array assembly
-
-
-def pad_rows(rows: Sequence[Sequence[int]], max_length: int, pad_id: int):
-    """Token-id rows (special tokens included, at most `max_length` long) -> padded ids, mask."""
-    n = len(rows)
-    lengths = np.fromiter(map(len, rows), dtype=np.int64, count=n)
-    if n and int(lengths.max()) > max_length:
-        raise ValueError(f"a row has {int(lengths.max())} tokens, more than max_length {max_length}")
-    flat = np.fromiter(itertools.chain.from_iterable(rows), dtype=np.int64, count=int(lengths.sum()))
-    mask = np.arange(max_length, dtype=np.int64)[None, :] < lengths[:, None]
-    ids = np.full((n, max_length), pad_id, dtype=np.int64)
-    ids[mask] = flat
-    return ids, mask.astype(np.int64)
-
-
-def add_special_tokens(values, counts, max_length: int, cls_id: int, sep_id: int, pad_id: int, xp=np):
-    """Ragged WordPiece ids -> `[CLS] first max_length-2 ids [SEP] [PAD]...` and the mask.
-
-    `values` holds the ids of all rows back to back, `counts` the number of ids of each
-    row (both `xp` arrays). No host synchronisation: gathers and `where`, no boolean
-    indexing, so the same code runs on NumPy and CuPy.
-    """
-    counts = counts.astype(xp.int64)
-    n = int(counts.shape[0])
-    starts = xp.cumsum(counts) - counts
-    keep = xp.minimum(counts, max_length - 2)
-    cols = xp.arange(max_length, dtype=xp.int64)[None, :]
-    body = (cols >= 1) & (cols <= keep[:, None])
-    if values.shape[0] == 0:
-        values = xp.zeros(1, dtype=xp.int64)
-    source = xp.clip(starts[:, None] + cols - 1, 0, values.shape[0] - 1)
-    ids = xp.where(body, values[source].astype(xp.int64), xp.asarray(pad_id, dtype=xp.int64))
-    ids[:, 0] = cls_id
-    ids[xp.arange(n), keep + 1] = sep_id
-    mask = (cols < (keep + 2)[:, None]).astype(xp.int64)
-    return ids, mask
-
-
-# ------------------------------------------------------------------- tokenizer
 
 
 def _device_request(xp, device) -> tuple[bool, int | None]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Sequence
 
 import numpy as np
 
@@ -103,7 +104,7 @@ class ReadabilityClient:
         except Exception:  # noqa: BLE001 - not reachable means not ready
             return False
 
-    def infer_batch(self, texts: list[str | bytes], outputs=C.OUTPUTS) -> tuple[dict[str, np.ndarray], float]:
+    def infer_batch(self, texts: Sequence[str | bytes], outputs=C.OUTPUTS) -> tuple[dict[str, np.ndarray], float]:
         """One request with `texts`, asking for `outputs` (ensemble output names); returns
         those outputs and the round-trip time in ms."""
         contract = C.contracts()[C.ENSEMBLE]
@@ -144,12 +145,9 @@ class ReadabilityClient:
         for start in range(0, len(texts), self.batch_size):
             chunk = texts[start:start + self.batch_size]
             out, elapsed = self.infer_batch(chunk, names)
-
-            def value(name, i):
-                return float(out[name][i]) if name in out else None
-
+            columns = {name: (out[name].tolist() if name in out else [None] * len(chunk)) for name in C.OUTPUTS}
             for i, text in enumerate(chunk):
-                results.append(Score(text, value(C.SCORE, i), value(C.BERT_SCORE, i), value(C.FOREST_SCORE, i),
+                results.append(Score(text, columns[C.SCORE][i], columns[C.BERT_SCORE][i], columns[C.FOREST_SCORE][i],
                                      elapsed))
             if progress is not None:
                 progress.update(len(chunk))

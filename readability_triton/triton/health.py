@@ -118,7 +118,7 @@ class Supervisor:
         self.server.start(timeout=self.start_timeout)
         again = check(self.url(), self.protocol, self.timeout)
         kind = "healed" if again.ok else "still-unhealthy"
-        self._event(kind, f"tritonserver restarted (pid {self.server.process.pid}) in "
+        self._event(kind, f"tritonserver restarted (pid {self.server.pid}) in "
                           f"{time.perf_counter() - started:.1f} s; canary: {again.message}")
         return again
 

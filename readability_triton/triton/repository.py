@@ -30,7 +30,8 @@ PROFILES = ("gpu", "hybrid", "cpu", "portable")
 #: Version folder of every model.
 VERSION = "1"
 #: Dynamic-batching queue delay (microseconds) of each batching step.
-QUEUE_DELAY_US = {C.VALIDATE: 500, C.PREPROCESS: 1000, C.FEATURIZE: 1000, C.BERT: 2000, C.FOREST: 500, C.POSTPROCESS: 500}
+QUEUE_DELAY_US = {C.VALIDATE: 500, C.PREPROCESS: 1000, C.FEATURIZE: 1000, C.BERT: 2000, C.FOREST: 500,
+                  C.POSTPROCESS: 500}
 #: Python backend file of each Python model, per profile (folder under backends/).
 PYTHON_BACKENDS = {C.VALIDATE: "validate", C.PREPROCESS: "preprocess", C.FEATURIZE: "featurize",
                    C.POSTPROCESS: "postprocess"}
@@ -182,7 +183,7 @@ def write_configs(out: str, profile: str, **render_kw) -> None:
 
 def assemble(artifacts: str, out: str, profile: str, bert_weight: float = 0.5,
              forest_weight: float = 0.5, max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
-             force: bool = False) -> dict:
+             force: bool = False) -> M.Manifest:
     """Build a complete model repository for `profile` from an artifact set."""
     if profile not in PROFILES:
         raise AssemblyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")

@@ -22,7 +22,7 @@ import json
 import os
 import traceback
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import numpy as np
 
@@ -30,6 +30,8 @@ from .. import contracts
 from ..device import Device
 from ..texts import first_invalid_utf8
 
+if TYPE_CHECKING:
+    from ..artifacts.manifest import Manifest
 
 # --------------------------------------------------------------------------- device
 
@@ -46,7 +48,7 @@ def version_dir(args: dict) -> str:
     return os.path.join(args["model_repository"], str(args["model_version"]))
 
 
-def checked_artifacts(args: dict, names) -> tuple[str, dict | None]:
+def checked_artifacts(args: dict, names) -> tuple[str, Manifest | None]:
     """The model's version folder, after checking that each of `names` is in it and, where
     the folder holds a `manifest.json` (as `assemble` writes), has the manifest's checksum.
     Returns the folder and the manifest (None without one)."""
@@ -241,7 +243,7 @@ def read_array_requests(pb_utils, requests, names: Sequence[str], xp,
             order.append(index)
             for name in names:
                 parts[name].append(arrays[name])
-    joined = {name: (xp.concatenate(parts[name]) if parts[name] else None) for name in names}
+    joined: dict[str, Any] = {name: (xp.concatenate(parts[name]) if parts[name] else None) for name in names}
     if finite and order:
         rows = sum(batch.counts[i] for i in order)
         ok = xp.ones(rows, dtype=bool)
@@ -283,7 +285,7 @@ def _error_response(pb_utils, error: tuple[str, str]):
     return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, getattr(pb_utils.TritonError, code)))
 
 
-def responses(pb_utils, batch: Batch, outputs: dict[str, object]) -> list:
+def responses(pb_utils, batch: Batch, outputs: dict[str, Any]) -> list:
     """One response per request: its slice of every output, or its own error."""
     out = []
     start = 0
@@ -306,7 +308,7 @@ def one_line(exc: BaseException) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-def run_batch(pb_utils, batch: Batch, compute: Callable[[object], dict[str, object]], logger=None) -> list:
+def run_batch(pb_utils, batch: Batch, compute: Callable[[Any], dict[str, Any]], logger=None) -> list:
     """Run `compute` once on the rows of all good requests and split the result back.
 
     If the batched pass raises, retry request by request, so that only the requests that
@@ -420,7 +422,7 @@ class PythonModel:
         (logger.log_warn if warn else logger.log_info)(f"{self.name}: {message}")
 
     # -- execute ------------------------------------------------------------------
-    def _outputs(self, result) -> dict[str, object]:
+    def _outputs(self, result) -> dict[str, Any]:
         arrays = result if isinstance(result, tuple) else (result,)
         if len(arrays) != len(self.output_names):
             raise RuntimeError(f"{self.name}: the runner returned {len(arrays)} arrays for the outputs "

@@ -41,9 +41,9 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import ServerError
-
 
 #: The Triton release of the tritonserver in the nvidia-pytriton 0.7 wheel.
 WHEEL_TRITON = "2.51.0 (24.10)"
@@ -146,20 +146,20 @@ class TritonServer:
     http_port: int = 0
     grpc_port: int = 0
     metrics_port: int = 0
-    backend_dir: str | None = None
+    backend_dir: str = ""  # default: a folder under ~/.cache/readability-triton
     log_file: str | None = None  # None: forward the server's log to our stderr
     extra_args: list[str] = field(default_factory=list)
     exit_timeout: int = 10  # seconds tritonserver waits for in-flight work after SIGTERM
     drain_timeout: float = 30.0  # seconds stop() waits for in-flight requests before SIGTERM
-    process: subprocess.Popen | None = None
+    process: subprocess.Popen | None = None  # set by start()
     shm_prefix: str = ""  # prefix of the python backend's /dev/shm segments (unique per server)
-    last_stop: dict = field(default_factory=dict)  # what the last stop() did
+    last_stop: dict[str, Any] = field(default_factory=dict)  # what the last stop() did
 
     def __post_init__(self):
         self.http_port = self.http_port or free_port()
         self.grpc_port = self.grpc_port or free_port()
         self.metrics_port = self.metrics_port or free_port()
-        if self.backend_dir is None:
+        if not self.backend_dir:
             self.backend_dir = os.path.join(os.path.expanduser("~"), ".cache", "readability-triton",
                                             f"backends-py{sys.version_info.major}{sys.version_info.minor}")
         self.shm_prefix = self.shm_prefix or f"readability-triton-{os.getpid()}-{next(_instances)}-"
@@ -210,10 +210,23 @@ class TritonServer:
         self.wait_ready(timeout)
         return self
 
+    @property
+    def running(self) -> subprocess.Popen:
+        """The server's process (ServerError before `start`)."""
+        if self.process is None:
+            raise ServerError("the server has not been started")
+        return self.process
+
+    @property
+    def pid(self) -> int:
+        return self.running.pid
+
     def _forward_log(self) -> None:
-        for line in iter(self.process.stdout.readline, b""):
+        stream = self.running.stdout
+        assert stream is not None  # started with stdout=PIPE
+        for line in iter(stream.readline, b""):
             sys.stderr.write(line.decode("utf-8", "replace"))
-        self.process.stdout.close()
+        stream.close()
 
     def ready(self) -> bool:
         try:
@@ -225,9 +238,9 @@ class TritonServer:
     def wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.process.poll() is not None:
+            if self.running.poll() is not None:
                 hint = f" (its log: {self.log_file})" if self.log_file else ""
-                raise ServerError(f"tritonserver exited with status {self.process.returncode} before it was "
+                raise ServerError(f"tritonserver exited with status {self.running.returncode} before it was "
                                   f"ready{hint}; a model failed to load or a port is taken")
             if self.ready():
                 return
@@ -272,7 +285,7 @@ class TritonServer:
     def _wait_unloaded(self, models, deadline: float) -> list[str]:
         """Wait until none of `models` is READY or UNLOADING; the ones still there."""
         pending = list(models)
-        while pending and time.monotonic() < deadline and self.process.poll() is None:
+        while pending and time.monotonic() < deadline and self.running.poll() is None:
             try:
                 states = self.model_states()
             except ServerError:
@@ -291,7 +304,7 @@ class TritonServer:
         timeout = self.drain_timeout if timeout is None else timeout
         started = time.monotonic()
         deadline = started + timeout
-        report = {"drained": False}
+        report: dict[str, Any] = {"drained": False}
         try:
             states = self.model_states()
         except ServerError as err:
@@ -328,7 +341,7 @@ class TritonServer:
         process = self.process
         if process is None or process.poll() is not None:
             return None if process is None else process.returncode
-        report = self.drain() if drain and self.ready() else {"drained": False}
+        report: dict[str, Any] = self.drain() if drain and self.ready() else {"drained": False}
         started = time.monotonic()
         process.send_signal(signal.SIGTERM)
         try:

@@ -1,7 +1,7 @@
 """Accuracy on CommonLit excerpts held out from training, and how the forest's RMSE
 depends on its settings and on the amount of training data.
 
-    .venv/bin/python benchmarks/accuracy.py [--data train.csv] [--out DIR] [--seed 42]
+    .venv/bin/python benchmarks/bench_accuracy.py [--data train.csv] [--out DIR] [--seed 42]
                                             [--held-out 454] [--bert-epochs 3] [--no-bert]
                                             [--grid] [--curve] [--json out.json]
 
@@ -33,15 +33,12 @@ import subprocess
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != HERE]
-sys.path.insert(0, ROOT)
+import numpy as np
 
-import numpy as np  # noqa: E402
+from readability_triton.data import COMMONLIT_CSV, read_table
+from readability_triton.forest import training as forest
 
-from readability_triton import forest  # noqa: E402
-from readability_triton.data import COMMONLIT_CSV, read_table  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 GRID = [
     {"max_features": 0.33, "min_samples_leaf": 3},  # train-forest's default
@@ -84,7 +81,7 @@ def held_out(texts, y, args) -> dict:
               "rmse_of_the_training_mean": forest.rmse(np.full(len(test), y[train].mean()), y[test])}
     _, result["train_forest_s"] = _cli("train-forest", "--data", train_csv, "--out", artifacts)
     if not args.no_bert:
-        from readability_triton.demo_artifacts import minilm_directory
+        from readability_triton.artifacts.demo import minilm_directory
 
         bert_dir = os.path.join(args.out, "bert")
         _, result["train_bert_s"] = _cli("train-bert", "--data", train_csv, "--base", minilm_directory(),

@@ -5,7 +5,7 @@ sentence, one code point at a time, with no cleverness and no NumPy in the logic
 only builds the final float32 row). The vectorized `readability_triton.features` must
 equal it bit for bit; the benchmark measures it as the "plain per-text implementation".
 
-It deliberately shares no code with the package.
+It deliberately shares no code with the rest of the package (it imports none of it).
 """
 from __future__ import annotations
 
