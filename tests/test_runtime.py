@@ -184,3 +184,43 @@ def test_parameters():
     assert runtime.instance_device({"model_instance_kind": "GPU", "model_instance_device_id": "1"}) == \
         Device("gpu", 1)
     assert runtime.instance_device({"model_instance_kind": "CPU"}).array_module() is np
+
+
+class DeviceArray(np.ndarray):
+    """What a CuPy array shows the runtime: a CUDA DLPack device (NumPy memory underneath,
+    for the test)."""
+
+    def __dlpack_device__(self):
+        return (2, 0)  # kDLCUDA, device 0
+
+
+def test_device_outputs_leave_through_dlpack_and_host_ones_by_value():
+    host = runtime.output_tensor(pb_utils, "A", np.arange(3, dtype=np.float32))
+    assert host.is_cpu() and host.as_numpy().tolist() == [0.0, 1.0, 2.0]
+    device = runtime.output_tensor(pb_utils, "B", np.arange(3, dtype=np.float32).view(DeviceArray))
+    assert not device.is_cpu()
+    with pytest.raises(pb_utils.TritonModelException):
+        device.as_numpy()  # a GPU tensor: the host never copies it
+
+
+def test_python_model_reads_its_config_and_checks_the_runner_against_it(tmp_path):
+    from harness import config_json, make_model_dir
+
+    model_dir = make_model_dir(str(tmp_path), "postprocess", profile="cpu")
+    args = {"model_config": config_json(f"{model_dir}/config.pbtxt"), "model_instance_kind": "CPU",
+            "model_instance_device_id": "0", "model_repository": model_dir, "model_version": "1",
+            "model_name": "postprocess"}
+    model = runtime.PythonModel(pb_utils, args, finite=True)
+    assert [name for name, _, _ in model.inputs] == ["BERT_OUTPUT", "FOREST_OUTPUT"]
+    assert model.output_names == ["SCORE", "BERT_SCORE", "FOREST_SCORE"] and not model.text_input
+    model.expect_dims({"SCORE": (1,)}, "the contract")
+    with pytest.raises(ValueError, match=r"postprocess: SCORE has dims \[1\] but the runner gives \[2\]"):
+        model.expect_dims({"SCORE": (2,)}, "the runner")
+    with pytest.raises(ValueError, match="the runner takes"):
+        model.expect_inputs(["FOREST_OUTPUT", "BERT_OUTPUT"])
+    with pytest.raises(RuntimeError, match="returned 1 arrays for the outputs"):
+        model._outputs(np.zeros((1, 1)))
+    out = model.execute([array_request(BERT_OUTPUT=np.ones((2, 1), np.float32),
+                                       FOREST_OUTPUT=np.zeros((2, 1), np.float32))],
+                        lambda bert, forest: (bert + forest, bert, forest))
+    assert out[0].output_tensors()[0].as_numpy().tolist() == [[1.0], [1.0]]

@@ -108,13 +108,6 @@ def float_parameter(params: dict[str, str], name: str, default: float) -> float:
     return value
 
 
-def output_dims(config: dict, name: str) -> tuple[int, ...]:
-    for output in config.get("output", []):
-        if output["name"] == name:
-            return tuple(int(d) for d in output.get("dims", []))
-    raise ValueError(f"the model config has no output {name!r}")
-
-
 # ------------------------------------------------------------------------- requests
 
 
