@@ -13,7 +13,16 @@ import urllib.request
 
 import numpy as np
 import pytest
-from served import Failure, assemble_portable, curl_infer, infer, score_texts, side_by_side, start_server, text_rows
+from served import (
+    Failure,
+    assemble_portable,
+    curl_infer,
+    infer,
+    score_texts,
+    side_by_side,
+    start_server,
+    text_rows,
+)
 
 from readability_triton import contracts as C
 

@@ -60,8 +60,16 @@ def regression_checkpoint(tmp_path_factory):
 def exported(tmp_path_factory, regression_checkpoint):
     out = tmp_path_factory.mktemp("exported") / "model.pt"
     assert main(["export-bert", "--checkpoint", regression_checkpoint, "--out", str(out),
-                 "--max-length", str(MAX_LENGTH)]) == 0
+                 "--max-length", str(MAX_LENGTH), "--format", "torchscript"]) == 0
     return out
+
+
+@pytest.fixture(scope="module")
+def exported_onnx(exported, regression_checkpoint):
+    """The same checkpoint exported to ONNX, into the same artifact folder (both formats)."""
+    assert main(["export-bert", "--checkpoint", regression_checkpoint, "--out", str(exported.parent),
+                 "--max-length", str(MAX_LENGTH)]) == 0  # a folder: named after the default format, onnx
+    return exported.parent / "model.onnx"
 
 
 def eager_model(checkpoint):
@@ -80,8 +88,82 @@ def test_export_writes_model_and_tokenizer_files(exported):
             "manifest.json"} <= names
     manifest = load_manifest(str(directory))
     assert manifest.max_length == MAX_LENGTH
-    assert manifest.info["bert"]["max_abs_diff"] <= B.FP32_TOLERANCE
+    assert manifest.info["bert"]["export_torchscript"]["max_abs_diff"] <= B.FP32_TOLERANCE
+    assert manifest.info["bert"]["export_torchscript"]["format"] == "torchscript"
     assert {"model.pt", "vocab.txt"} <= set(manifest.files)
+
+
+def test_onnx_export_is_verified_and_recorded(exported_onnx):
+    import onnx
+
+    manifest = load_manifest(str(exported_onnx.parent))
+    record = manifest.info["bert"]["export_onnx"]
+    assert record["format"] == "onnx" and record["opset"] == 18 and record["dtype"] == "float32"
+    assert record["max_abs_diff"] <= 1e-4 and "passed" in record["checker"]
+    assert set(record["per_batch_size"]) == {"1", "2", "5", "8", "4 real texts"}
+    assert record["ir_version"] <= 10  # what ONNX Runtime 1.19.2 (Triton 24.10) loads
+    assert {"model.onnx", "model.pt"} <= set(manifest.files)  # both formats, one set
+    assert "export_torchscript" in manifest.info["bert"]
+    model = onnx.load(str(exported_onnx))
+    onnx.checker.check_model(model, full_check=True)
+    assert [i.name for i in model.graph.input] == ["input__0", "input__1"]
+    assert [o.name for o in model.graph.output] == ["output__0"]
+    batch = model.graph.input[0].type.tensor_type.shape.dim[0]
+    assert batch.dim_param and not batch.dim_value  # a dynamic batch dimension
+    assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.INT64
+    assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
+
+
+def test_onnx_model_equals_eager_on_real_texts(exported_onnx, regression_checkpoint):
+    """ONNX Runtime on the serving tokenizer's output == the Hugging Face model in eager
+    PyTorch on the unpadded tokens, text by text (<= 1e-4); and == the TorchScript export."""
+    from readability_triton.bert.runner import OnnxRunner, TorchScriptRunner
+
+    runner = OnnxRunner.from_folder(str(exported_onnx.parent))
+    assert runner.vocab_size == 30522
+    model = eager_model(regression_checkpoint)
+    tokenizer = WordPieceTokenizer.from_directory(str(exported_onnx.parent), MAX_LENGTH)
+    texts = [t for t in TEXTS if t]
+    ids, mask = tokenizer.encode(texts)
+    scores = runner(ids, mask)
+    assert scores.dtype == np.float32 and scores.shape == (len(texts), 1)
+    with torch.no_grad():
+        for row in range(len(texts)):
+            n = int(mask[row].sum())
+            alone = model(input_ids=torch.as_tensor(ids[row:row + 1, :n]),
+                          attention_mask=torch.as_tensor(mask[row:row + 1, :n])).logits
+            assert abs(float(scores[row, 0]) - float(alone[0, 0])) <= 1e-4
+    np.testing.assert_allclose(scores, TorchScriptRunner.from_folder(str(exported_onnx.parent))(ids, mask), atol=1e-5)
+    with pytest.raises(ValueError, match="outside the model's vocabulary"):
+        runner(ids + 30522, mask)
+
+
+def test_onnx_export_refuses_a_model_that_does_not_match_eager(tmp_path):
+    class Noisy(torch.nn.Module):
+        """Adds fresh noise on every call: no export can reproduce it."""
+
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Parameter(torch.ones(1))
+
+        def forward(self, input_ids, attention_mask):
+            lengths = attention_mask.sum(1, keepdim=True).float()
+            return lengths * self.scale + torch.rand_like(lengths)
+
+    out = tmp_path / "model.onnx"
+    with pytest.raises(B.ExportError, match=r"ONNX Runtime's output differs from eager PyTorch by \d"):
+        B.export_onnx(Noisy(), str(out), max_length=MAX_LENGTH, vocab_size=30522,
+                      ids={"cls_token": 101, "sep_token": 102, "pad_token": 0})
+    assert not out.exists() and os.listdir(tmp_path) == []
+
+
+def test_export_formats_and_file_names(tmp_path, regression_checkpoint, capsys):
+    assert main(["export-bert", "--checkpoint", regression_checkpoint, "--out", str(tmp_path / "model.pt")]) == 2
+    assert "an artifact set names the onnx model model.onnx" in capsys.readouterr().err
+    assert main(["export-bert", "--checkpoint", regression_checkpoint, "--out", str(tmp_path / "model.onnx"),
+                 "--half"]) == 2
+    assert "--half exports float16 TorchScript" in capsys.readouterr().err
+    assert not os.listdir(tmp_path)
 
 
 def test_exported_module_equals_eager_on_real_texts(exported, regression_checkpoint):
@@ -123,10 +205,10 @@ def test_traced_graph_pins_no_device(exported):
 def test_export_half(tmp_path, regression_checkpoint):
     out = tmp_path / "model.pt"
     assert main(["export-bert", "--checkpoint", regression_checkpoint, "--out", str(out),
-                 "--max-length", str(MAX_LENGTH), "--half"]) == 0
+                 "--max-length", str(MAX_LENGTH), "--half", "--format", "torchscript"]) == 0
     traced = torch.jit.load(str(out))
     assert next(traced.parameters()).dtype == torch.float16
-    info = load_manifest(str(tmp_path)).info["bert"]
+    info = load_manifest(str(tmp_path)).info["bert"]["export_torchscript"]
     assert info["dtype"] == "float16" and info["max_abs_diff_vs_float32"] < 0.05
     ids, mask = B.verification_inputs(2, MAX_LENGTH, 30522, {"cls_token": 101, "sep_token": 102, "pad_token": 0},
                                       torch.Generator().manual_seed(0))
@@ -160,7 +242,7 @@ def test_export_refuses_a_multi_output_checkpoint(tmp_path, capsys):
 
     torch.manual_seed(0)
     checkpoint = save_checkpoint(tmp_path / "classifier", BertForSequenceClassification(tiny_config(num_labels=3)))
-    out = tmp_path / "out" / "model.pt"
+    out = tmp_path / "out" / "model.onnx"
     assert main(["export-bert", "--checkpoint", checkpoint, "--out", str(out)]) == 2
     err = capsys.readouterr().err
     assert "multi-output checkpoint" in err and "num_labels=3" in err and "train-bert" in err
@@ -172,11 +254,11 @@ def test_export_refuses_a_bare_encoder_and_missing_folders(tmp_path, capsys):
 
     torch.manual_seed(0)
     encoder = save_checkpoint(tmp_path / "encoder", BertModel(tiny_config()))
-    assert main(["export-bert", "--checkpoint", encoder, "--out", str(tmp_path / "model.pt")]) == 2
+    assert main(["export-bert", "--checkpoint", encoder, "--out", str(tmp_path / "model.onnx")]) == 2
     assert "no trained regression head" in capsys.readouterr().err
-    assert main(["export-bert", "--checkpoint", str(tmp_path / "nope"), "--out", str(tmp_path / "model.pt")]) == 2
+    assert main(["export-bert", "--checkpoint", str(tmp_path / "nope"), "--out", str(tmp_path / "model.onnx")]) == 2
     assert "no such folder; the checkpoint must be a Hugging Face model folder" in capsys.readouterr().err
-    assert main(["export-bert", "--checkpoint", str(tmp_path), "--out", str(tmp_path / "model.pt")]) == 2
+    assert main(["export-bert", "--checkpoint", str(tmp_path), "--out", str(tmp_path / "model.onnx")]) == 2
     assert "no config.json" in capsys.readouterr().err
 
 
@@ -186,16 +268,16 @@ def test_export_refuses_a_checkpoint_without_tokenizer(tmp_path, capsys):
     torch.manual_seed(0)
     model = BertForSequenceClassification(tiny_config(num_labels=1, problem_type="regression"))
     model.save_pretrained(str(tmp_path / "ck"))
-    assert main(["export-bert", "--checkpoint", str(tmp_path / "ck"), "--out", str(tmp_path / "model.pt"),
+    assert main(["export-bert", "--checkpoint", str(tmp_path / "ck"), "--out", str(tmp_path / "model.onnx"),
                  "--max-length", "16"]) == 2
     err = capsys.readouterr().err
     assert "vocab.txt" in err and "--tokenizer" in err
-    assert main(["export-bert", "--checkpoint", str(tmp_path / "ck"), "--out", str(tmp_path / "o" / "model.pt"),
+    assert main(["export-bert", "--checkpoint", str(tmp_path / "ck"), "--out", str(tmp_path / "o" / "model.onnx"),
                  "--tokenizer", minilm_directory(), "--max-length", "16"]) == 0
 
 
 def test_export_refuses_max_length_beyond_positions(tmp_path, capsys, regression_checkpoint):
-    assert main(["export-bert", "--checkpoint", regression_checkpoint, "--out", str(tmp_path / "model.pt"),
+    assert main(["export-bert", "--checkpoint", regression_checkpoint, "--out", str(tmp_path / "model.onnx"),
                  "--max-length", "512"]) == 2
     assert "position embeddings for 128 tokens" in capsys.readouterr().err
 
@@ -232,7 +314,7 @@ def test_train_bert_then_export(tmp_path, training_csv, regression_checkpoint, c
 
     exported = tmp_path / "artifacts" / "model.pt"
     assert main(["export-bert", "--checkpoint", str(out), "--out", str(exported),
-                 "--max-length", str(MAX_LENGTH)]) == 0
+                 "--max-length", str(MAX_LENGTH), "--format", "torchscript"]) == 0
     tokenizer = WordPieceTokenizer.from_directory(str(exported.parent), MAX_LENGTH)
     ids, mask = (torch.as_tensor(a) for a in tokenizer.encode(TEXTS))
     with torch.no_grad():
@@ -290,7 +372,7 @@ def test_train_forest_and_export_bert_make_a_checked_set(tmp_path, regression_ch
     path = write_csv(tmp_path / "train.csv", [(i, t, y) for i, (t, y) in enumerate(zip(texts, targets))])
     out = tmp_path / "set"
     assert main(["train-forest", "--data", path, "--out", str(out), "--n-estimators", "5", "--folds", "0"]) == 0
-    assert main(["export-bert", "--checkpoint", regression_checkpoint, "--out", str(out / "model.pt"),
+    assert main(["export-bert", "--checkpoint", regression_checkpoint, "--out", str(out / "model.onnx"),
                  "--max-length", str(MAX_LENGTH)]) == 0
     manifest = check_artifacts(str(out), max_length=MAX_LENGTH)
     assert {"forest", "bert"} <= set(manifest.info)

@@ -14,7 +14,12 @@ from harness import write_csv  # noqa: E402
 
 from readability_triton import contracts  # noqa: E402
 from readability_triton.artifacts import corpus as D  # noqa: E402
-from readability_triton.artifacts.manifest import MODEL_FILES, OPTIONAL_FILES, check_artifacts, load_manifest  # noqa: E402
+from readability_triton.artifacts.manifest import (  # noqa: E402
+    MODEL_FILES,
+    OPTIONAL_FILES,
+    check_artifacts,
+    load_manifest,
+)
 from readability_triton.artifacts.pipeline import Pipeline  # noqa: E402
 from readability_triton.bert.ridge_head import select_head  # noqa: E402
 from readability_triton.cli import main  # noqa: E402
@@ -37,7 +42,7 @@ def demo_set(tmp_path_factory):
 
 def test_build_demo_writes_a_complete_checked_set(demo_set):
     out, printed = demo_set
-    expected = {name for names in MODEL_FILES.values() for name in names}
+    expected = {name for names in MODEL_FILES.values() for name in names} | {"model.onnx", "model.pt"}
     expected |= {name for names in OPTIONAL_FILES.values() for name in names} | {"manifest.json"}
     assert set(os.listdir(out)) == expected
     manifest = check_artifacts(str(out), max_length=MAX_LENGTH)  # what `assemble` checks
@@ -49,6 +54,8 @@ def test_build_demo_writes_a_complete_checked_set(demo_set):
     assert info["bert"]["kind"] == "tiny" and info["bert"]["pooling"] in ("pooler", "cls", "mean", "layers_mean")
     assert info["bert"]["export_max_abs_diff"] <= 1e-4 and info["bert"]["head_check_max_abs_diff"] <= 1e-3
     assert set(info["bert"]["cv_rmse_by_pooling"]) == {"pooler", "cls", "mean", "layers_mean"}
+    assert set(info["bert"]["exports"]) == {"onnx", "torchscript"}  # both formats, each verified
+    assert all(e["max_abs_diff"] <= 1e-4 for e in info["bert"]["exports"].values())
     assert info["forest"]["cv_rmse"] < info["forest"]["mean_rmse"]
     assert "illustrative" in printed and "not CommonLit-calibrated" in printed
 

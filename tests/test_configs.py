@@ -36,7 +36,7 @@ def test_canonical_configs_are_the_rendered_gpu_profile():
             committed = handle.read()
         assert committed == repository.render_config(model, "gpu"), (
             f"model_repository/{model}/config.pbtxt is stale: run "
-            "`python -m readability_triton.repository model_repository`")
+            "`python -m readability_triton.triton.repository model_repository`")
 
 
 @pytest.mark.parametrize("model", C.ALL_MODELS)
@@ -65,10 +65,12 @@ def test_parser_is_strict():
         parse('name: "x"\ninput [ { name: "a" data_type: TYPE_FLOAT32 dims: [ 1 ] } ]\n')
 
 
+@pytest.mark.parametrize("bert_format", ["onnx", "torchscript"])
 @pytest.mark.parametrize("profile", repository.PROFILES)
 @pytest.mark.parametrize("max_length", [16, 256])
-def test_profile_configs(profile, max_length):
-    configs = {m: parse(repository.render_config(m, profile, max_length=max_length)) for m in C.ALL_MODELS}
+def test_profile_configs(profile, max_length, bert_format):
+    configs = {m: parse(repository.render_config(m, profile, max_length=max_length, bert_format=bert_format))
+               for m in C.ALL_MODELS}
     contracts = C.contracts(max_length)
     for model, config in configs.items():
         check_against_contract(config, contracts[model])
@@ -92,7 +94,8 @@ def test_profile_configs(profile, max_length):
     if profile == "portable":
         assert bert.backend == forest.backend == "python"
     else:
-        assert bert.platform == "pytorch_libtorch" and not bert.backend
+        assert bert.platform == repository.BERT_PLATFORMS[bert_format] and not bert.backend
+        assert ("INFERENCE_MODE" in bert.parameters) == (bert_format == "torchscript")
         assert forest.backend == "fil"
         assert forest.parameters["model_type"].string_value == "treelite_checkpoint"
         assert forest.parameters["output_class"].string_value == "false"
@@ -160,6 +163,26 @@ def test_ensemble_graph(profile):
     # outputs only, so each one runs after validate has accepted the request.
     readers = [s.model_name for s in steps if any(producers[t] == "<input>" for t in s.input_map.values())]
     assert readers == [C.VALIDATE]
+
+
+@pytest.mark.parametrize("profile", ["gpu", "hybrid"])
+def test_tensorrt_block_is_what_the_onnxruntime_backend_reads(profile):
+    config = parse(repository.render_config(C.BERT, profile, max_length=128, bert_format="onnx", tensorrt=True))
+    (accelerator,) = config.optimization.execution_accelerators.gpu_execution_accelerator
+    assert accelerator.name == "tensorrt"
+    params = dict(accelerator.parameters)
+    assert set(params) <= set(repository.TENSORRT_KEYS), set(params) - set(repository.TENSORRT_KEYS)
+    assert params["precision_mode"] == "FP16" and params["trt_engine_cache_enable"] == "1"
+    assert params["trt_profile_min_shapes"] == "input__0:1x128,input__1:1x128"
+    assert params["trt_profile_max_shapes"] == f"input__0:{C.MAX_BATCH_SIZE[C.BERT]}x128,input__1:64x128"
+    assert int(params["max_workspace_size_bytes"]) >= 1 << 30
+    assert not config.optimization.execution_accelerators.cpu_execution_accelerator
+
+
+@pytest.mark.parametrize("profile, bert_format", [("cpu", "onnx"), ("portable", "onnx"), ("gpu", "torchscript")])
+def test_tensorrt_needs_onnx_on_a_gpu(profile, bert_format):
+    with pytest.raises(repository.AssemblyError, match="--tensorrt needs the ONNX model on a GPU"):
+        repository.render_config(C.BERT, profile, bert_format=bert_format, tensorrt=True)
 
 
 def test_unknown_profile_is_refused():

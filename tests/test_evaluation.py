@@ -181,3 +181,21 @@ def test_evaluate_refusals(tiny_artifacts, tmp_path):
     assert code == 2 and "apply to --artifacts only" in err
     code, _, err = run("evaluate", "--url", "127.0.0.1:9", "--data", data)
     assert code == 2 and "127.0.0.1:9" in err
+
+
+def test_the_onnx_and_torchscript_exports_give_the_same_rmse(tiny_artifacts, tmp_path):
+    """The artifact set holds the same BERT model in both formats (build-demo exports both,
+    each verified): their predictions agree within 1e-4, and so do the RMSEs evaluate
+    reports."""
+    onnx = Pipeline.from_folder(tiny_artifacts, bert_format="onnx")(TEXTS)
+    torchscript = Pipeline.from_folder(tiny_artifacts, bert_format="torchscript")(TEXTS)
+    np.testing.assert_allclose(onnx["bert"], torchscript["bert"], rtol=0, atol=1e-4)
+    np.testing.assert_array_equal(onnx["forest"], torchscript["forest"])
+    data = write_csv(tmp_path / "held.csv", [(i, t, y) for i, (t, y) in enumerate(zip(TEXTS, TARGETS))])
+    reports = {}
+    for fmt in ("onnx", "torchscript"):
+        code, out, err = run("evaluate", "--artifacts", tiny_artifacts, "--data", data, "--json", "--bert-format", fmt)
+        assert code == 0, err
+        reports[fmt] = json.loads(out)["rmse"]
+    for branch in ("bert", "score"):
+        assert reports["onnx"][branch] == pytest.approx(reports["torchscript"][branch], abs=1e-4)

@@ -8,7 +8,12 @@ import pytest
 
 from readability_triton import cli
 from readability_triton.cli import app as cli_main
-from readability_triton.features import FEATURE_NAMES, Vocabulary, build_vocabulary, featurize
+from readability_triton.features import (
+    FEATURE_NAMES,
+    Vocabulary,
+    build_vocabulary,
+    featurize,
+)
 
 TEXTS = [f"Text number {i}. " + " ".join(f"w{j}" for j in range(8 * i, 8 * i + 40)) + "!" for i in range(30)]
 TEXTS += ["Ça va? Oui\u2026 très bien, don\u2019t worry.", "", "Comma, \"quotes\" and\nnew lines"]

@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 from test_features_properties import NASTY, VOCABULARY, WEAKENINGS, WORDS
 
-from readability_triton.features import Vocabulary, build_vocabulary, charclass, featurize
+from readability_triton.features import (
+    Vocabulary,
+    build_vocabulary,
+    charclass,
+    featurize,
+)
 from readability_triton.features.extract import _featurize
 
 pytestmark = pytest.mark.gpu

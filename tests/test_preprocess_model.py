@@ -8,7 +8,14 @@ import re
 import numpy as np
 import pytest
 import triton_python_backend_utils as pb_utils
-from harness import CupyLikeRules, hf_encode, load_model, make_model_dir, output, text_request
+from harness import (
+    CupyLikeRules,
+    hf_encode,
+    load_model,
+    make_model_dir,
+    output,
+    text_request,
+)
 
 from readability_triton import contracts
 from readability_triton.artifacts import manifest as M

@@ -42,13 +42,19 @@ def test_assembled_repository_is_complete(tiny_artifacts, tmp_path, profile):
     for model, names in M.MODEL_FILES.items():
         for name in names + (M.MANIFEST,):
             assert (out / model / "1" / name).is_file(), f"{model}/1/{name}"
+    # the set holds both BERT formats: portable serves TorchScript, the native profiles ONNX
+    served = "model.pt" if profile == "portable" else "model.onnx"
+    assert sorted(p.name for p in (out / "bert" / "1").glob("model.*")) == ([served] if profile != "portable"
+                                                                            else ["model.pt", "model.py"])
     assert (out / "preprocess" / "1" / "tokenizer.json").is_file()
     max_length = parse(out / "preprocess" / "config.pbtxt").parameters["MAX_LENGTH"].string_value
     assert int(max_length) == manifest.max_length == 64
 
 
-def test_native_artifacts_load_like_their_backends(tiny_artifacts, tmp_path):
-    """What pytorch_libtorch and FIL do with the gpu/cpu repositories, done in-process:
+@pytest.mark.parametrize("bert_format", ["onnx", "torchscript"])
+def test_native_artifacts_load_like_their_backends(tiny_artifacts, tmp_path, bert_format):
+    """What onnxruntime, pytorch_libtorch and FIL do with the gpu/cpu repositories, done
+    in-process: an ONNX Runtime session fed the config's inputs by name, or
     torch::jit::load + forward(input__0, input__1) in config order; Treelite deserialize
     (the FIL backend reads Treelite 4.x checkpoints) with the config's feature count."""
     import torch
@@ -56,12 +62,24 @@ def test_native_artifacts_load_like_their_backends(tiny_artifacts, tmp_path):
     import treelite.gtil
 
     out = tmp_path / "cpu"
-    repository.assemble(tiny_artifacts, str(out), "cpu")
+    repository.assemble(tiny_artifacts, str(out), "cpu", bert_format=bert_format)
     bert = parse(out / "bert" / "config.pbtxt")
-    module = torch.jit.load(str(out / "bert" / "1" / "model.pt"), map_location="cpu")
-    inputs = [torch.ones((3, *t.dims), dtype=torch.int64) for t in bert.input]
-    result = module(*inputs)
-    assert result.dtype == torch.float32 and tuple(result.shape) == (3, *bert.output[0].dims)
+    inputs = [np.ones((3, *t.dims), dtype=np.int64) for t in bert.input]
+    if bert_format == "onnx":
+        import onnxruntime
+
+        assert bert.platform == "onnxruntime_onnx"
+        session = onnxruntime.InferenceSession(str(out / "bert" / "1" / "model.onnx"),
+                                               providers=["CPUExecutionProvider"])
+        assert [i.name for i in session.get_inputs()] == [t.name for t in bert.input]
+        assert [o.name for o in session.get_outputs()] == [t.name for t in bert.output]
+        (result,) = session.run(None, {t.name: a for t, a in zip(bert.input, inputs)})
+        assert result.dtype == np.float32 and result.shape == (3, *bert.output[0].dims)
+    else:
+        assert bert.platform == "pytorch_libtorch"
+        module = torch.jit.load(str(out / "bert" / "1" / "model.pt"), map_location="cpu")
+        result = module(*[torch.from_numpy(a) for a in inputs])
+        assert result.dtype == torch.float32 and tuple(result.shape) == (3, *bert.output[0].dims)
 
     forest = parse(out / "forest" / "config.pbtxt")
     assert forest.backend == "fil" and forest.parameters["model_type"].string_value == "treelite_checkpoint"

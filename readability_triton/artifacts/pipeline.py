@@ -1,11 +1,11 @@
 """What the served ensemble computes, in process: `Pipeline.from_folder(artifacts)(texts)`.
 
-The same runners the Python models run (`TokenizerRunner` + `TorchScriptRunner` for the
-BERT branch, `FeatureRunner` + `GTILRunner` for the forest branch), the `validate` step's
+The same runners the Python models run (`TokenizerRunner` + the ONNX or TorchScript
+runner for the BERT branch, `FeatureRunner` + `GTILRunner` for the forest branch), the `validate` step's
 checks first, and `postprocess`'s blend. Every file used is checked against
-`manifest.json`. A set from `train-forest` alone (no `model.pt`) gives the forest branch
-only, and one with only `model.pt` and its tokenizer the BERT branch only; half a branch
-is refused. `evaluate --artifacts`, `bench` (the in-process row) and the tests'
+`manifest.json`. A set from `train-forest` alone (no BERT model) gives the forest branch
+only, and one with only the BERT model and its tokenizer the BERT branch only; half a
+branch is refused. `evaluate --artifacts`, `bench` (the in-process row) and the tests'
 expectations all use it.
 """
 from __future__ import annotations
@@ -19,7 +19,15 @@ from .. import contracts
 from ..errors import EvaluationError
 from ..scoring import Blender
 from ..texts import as_utf8
-from .manifest import BRANCH_FILES, load_manifest, present, verify_files
+from .manifest import (
+    BERT_FORMATS,
+    FOREST_FILES,
+    bert_formats,
+    choose_bert_format,
+    load_manifest,
+    present,
+    verify_files,
+)
 
 BRANCHES = ("bert", "forest", "score")
 
@@ -50,45 +58,50 @@ class Pipeline:
         self.weights = self.blender.weights
 
     @classmethod
-    def from_folder(cls, folder: str, bert_weight: float | None = None,
-                    forest_weight: float | None = None) -> "Pipeline":
-        """The runners of the artifact set in `folder`; SCORE's weights are the ones given
-        (both or none; default 0.5 each). On the CPU."""
-        from ..tokenizer.files import TOKENIZER_FILES
+    def from_folder(cls, folder: str, bert_weight: float | None = None, forest_weight: float | None = None,
+                    bert_format: str | None = None) -> "Pipeline":
+        """The runners of the artifact set in `folder` (the BERT model in `bert_format`, or
+        the one present: ONNX when both are); SCORE's weights are the ones given (both or
+        none; default 0.5 each). On the CPU."""
+        from ..tokenizer.files import TOKENIZER_FILES, VOCAB_TXT
 
         if not os.path.isdir(folder):
             raise EvaluationError(f"{folder}: no such artifact folder")
         manifest = load_manifest(folder)
+        found = bert_formats(folder)
+        pairs = {"forest": FOREST_FILES,
+                 "bert": (BERT_FORMATS[found[0]] if found else "model.onnx or model.pt", VOCAB_TXT)}
         has = {branch: [os.path.isfile(os.path.join(folder, name)) for name in names]
-               for branch, names in BRANCH_FILES.items()}
+               for branch, names in pairs.items()}
         for branch, flags in has.items():
             if any(flags) and not all(flags):
-                first, second = BRANCH_FILES[branch]
+                first, second = pairs[branch]
                 present_, absent = (first, second) if flags[0] else (second, first)
                 raise EvaluationError(f"{folder}: {present_} without {absent}; the two belong together "
                                       "(train-forest writes checkpoint.tl and vocabulary.json, export-bert "
-                                      "model.pt and the tokenizer files)")
+                                      "the model and the tokenizer files)")
         if not (all(has["forest"]) or all(has["bert"])):
-            raise EvaluationError(f"{folder}: neither a forest (checkpoint.tl + vocabulary.json, from "
-                                  "train-forest) nor a BERT model (model.pt + vocab.txt, from export-bert)")
+            raise EvaluationError(f"{folder}: neither a forest (checkpoint.tl + vocabulary.json, from train-forest) "
+                                  "nor a BERT model (model.onnx or model.pt + vocab.txt, from export-bert)")
         runners: dict = {}
         if all(has["forest"]):
             from ..features.runner import FeatureRunner
             from ..forest.runner import GTILRunner
 
-            verify_files(folder, manifest, BRANCH_FILES["forest"])
+            verify_files(folder, manifest, FOREST_FILES)
             runners["features"] = FeatureRunner.from_folder(folder)
             runners["forest"] = GTILRunner.from_folder(folder)
             if runners["forest"].n_features != runners["features"].n_features:
                 raise EvaluationError(f"{folder}: the forest takes {runners['forest'].n_features} features, its "
                                       f"vocabulary gives {runners['features'].n_features}")
         if all(has["bert"]):
-            from ..bert.runner import TorchScriptRunner
+            from ..bert.runner import RUNNERS
             from ..tokenizer.runner import TokenizerRunner
 
-            verify_files(folder, manifest, [BRANCH_FILES["bert"][0]] + present(folder, TOKENIZER_FILES))
+            chosen = choose_bert_format(folder, bert_format)
+            verify_files(folder, manifest, [BERT_FORMATS[chosen]] + present(folder, TOKENIZER_FILES))
             runners["tokenizer"] = TokenizerRunner.from_folder(folder, manifest.max_length)
-            runners["bert"] = TorchScriptRunner.from_folder(folder)
+            runners["bert"] = RUNNERS[chosen].from_folder(folder)
         if (bert_weight is None) != (forest_weight is None):
             raise EvaluationError("give both weights of SCORE, or neither")
         weights = (0.5, 0.5) if bert_weight is None else (bert_weight, forest_weight)

@@ -1,11 +1,17 @@
-"""`export-bert`: a sequence-regression checkpoint traced to TorchScript `model.pt`, verified
-against eager PyTorch at several batch sizes and padding patterns before anything is
-written (and loaded back and checked again); the tokenizer files the `preprocess` model
-needs are written next to it. `export_torchscript` also scans the traced graph for device
-constants and reports any. transformers is imported inside the functions that need it.
+"""`export-bert`: a sequence-regression checkpoint exported to ONNX `model.onnx` (the modern
+dynamo exporter, a dynamic batch dimension, opset 18) or traced to TorchScript
+`model.pt`, verified against eager PyTorch at several batch sizes, on random ids with
+padding and on real texts' tokens, before anything is written (the file is loaded back,
+by ONNX Runtime or torch.jit, and checked again); the tokenizer files the `preprocess`
+model needs are written next to it. `export_torchscript` also scans the traced graph for
+device constants and reports any. transformers, onnx, onnxscript and onnxruntime are
+imported inside the functions that need them.
 """
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import math
 import os
 import shutil
@@ -13,11 +19,28 @@ import tempfile
 import time
 import warnings
 
+import numpy as np
 import torch
 
 from .. import contracts
+from ..artifacts.manifest import MODEL_ONNX, MODEL_PT
 from ..errors import BertError, ExportError
 from .modules import EagerReference, SequenceRegressor
+
+#: The formats export-bert writes, and the file each is written to in an artifact set.
+FORMATS = {"onnx": MODEL_ONNX, "torchscript": MODEL_PT}
+#: The ONNX opset of the exported graph (ONNX Runtime 1.19.2, in Triton 24.10, reads up to 21).
+ONNX_OPSET = 18
+#: The newest ONNX IR version ONNX Runtime 1.19.2 (Triton 24.10) loads.
+MAX_IR_VERSION = 10
+#: Texts whose real token ids the export is checked on too (with padding, in one batch).
+SAMPLE_TEXTS = (
+    "The cat sat on the mat.",
+    "Photosynthesis converts light energy into chemical energy, which the Calvin cycle then uses.",
+    "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor against any "
+    "liability, howsoever arising, consequent upon the lessee's failure to observe covenants.",
+    "Tom ran. He was late!",
+)
 
 #: Largest |traced - eager| accepted for a float32 export (the issue's bound).
 FP32_TOLERANCE = 1e-4
@@ -242,9 +265,119 @@ def write_tokenizer(source: str, directory: str, max_length: int, vocab_size: in
     return written
 
 
+def _onnx_tools():
+    try:
+        import onnx
+        import onnxruntime
+        import onnxscript  # noqa: F401 - the dynamo exporter needs it
+    except ImportError as exc:
+        raise BertError(f"the ONNX export needs onnx, onnxscript and onnxruntime ({exc}): "
+                        "pip install 'readability-triton[onnx]'") from None
+    return onnx, onnxruntime
+
+
+def onnx_session(path: str, providers=("CPUExecutionProvider",)):
+    """An ONNX Runtime session on `path` that logs errors only."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    return onnxruntime.InferenceSession(path, options, providers=list(providers))
+
+
+def _run_onnx(session, tokens, mask):
+    return torch.from_numpy(session.run(None, {contracts.INPUT_0: tokens.numpy(), contracts.INPUT_1: mask.numpy()})[0])
+
+
+def export_onnx(module, out_path: str, *, max_length: int, vocab_size: int, ids: dict[str, int], reference=None,
+                batch_sizes=VERIFY_BATCH_SIZES, seed: int = 0, real_inputs=None, log=None) -> dict:
+    """Export `module` (the bert contract) to ONNX with `torch.onnx.export(dynamo=True)`, a
+    dynamic batch dimension and opset `ONNX_OPSET`, check it with `onnx.checker`, and
+    compare ONNX Runtime's output with eager PyTorch (`reference`, default `module`) at
+    `batch_sizes` on random ids with padding, and on `real_inputs` (ids, mask) when given.
+    Raises `ExportError`, writing nothing, when they differ by more than 1e-4 (float32)."""
+    onnx, onnxruntime = _onnx_tools()
+    log = log or (lambda message: None)
+    module = module.eval()
+    reference = (reference if reference is not None else module).eval()
+    example = verification_inputs(2, max_length, vocab_size, ids, torch.Generator().manual_seed(seed))
+    batch = torch.export.Dim("batch", min=1, max=4096)
+    started = time.perf_counter()
+    directory = os.path.dirname(os.path.abspath(out_path))
+    os.makedirs(directory, exist_ok=True)
+    staging = tempfile.mkdtemp(prefix=".export-", dir=directory)
+    temporary = os.path.join(staging, os.path.basename(out_path))
+    try:
+        chatter = io.StringIO()  # the exporter prints its progress and logs optional ops it skips
+        quiet = logging.getLogger("torch.onnx")
+        level, quiet.level = quiet.level, logging.ERROR
+        try:
+            with torch.no_grad(), warnings.catch_warnings(), contextlib.redirect_stdout(chatter):
+                warnings.simplefilter("ignore")
+                program = torch.onnx.export(module, example, dynamo=True, opset_version=ONNX_OPSET,
+                                            input_names=[contracts.INPUT_0, contracts.INPUT_1],
+                                            output_names=[contracts.OUTPUT_0],
+                                            dynamic_shapes=({0: batch}, {0: batch}))
+        except Exception as exc:  # noqa: BLE001 - the exporter raises many kinds
+            raise ExportError(f"torch.onnx.export (dynamo) could not export the model: {type(exc).__name__}: "
+                              f"{str(exc).splitlines()[0] if str(exc) else ''}; {out_path} was not written") from exc
+        finally:
+            quiet.level = level
+        if program is None:
+            raise ExportError("torch.onnx.export returned no program")
+        program.save(temporary)
+        exported = onnx.load(temporary)
+        if exported.ir_version > MAX_IR_VERSION:
+            raise ExportError(f"the ONNX model has IR version {exported.ir_version}; ONNX Runtime 1.19.2 (Triton "
+                              f"24.10) loads up to {MAX_IR_VERSION}: export with an onnx/onnxscript that writes it")
+        entry = exported.metadata_props.add()
+        entry.key, entry.value = "vocab_size", str(vocab_size)
+        onnx.save(exported, temporary)
+        onnx.checker.check_model(temporary, full_check=True)
+        session = onnx_session(temporary)
+        generator = torch.Generator().manual_seed(seed + 1)
+        diffs: dict = {}
+        with torch.no_grad():
+            cases = [(str(b), verification_inputs(b, max_length, vocab_size, ids, generator)) for b in batch_sizes]
+            if real_inputs is not None:
+                cases.append((f"{len(real_inputs[0])} real texts", real_inputs))
+            for name, (tokens, mask) in cases:
+                got, want = _run_onnx(session, tokens, mask), reference(tokens, mask)
+                if tuple(got.shape) != (len(tokens), 1) or got.dtype != torch.float32:
+                    raise ExportError(f"the ONNX model returns {got.dtype} {tuple(got.shape)} for a batch of "
+                                      f"{len(tokens)}; the bert contract is float32 [{len(tokens)}, 1]")
+                diff = (got - want.float()).abs().max().item()
+                diffs[name] = diff if math.isfinite(diff) else float("inf")
+        worst = max(diffs.values())
+        log(f"exported to ONNX (opset {ONNX_OPSET}) in {time.perf_counter() - started:.1f} s; max |ONNX Runtime - "
+            f"eager| = {worst:.3g} (float32; batch sizes {', '.join(diffs)})")
+        if not worst <= FP32_TOLERANCE:
+            raise ExportError(f"ONNX Runtime's output differs from eager PyTorch by {worst:.3g} (> {FP32_TOLERANCE:g}; "
+                              f"per batch: {diffs}); {out_path} was not written")
+        os.replace(temporary, out_path)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return {"format": "onnx", "opset": ONNX_OPSET, "max_abs_diff": worst, "per_batch_size": diffs,
+            "tolerance": FP32_TOLERANCE, "dtype": "float32", "max_length": max_length,
+            "onnx": str(onnx.__version__), "onnxruntime": str(onnxruntime.__version__), "torch": str(torch.__version__),
+            "ir_version": int(exported.ir_version), "checker": "onnx.checker.check_model(full_check=True) passed",
+            "bytes": os.path.getsize(out_path)}
+
+
+def real_inputs(tokenizer, texts=SAMPLE_TEXTS):
+    """Token ids and mask of `texts` (padded to the tokenizer's max_length), as torch tensors."""
+    ids, mask = tokenizer.encode(list(texts))
+    return torch.as_tensor(np.asarray(ids, dtype=np.int64)), torch.as_tensor(np.asarray(mask, dtype=np.int64))
+
+
 def export_checkpoint(checkpoint: str, out_path: str, max_length: int = contracts.DEFAULT_MAX_LENGTH,
-                      half: bool = False, tokenizer: str | None = None, log=None) -> dict:
-    """`export-bert`: checkpoint folder -> verified TorchScript `out_path` + tokenizer files."""
+                      half: bool = False, tokenizer: str | None = None, log=None, format: str = "onnx") -> dict:
+    """`export-bert`: checkpoint folder -> verified `out_path` (ONNX or TorchScript) + tokenizer files."""
+    if format not in FORMATS:
+        raise BertError(f"--format {format!r}: choose one of {', '.join(FORMATS)}")
+    if half and format != "torchscript":
+        raise BertError("--half exports float16 TorchScript; for FP16 with ONNX, export float32 and let TensorRT "
+                        "build an FP16 engine (`assemble --tensorrt`)")
     log = log or (lambda message: None)
     if max_length < 2:
         raise BertError(f"--max-length {max_length}: must be at least 2 ([CLS] and [SEP])")
@@ -260,8 +393,13 @@ def export_checkpoint(checkpoint: str, out_path: str, max_length: int = contract
         raise BertError(f"{source}: the tokenizer has {tok.vocab_size} tokens but the model embeds only "
                         f"{vocab_size}; the tokenizer belongs to another model")
     ids = special_ids(tok)
-    result = export_torchscript(SequenceRegressor(model), out_path, max_length=max_length, vocab_size=vocab_size,
-                                ids=ids, reference=EagerReference(model), half=half, log=log)
+    if format == "onnx":
+        result = export_onnx(SequenceRegressor(model), out_path, max_length=max_length, vocab_size=vocab_size, ids=ids,
+                             reference=EagerReference(model), real_inputs=real_inputs(tok), log=log)
+    else:
+        result = export_torchscript(SequenceRegressor(model), out_path, max_length=max_length, vocab_size=vocab_size,
+                                    ids=ids, reference=EagerReference(model), half=half, log=log)
+        result["format"] = "torchscript"
     result["tokenizer_files"] = write_tokenizer(source, os.path.dirname(os.path.abspath(out_path)), max_length,
                                                 vocab_size)
     result["checkpoint"] = os.path.abspath(checkpoint)

@@ -1,12 +1,13 @@
-"""`TorchScriptRunner`: an artifact set's `model.pt`, run by torch.jit (what the libtorch
-backend runs)."""
+"""The BERT regressor of an artifact set: `TorchScriptRunner` (`model.pt`, torch.jit: what
+the libtorch backend runs) or `OnnxRunner` (`model.onnx`, ONNX Runtime: what the
+onnxruntime backend runs); `bert_runner(folder)` picks the one the set holds."""
 from __future__ import annotations
 
 import os
 
 import numpy as np
 
-from ..artifacts.manifest import MODEL_PT
+from ..artifacts.manifest import MODEL_ONNX, MODEL_PT, choose_bert_format
 from ..device import Device, as_device
 
 
@@ -64,3 +65,49 @@ class TorchScriptRunner:
             scores = self.module(torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)),
                                  torch.from_numpy(np.ascontiguousarray(mask, dtype=np.int64)))
         return scores.reshape(-1, 1).to(torch.float32).numpy()
+
+
+class OnnxRunner:
+    """(input_ids, attention_mask) int64 `(n, L)` -> scores float32 `(n, 1)` with ONNX
+    Runtime on the CPU; the same checks as `TorchScriptRunner`."""
+
+    FILES = (MODEL_ONNX,)
+
+    def __init__(self, path: str, device: Device | str | None = None):
+        if as_device(device).is_gpu:
+            raise ValueError("the ONNX Runtime runner runs on the CPU (KIND_CPU); on a GPU use the gpu or hybrid "
+                             "profile, where the onnxruntime backend serves model.onnx (optionally with TensorRT)")
+        try:
+            import onnxruntime
+        except ImportError as exc:
+            raise ValueError(f"model.onnx needs ONNX Runtime in this environment ({exc}): "
+                             "pip install 'readability-triton[portable]'") from None
+        options = onnxruntime.SessionOptions()
+        options.log_severity_level = 3
+        self.session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        declared = self.session.get_modelmeta().custom_metadata_map.get("vocab_size")
+        self.vocab_size = int(declared) if declared else None
+        self.version = onnxruntime.__version__
+
+    @classmethod
+    def from_folder(cls, folder: str, device: Device | str | None = None) -> "OnnxRunner":
+        return cls(os.path.join(folder, MODEL_ONNX), device)
+
+    def describe(self) -> str:
+        return f"ONNX model.onnx with ONNX Runtime {self.version} on the CPU (vocabulary of {self.vocab_size} ids)"
+
+    def __call__(self, ids, mask):
+        check_token_ids(ids, mask, self.vocab_size)
+        out = self.session.run(None, {"input__0": np.ascontiguousarray(ids, dtype=np.int64),
+                                      "input__1": np.ascontiguousarray(mask, dtype=np.int64)})[0]
+        return np.asarray(out, dtype=np.float32).reshape(-1, 1)
+
+
+RUNNERS: dict[str, type[OnnxRunner] | type[TorchScriptRunner]] = {"onnx": OnnxRunner,
+                                                                    "torchscript": TorchScriptRunner}
+
+
+def bert_runner(folder: str, device: Device | str | None = None, bert_format: str | None = None):
+    """The runner of the BERT model in `folder`: `bert_format`'s, or the one present (ONNX
+    when both are)."""
+    return RUNNERS[choose_bert_format(folder, bert_format)].from_folder(folder, device)

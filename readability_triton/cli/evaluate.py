@@ -32,6 +32,8 @@ def register(subparsers) -> None:
     p.add_argument("--forest-weight", type=float, default=0.5,
                    help="with --artifacts: forest weight of SCORE (default 0.5, as assemble)")
     p.add_argument("--batch-size", type=int, default=32, help="texts per batch or request (default 32)")
+    p.add_argument("--bert-format", choices=("onnx", "torchscript"), default=None,
+                   help="with --artifacts: the BERT model to run when the set holds both (default: onnx)")
     p.add_argument("--outputs", default=None,
                    help="with --url: the ensemble outputs to ask for, comma-separated (default: "
                         "SCORE,BERT_SCORE,FOREST_SCORE); the report covers those")
@@ -68,7 +70,8 @@ def cmd_evaluate(args) -> int:
                            "weights its repository was assembled with")
     table = read_table(args.data, args.column, args.target)
     if args.artifacts:
-        pipeline = Pipeline.from_folder(args.artifacts, args.bert_weight, args.forest_weight)
+        pipeline = Pipeline.from_folder(args.artifacts, args.bert_weight, args.forest_weight,
+                                        bert_format=args.bert_format)
         try:
             predictions = pipeline(table.texts, batch_size=args.batch_size, progress=progress)
         except ValueError as err:  # a text the served ensemble would refuse too

@@ -47,6 +47,14 @@ def register(subparsers) -> None:
     p.add_argument("--forest-weight", type=float, default=0.5, help="weight of FOREST_SCORE in SCORE (default 0.5)")
     p.add_argument("--max-text-bytes", type=int, default=None,
                    help="largest UTF-8 text the Python steps accept (default 100000)")
+    p.add_argument("--bert-format", choices=("onnx", "torchscript"), default=None,
+                   help="the BERT model to serve when the set holds both (default: torchscript for portable, "
+                        "where it runs fastest on the CPU, onnx for gpu/hybrid/cpu)")
+    p.add_argument("--tensorrt", action="store_true",
+                   help="gpu/hybrid with ONNX: let the onnxruntime backend build a TensorRT FP16 engine (built on "
+                        "the first requests, then cached)")
+    p.add_argument("--tensorrt-cache", default=None, metavar="DIR",
+                   help="where the TensorRT engines are cached on the server (default /tmp/readability-triton-trt)")
     p.add_argument("--force", action="store_true", help="replace REPO if it exists")
     p.set_defaults(func=cmd_assemble)
 
@@ -118,13 +126,16 @@ def register(subparsers) -> None:
 
 
 def cmd_assemble(args) -> int:
-    from ..triton.repository import assemble
+    from ..triton.repository import DEFAULT_TENSORRT_CACHE, assemble, pick_bert_format
 
     manifest = assemble(args.artifacts, args.out, args.profile, bert_weight=args.bert_weight,
                         forest_weight=args.forest_weight,
-                        max_text_bytes=args.max_text_bytes or contracts.DEFAULT_MAX_TEXT_BYTES, force=args.force)
+                        max_text_bytes=args.max_text_bytes or contracts.DEFAULT_MAX_TEXT_BYTES, force=args.force,
+                        bert_format=args.bert_format, tensorrt=args.tensorrt,
+                        tensorrt_cache=args.tensorrt_cache or DEFAULT_TENSORRT_CACHE)
+    chosen = pick_bert_format(args.artifacts, args.profile, args.bert_format)
     print(f"assembled profile {args.profile!r} in {args.out} (max_length {manifest.max_length}, "
-          f"{manifest.n_features} features)")
+          f"{manifest.n_features} features, BERT {chosen}{' with TensorRT FP16' if args.tensorrt else ''})")
     return 0
 
 

@@ -40,9 +40,10 @@ def _positive(name: str, value, minimum=1):
         raise CommandError(f"{name} {value}: must be at least {minimum}")
 
 
-def update_manifest(directory: str, section: str, info: dict, max_length: int | None = None):
+def update_manifest(directory: str, section: str, info: dict, max_length: int | None = None, key: str | None = None):
     """Rewrite `directory/manifest.json` over the files present, keeping the other
-    sections' training info (and the recorded max_length unless one is given)."""
+    sections' training info (and the recorded max_length unless one is given); with `key`,
+    `info` goes to `section[key]` (e.g. one export format beside another)."""
     from ..artifacts.manifest import MANIFEST, load_manifest, write_manifest
     from ..errors import ManifestError
 
@@ -54,7 +55,10 @@ def update_manifest(directory: str, section: str, info: dict, max_length: int | 
             old = None  # unreadable: written anew
     merged = dict(old.info if old else {})
     merged.pop("build_key", None)  # no longer a build-demo set as built
-    merged[section] = info
+    if key is None:
+        merged[section] = info
+    else:
+        merged[section] = {**(merged.get(section) or {}), key: info}
     length = max_length if max_length is not None else (old.max_length if old else contracts.DEFAULT_MAX_LENGTH)
     return write_manifest(directory, length, contracts.N_FEATURES, merged)
 
@@ -107,25 +111,27 @@ def cmd_train_bert(args) -> int:
 
 
 def cmd_export_bert(args) -> int:
-    from ..artifacts.manifest import MODEL_PT
+    from ..artifacts.manifest import BERT_FORMATS
     from ..bert import export as B
 
     _quiet_transformers()
     _positive("--max-length", args.max_length, 2)
-    if os.path.isdir(args.out):
-        raise CommandError(f"--out {args.out}: is a folder; give the file to write, "
-                           f"e.g. {os.path.join(args.out, 'model.pt')}")
-    result = B.export_checkpoint(args.checkpoint, args.out, max_length=args.max_length, half=args.half,
-                                 tokenizer=args.tokenizer, log=log)
-    directory = os.path.dirname(os.path.abspath(args.out))
-    if os.path.basename(args.out) == MODEL_PT:
-        update_manifest(directory, "bert", result, max_length=args.max_length)
+    name = BERT_FORMATS[args.format]
+    out = os.path.join(args.out, name) if os.path.isdir(args.out) else args.out
+    if os.path.basename(out) in BERT_FORMATS.values() and os.path.basename(out) != name:
+        raise CommandError(f"--out {args.out}: an artifact set names the {args.format} model {name}")
+    result = B.export_checkpoint(args.checkpoint, out, max_length=args.max_length, half=args.half,
+                                 tokenizer=args.tokenizer, log=log, format=args.format)
+    directory = os.path.dirname(os.path.abspath(out))
+    if os.path.basename(out) == name:
+        update_manifest(directory, "bert", result, max_length=args.max_length, key=f"export_{args.format}")
         note = " and manifest.json"
     else:
-        note = " (no manifest.json: the artifact set names it model.pt)"
-    print(f"bert: traced module matches eager PyTorch (max |diff| {result['max_abs_diff']:.3g} <= "
-          f"{result['tolerance']:g}, {result['dtype']}, batch sizes {', '.join(result['per_batch_size'])})")
-    print(f"wrote {args.out}, {', '.join(result['tokenizer_files'])}{note}")
+        note = f" (no manifest.json: the artifact set names it {name})"
+    what = "ONNX Runtime's output" if args.format == "onnx" else "the traced module"
+    print(f"bert: {what} matches eager PyTorch (max |diff| {result['max_abs_diff']:.3g} <= "
+          f"{result['tolerance']:g}, {result['dtype']}, batches {', '.join(result['per_batch_size'])})")
+    print(f"wrote {out}, {', '.join(result['tokenizer_files'])}{note}")
     return 0
 
 
@@ -144,7 +150,8 @@ def cmd_build_demo(args) -> int:
     _positive("--corpus-size", args.corpus_size, 2)
     result = ensure_demo_artifacts(args.out, data=args.data, bert=args.bert, max_length=args.max_length,
                                    folds=args.folds, seed=args.seed, column=args.column, target=args.target,
-                                   corpus_size=args.corpus_size, force=args.force)
+                                   corpus_size=args.corpus_size, force=args.force,
+                                   bert_formats=tuple(f.strip() for f in args.bert_format.split(",") if f.strip()))
     info = result.manifest.info
     bert, forest = info.get("bert", {}), info.get("forest", {})
     state = "up to date" if result.cached else f"built in {result.seconds:.0f} s"
@@ -214,19 +221,28 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_train_bert)
 
     p = subparsers.add_parser(
-        "export-bert", help="trace a sequence-regression checkpoint to TorchScript model.pt and verify it",
-        description="Load a Hugging Face sequence-regression checkpoint (one output), trace it to TorchScript "
-                    "with forward(input_ids int64[B, L], attention_mask int64[B, L]) -> float32[B, 1], check "
-                    "the traced module against eager PyTorch at several batch sizes (max |diff| <= 1e-4 in "
-                    "float32; nothing is written otherwise), and write the tokenizer files the preprocess "
-                    "model needs next to it. When the file is named model.pt, the folder's manifest.json is "
-                    "rewritten too.")
+        "export-bert", help="export a sequence-regression checkpoint to ONNX model.onnx (or TorchScript model.pt) "
+                            "and verify it",
+        description="Load a Hugging Face sequence-regression checkpoint (one output) and export it with "
+                    "forward(input_ids int64[B, L], attention_mask int64[B, L]) -> float32[B, 1]: to ONNX "
+                    "(torch.onnx.export with dynamo=True, a dynamic batch, opset 18; the default: it survives "
+                    "PyTorch/libtorch version skew and reaches TensorRT) or to TorchScript (torch.jit.trace). "
+                    "Before writing, the exported model (run by ONNX Runtime, or torch.jit) must equal eager "
+                    "PyTorch within 1e-4 (float32) at several batch sizes, on random ids with padding and on "
+                    "real texts' tokens; onnx.checker must pass. Nothing is written otherwise. The tokenizer "
+                    "files the preprocess model needs are written next to it. When the file is named as in an "
+                    "artifact set (model.onnx, model.pt), the folder's manifest.json is rewritten too, with "
+                    "the format and the verification.")
     p.add_argument("--checkpoint", required=True, metavar="HF_DIR", help="fine-tuned checkpoint folder")
-    p.add_argument("--out", required=True, metavar="FILE", help="TorchScript file to write, e.g. DIR/model.pt")
+    p.add_argument("--out", required=True, metavar="FILE",
+                   help="file to write, e.g. DIR/model.onnx (or an artifact folder: the file is named after --format)")
+    p.add_argument("--format", choices=("onnx", "torchscript"), default="onnx",
+                   help="onnx (default; model.onnx) or torchscript (model.pt)")
     p.add_argument("--max-length", type=int, default=contracts.DEFAULT_MAX_LENGTH,
                    help=f"sequence length L of the bert contract (default {contracts.DEFAULT_MAX_LENGTH})")
     p.add_argument("--half", action="store_true",
-                   help="export in float16 (for GPU instances; checked against eager float16 within 1e-2)")
+                   help="with --format torchscript: export in float16 (for GPU instances; checked against eager "
+                        "float16 within 1e-2); for FP16 with ONNX use assemble --tensorrt")
     p.add_argument("--tokenizer", default=None, metavar="DIR",
                    help="folder with the tokenizer files (default: the checkpoint folder)")
     p.set_defaults(func=cmd_export_bert)
@@ -243,6 +259,9 @@ def register(subparsers) -> None:
     p.add_argument("--out", required=True, metavar="DIR", help="artifact folder to write (replaced as a whole)")
     data_arguments(p, required=False)
     p.add_argument("--bert", choices=("minilm", "tiny"), default="minilm", help="BERT encoder (default minilm)")
+    p.add_argument("--bert-format", default="onnx,torchscript",
+                   help="the BERT model's formats, comma-separated: onnx (model.onnx), torchscript (model.pt); "
+                        "default both (assemble picks TorchScript for portable, ONNX for the native profiles)")
     p.add_argument("--max-length", type=int, default=contracts.DEFAULT_MAX_LENGTH,
                    help=f"sequence length of the BERT branch (default {contracts.DEFAULT_MAX_LENGTH})")
     p.add_argument("--folds", type=int, default=5, help="K of the cross-validations (default 5)")

@@ -116,7 +116,13 @@ def load_backend(directory: str):
     and the special tokens from `tokenizer_config.json` / `special_tokens_map.json`.
     Returns `(backend, special token names)`.
     """
-    from tokenizers import AddedToken, Tokenizer, normalizers, pre_tokenizers, processors
+    from tokenizers import (
+        AddedToken,
+        Tokenizer,
+        normalizers,
+        pre_tokenizers,
+        processors,
+    )
     from tokenizers.models import WordPiece
 
     if not os.path.isdir(directory):

