@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 # CPU environment: the pinned CPU build of PyTorch (see constraints/cpu.txt).
 CONSTRAINTS := -c constraints/cpu.txt
-EXTRAS := serve,portable,onnx,server,train,demo,test
+EXTRAS := serve,portable,onnx,server,train,demo,plot,test
 STAMP  := $(VENV)/.installed-$(shell cat setup.cfg constraints/cpu.txt | cksum | cut -d' ' -f1)
 DEMO_ARTIFACTS := .cache/demo-artifacts
 DEMO_REPO      := .cache/demo-repository

@@ -68,7 +68,8 @@ def _cli(*args):
     return result.stdout, time.perf_counter() - start
 
 
-def held_out(texts, y, args) -> dict:
+def split(texts, y, args):
+    """The seeded hold-out: (train indices, held-out indices, train CSV, held-out CSV)."""
     rng = np.random.default_rng(args.seed)
     order = rng.permutation(len(y))
     test, train = order[: args.held_out], order[args.held_out:]
@@ -76,6 +77,26 @@ def held_out(texts, y, args) -> dict:
     train_csv, test_csv = os.path.join(args.out, "train_part.csv"), os.path.join(args.out, "held_out.csv")
     _write(train_csv, [texts[i] for i in train], y[train].tolist())
     _write(test_csv, [texts[i] for i in test], y[test].tolist())
+    return train, test, train_csv, test_csv
+
+
+def demo_held_out(texts, y, args) -> dict:
+    """build-demo on the training part (it fits SCORE's weights on out-of-fold predictions),
+    evaluate on the held-out part with those weights, as served."""
+    train, test, train_csv, test_csv = split(texts, y, args)
+    artifacts = os.path.join(args.out, "demo-artifacts")
+    result = {"train_texts": int(len(train)), "held_out_texts": int(len(test)), "seed": args.seed,
+              "rmse_of_the_training_mean": forest.rmse(np.full(len(test), y[train].mean()), y[test])}
+    _, result["build_demo_s"] = _cli("build-demo", "--data", train_csv, "--out", artifacts)
+    out, _ = _cli("evaluate", "--data", test_csv, "--artifacts", artifacts, "--json")
+    result["evaluate"] = json.loads(out)
+    with open(os.path.join(artifacts, "manifest.json"), encoding="utf-8") as handle:
+        result["blend"] = {k: v for k, v in json.load(handle)["info"]["blend"].items()}
+    return result
+
+
+def held_out(texts, y, args) -> dict:
+    train, test, train_csv, test_csv = split(texts, y, args)
     artifacts = os.path.join(args.out, "artifacts")
     result = {"train_texts": int(len(train)), "held_out_texts": int(len(test)), "seed": args.seed,
               "rmse_of_the_training_mean": forest.rmse(np.full(len(test), y[train].mean()), y[test])}
@@ -86,7 +107,7 @@ def held_out(texts, y, args) -> dict:
         bert_dir = os.path.join(args.out, "bert")
         _, result["train_bert_s"] = _cli("train-bert", "--data", train_csv, "--base", minilm_directory(),
                                          "--out", bert_dir, "--epochs", str(args.bert_epochs))
-        _cli("export-bert", "--checkpoint", bert_dir, "--out", os.path.join(artifacts, "model.pt"))
+        _cli("export-bert", "--checkpoint", bert_dir, "--out", os.path.join(artifacts, "model.onnx"))
     out, _ = _cli("evaluate", "--data", test_csv, "--artifacts", artifacts, "--json")
     result["evaluate"] = json.loads(out)
     return result
@@ -151,6 +172,9 @@ def main() -> int:
     parser.add_argument("--no-bert", action="store_true")
     parser.add_argument("--grid", action="store_true")
     parser.add_argument("--curve", action="store_true")
+    parser.add_argument("--demo", action="store_true",
+                        help="only the demo set: build-demo on the training part (fitted SCORE weights), evaluate "
+                             "on the held-out part")
     parser.add_argument("--json")
     args = parser.parse_args()
     if not os.path.isfile(args.data):
@@ -166,6 +190,19 @@ def main() -> int:
         report["grid"] = grid(texts, y)
     if args.curve:
         report["curve"] = curve(texts, y, args.seed, args.held_out)
+    if args.demo:
+        report["demo"] = demo_held_out(texts, y, args)
+        ev, blend = report["demo"]["evaluate"], report["demo"]["blend"]
+        print(f"\ndemo set (build-demo on {report['demo']['train_texts']} excerpts; SCORE = "
+              f"{blend['bert_weight']:.3f} BERT + {blend['forest_weight']:.3f} forest, fitted on out-of-fold "
+              f"predictions), held out: {ev['texts']} excerpts")
+        for name, value in ev["rmse"].items():
+            print(f"  {name:<7} RMSE {value:.4f}")
+        print(f"  predicting the training mean: {report['demo']['rmse_of_the_training_mean']:.4f}")
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as handle:
+                json.dump(report, handle, indent=2)
+        return 0
     report["held_out"] = held_out(texts, y, args)
     ev = report["held_out"]["evaluate"]
     print(f"\nheld out: {ev['texts']} excerpts, models trained on {report['held_out']['train_texts']}")

@@ -22,10 +22,45 @@ def rmse(prediction, target) -> float:
     return float(np.sqrt(np.mean((prediction - target) ** 2)))
 
 
+def fit_blend(bert, forest, target) -> dict:
+    """The SCORE weights that minimise the squared error of the blend on these
+    predictions: non-negative least squares with the weights summing to 1, which for two
+    branches is the least-squares BERT weight clipped to [0, 1]. With the RMSE of each
+    branch, of the fitted blend and of the 0.5/0.5 blend on the same predictions."""
+    w = best_bert_weight(bert, forest, target)
+    return {"bert_weight": w, "forest_weight": 1.0 - w,
+            "rmse": {"bert": rmse(bert, target), "forest": rmse(forest, target),
+                     "score": rmse(blend(bert, forest, w, 1.0 - w), target),
+                     "score_at_0.5": rmse(blend(bert, forest), target)},
+            "n_texts": int(len(np.asarray(target)))}
+
+
 def mean_rmse(target) -> float:
     """The RMSE of the best constant: the targets' own mean."""
     target = np.asarray(target, dtype=np.float64)
     return rmse(np.full(len(target), target.mean() if len(target) else 0.0), target)
+
+
+def data_digest(texts, targets) -> str:
+    """A SHA-256 of the training texts and targets, in order: out-of-fold predictions
+    recorded by different training commands can be combined only when it matches (and so
+    do the folds and the seed)."""
+    import hashlib
+    import json
+
+    digest = hashlib.sha256()
+    for text, target in zip(texts, targets, strict=True):
+        digest.update(json.dumps([text if isinstance(text, str) else bytes(text).decode("utf-8", "replace"),
+                                  float(target)]).encode("utf-8"))
+    return digest.hexdigest()
+
+
+def text_fingerprints(texts) -> list[str]:
+    """A short hash (40 bits) of each text: recorded by the training commands so that
+    `train-blend` can tell texts the models saw from texts they did not."""
+    import hashlib
+
+    return [hashlib.sha256(t.encode("utf-8") if isinstance(t, str) else bytes(t)).hexdigest()[:10] for t in texts]
 
 
 def fold_splits(n: int, folds: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -64,3 +99,33 @@ def summarize(targets, predictions: dict[str, np.ndarray]) -> dict:
         report["best_bert_weight"] = w
         report["rmse_at_best_weight"] = rmse(blend(predictions["bert"], predictions["forest"], w, 1 - w), targets)
     return report
+
+
+def plot_predictions(targets, predictions: dict[str, np.ndarray], path: str, title: str = "") -> None:
+    """Predicted against target, one panel per branch present (BERT, forest, SCORE), each
+    with its RMSE and the diagonal; written as a PNG."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    y = np.asarray(targets, dtype=np.float64)
+    names = [name for name in BRANCHES if name in predictions]
+    labels = {"bert": "BERT_SCORE", "forest": "FOREST_SCORE", "score": "SCORE"}
+    fig, axes = plt.subplots(1, len(names), figsize=(4.6 * len(names), 4.6), squeeze=False)
+    low = min(float(y.min()), *(float(np.min(predictions[n])) for n in names)) - 0.2
+    high = max(float(y.max()), *(float(np.max(predictions[n])) for n in names)) + 0.2
+    for ax, name in zip(axes[0], names, strict=True):
+        ax.scatter(y, predictions[name], s=6, alpha=0.5)
+        ax.plot([low, high], [low, high], color="grey", linewidth=1)
+        ax.set_xlim(low, high)
+        ax.set_ylim(low, high)
+        ax.set_aspect("equal")
+        ax.set_xlabel("target (higher = easier)")
+        ax.set_ylabel(f"predicted {labels[name]}")
+        ax.set_title(f"{labels[name]}: RMSE {rmse(predictions[name], y):.3f}")
+        ax.grid(alpha=0.3)
+    fig.suptitle(title or f"{len(y)} texts")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)

@@ -98,6 +98,36 @@ def write_csv(path, rows, header=("id", "excerpt", "target")):
     return str(path)
 
 
+def check_png(path, min_width: int):
+    """A PNG that matplotlib reads back, as wide as its panels, with more than a blank page."""
+    import pytest
+
+    image = pytest.importorskip("matplotlib.image").imread(str(path))
+    assert image.ndim == 3 and image.shape[1] >= min_width and image.shape[0] >= 300
+    rgb = image[..., :3]
+    assert float(rgb.std()) > 0.05  # axes, lines, bars and labels, not a blank page
+    pixels = rgb.reshape(-1, 3)
+    assert int((pixels.max(axis=1) - pixels.min(axis=1) > 0.15).sum()) >= 30  # something drawn in colour
+
+
+def tiny_bert_config(**extra):
+    """A 2-layer, 32-wide BERT config on the real uncased vocabulary: trains in seconds."""
+    from transformers import BertConfig
+
+    return BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=128, **extra)
+
+
+def save_bert_checkpoint(directory, model, max_length: int):
+    """`model` saved as a Hugging Face checkpoint folder with the packaged tokenizer files."""
+    from readability_triton.artifacts.demo import minilm_directory
+    from readability_triton.bert.export import write_tokenizer
+
+    model.save_pretrained(str(directory))
+    write_tokenizer(minilm_directory(), str(directory), max_length)
+    return str(directory)
+
+
 @functools.lru_cache(maxsize=None)
 def hf_tokenizer(directory):
     from transformers import BertTokenizerFast

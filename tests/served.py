@@ -38,6 +38,12 @@ def assemble_portable(artifacts: str, out: str, batch_window_us: int | None = No
     return out
 
 
+def served_weights(repo: str) -> tuple[float, float]:
+    """SCORE's weights as the assembled repository's postprocess config holds them."""
+    post = repository.read_config(os.path.join(repo, C.POSTPROCESS, "config.pbtxt"))
+    return (float(post.parameters["BERT_WEIGHT"].string_value), float(post.parameters["FOREST_WEIGHT"].string_value))
+
+
 def start_server(repo: str, log_file: str, backend_dir: str, **kw) -> TritonServer:
     server = TritonServer(repo, log_file=log_file, backend_dir=backend_dir, **kw)
     try:

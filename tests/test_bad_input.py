@@ -25,6 +25,7 @@ from served import (
 )
 
 from readability_triton import contracts as C
+from readability_triton import scoring
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +70,8 @@ def direct(tiny_artifacts):
         C.BERT: ({C.INPUT_0: ("INT64", ids), C.INPUT_1: ("INT64", mask)}, {C.OUTPUT_0: bert}),
         C.FOREST: ({C.INPUT_0: ("FP32", features)}, {C.OUTPUT_0: trees}),
         C.POSTPROCESS: ({C.BERT_OUTPUT: ("FP32", scores), C.FOREST_OUTPUT: ("FP32", -scores)},
-                        {C.SCORE: np.zeros_like(scores), C.BERT_SCORE: scores, C.FOREST_SCORE: -scores}),
+                        {C.SCORE: scoring.blend(scores, -scores, *pipeline.weights),  # the set's fitted weights
+                         C.BERT_SCORE: scores, C.FOREST_SCORE: -scores}),
     }
 
 

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from harness import write_csv  # noqa: E402
+from harness import save_bert_checkpoint, tiny_bert_config, write_csv  # noqa: E402
 
 from readability_triton.artifacts.corpus import generate_corpus  # noqa: E402
 from readability_triton.artifacts.demo import minilm_directory  # noqa: E402
@@ -32,17 +32,11 @@ TEXTS = [
 ]
 
 
-def tiny_config(**extra):
-    from transformers import BertConfig
-
-    return BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                      intermediate_size=64, max_position_embeddings=128, **extra)
+tiny_config = tiny_bert_config
 
 
 def save_checkpoint(directory, model):
-    model.save_pretrained(str(directory))
-    B.write_tokenizer(minilm_directory(), str(directory), MAX_LENGTH)
-    return str(directory)
+    return save_bert_checkpoint(directory, model, MAX_LENGTH)
 
 
 @pytest.fixture(scope="module")

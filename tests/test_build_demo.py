@@ -57,6 +57,16 @@ def test_build_demo_writes_a_complete_checked_set(demo_set):
     assert set(info["bert"]["exports"]) == {"onnx", "torchscript"}  # both formats, each verified
     assert all(e["max_abs_diff"] <= 1e-4 for e in info["bert"]["exports"].values())
     assert info["forest"]["cv_rmse"] < info["forest"]["mean_rmse"]
+    # SCORE's weights, fitted on the two branches' out-of-fold predictions (same folds)
+    blend = info["blend"]
+    assert manifest.blend_weights == (blend["bert_weight"], blend["forest_weight"])
+    assert blend["bert_weight"] + blend["forest_weight"] == pytest.approx(1.0)
+    assert min(blend["bert_weight"], blend["forest_weight"]) >= 0.0
+    assert blend["rmse"]["bert"] == pytest.approx(info["bert"]["cv_rmse"])
+    assert blend["rmse"]["forest"] == pytest.approx(info["forest"]["cv_rmse"])
+    rmse = blend["rmse"]
+    assert rmse["score"] <= min(rmse["bert"], rmse["forest"], rmse["score_at_0.5"]) + 1e-6  # float32 blend
+    assert blend["n_texts"] == 80 and "out-of-fold" in blend["fitted_on"]
     assert "illustrative" in printed and "not CommonLit-calibrated" in printed
 
 

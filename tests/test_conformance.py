@@ -15,9 +15,10 @@ import sys
 
 import numpy as np
 import pytest
-from served import CLIENTS, Failure, assemble_portable, score_texts, start_server
+from served import CLIENTS, Failure, assemble_portable, score_texts, served_weights, start_server
 
 from readability_triton import contracts as C
+from readability_triton import scoring
 
 pytestmark = pytest.mark.integration
 
@@ -42,12 +43,13 @@ def reference(server):
     return score_texts(server, "http", TEXTS, list(C.OUTPUTS))
 
 
-def test_reference_is_complete(reference):
+def test_reference_is_complete(reference, server):
     assert sorted(reference) == sorted(C.OUTPUTS)
     for name, array in reference.items():
         assert array.dtype == np.float32 and array.shape == (len(TEXTS), 1) and np.isfinite(array).all(), name
-    mean = ((reference[C.BERT_SCORE].astype(np.float64) + reference[C.FOREST_SCORE]) / 2).astype(np.float32)
-    np.testing.assert_array_equal(reference[C.SCORE], mean)
+    weights = served_weights(server.repository)  # the artifact set's fitted weights
+    np.testing.assert_array_equal(reference[C.SCORE],
+                                  scoring.blend(reference[C.BERT_SCORE], reference[C.FOREST_SCORE], *weights))
 
 
 @pytest.mark.parametrize("client", CLIENTS)

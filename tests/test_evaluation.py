@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 treelite = pytest.importorskip("treelite")
 
-from harness import write_csv  # noqa: E402
+from harness import check_png, write_csv  # noqa: E402
 
 from readability_triton import metrics, scoring  # noqa: E402
 from readability_triton.artifacts.manifest import load_manifest, write_manifest  # noqa: E402
@@ -59,7 +59,9 @@ def test_artifact_predictions_equal_the_models_own(tiny_artifacts):
     assert set(got) == {"bert", "forest", "score"}
     np.testing.assert_allclose(got["bert"], bert, rtol=0, atol=1e-5)  # batch of 4 vs 1: float noise only
     np.testing.assert_array_equal(got["forest"], forest)
-    want = (0.5 * got["bert"].astype(np.float64) + 0.5 * got["forest"]).astype(np.float32)
+    w_bert, w_forest = load_manifest(tiny_artifacts).blend_weights  # build-demo fitted them
+    assert w_bert + w_forest == pytest.approx(1.0) and min(w_bert, w_forest) >= 0.0
+    want = (w_bert * got["bert"].astype(np.float64) + w_forest * got["forest"]).astype(np.float32)
     np.testing.assert_array_equal(got["score"], want)
     weighted = Pipeline.from_folder(tiny_artifacts, bert_weight=3, forest_weight=1)(TEXTS)
     np.testing.assert_allclose(weighted["score"], 0.75 * weighted["bert"] + 0.25 * weighted["forest"], atol=1e-6)
@@ -124,17 +126,21 @@ def test_a_forest_only_set_gives_the_forest_branch(tiny_artifacts, tmp_path):
 def test_evaluate_command_reports_and_writes(tiny_artifacts, tmp_path):
     data = write_csv(tmp_path / "held.csv", [(i, t, y) for i, (t, y) in enumerate(zip(TEXTS, TARGETS))])
     predictions = tmp_path / "predictions.csv"
+    plot = tmp_path / "evaluate.png"
     code, out, err = run("evaluate", "--artifacts", tiny_artifacts, "--data", data, "--json",
-                         "--out", str(predictions), "--batch-size", "4")
+                         "--out", str(predictions), "--batch-size", "4", "--plot", str(plot))
     assert code == 0, err
     report = json.loads(out)
     got = Pipeline.from_folder(tiny_artifacts)(TEXTS)
     for branch in ("bert", "forest", "score"):
         assert report["rmse"][branch] == pytest.approx(metrics.rmse(got[branch], TARGETS))
-    assert report["texts"] == len(TEXTS) and report["weights"] == {"bert": 0.5, "forest": 0.5}
+    w_bert, w_forest = load_manifest(tiny_artifacts).blend_weights
+    assert report["texts"] == len(TEXTS)
+    assert report["weights"] == {"bert": pytest.approx(w_bert), "forest": pytest.approx(w_forest)}
     rows = predictions.read_text(encoding="utf-8").splitlines()
     assert rows[0] == "text,target,score,bert_score,forest_score"
     assert len(rows) > len(TEXTS)  # multi-line texts are quoted, so at least one line per text
+    check_png(plot, min_width=3 * 450)  # three panels: BERT_SCORE, FOREST_SCORE, SCORE
 
     code, out, err = run("evaluate", "--artifacts", tiny_artifacts, "--data", data)
     assert code == 0, err
@@ -175,8 +181,11 @@ def test_evaluate_refusals(tiny_artifacts, tmp_path):
 
     code, _, err = run("evaluate", "--url", "127.0.0.1:9", "--data", data, "--batch-size", "65")
     assert code == 2 and "at most 64" in err
-    code, _, err = run("evaluate", "--artifacts", tiny_artifacts, "--data", data, "--bert-weight", "-1")
+    code, _, err = run("evaluate", "--artifacts", tiny_artifacts, "--data", data, "--bert-weight", "-1",
+                       "--forest-weight", "1")
     assert code == 2 and "non-negative with a positive sum" in err
+    code, _, err = run("evaluate", "--artifacts", tiny_artifacts, "--data", data, "--bert-weight", "0.5")
+    assert code == 2 and "or neither" in err
     code, _, err = run("evaluate", "--url", "127.0.0.1:9", "--data", data, "--bert-weight", "0.9")
     assert code == 2 and "apply to --artifacts only" in err
     code, _, err = run("evaluate", "--url", "127.0.0.1:9", "--data", data)

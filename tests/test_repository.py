@@ -130,7 +130,9 @@ def test_refuses_to_overwrite_and_bad_options(tiny_artifacts, tmp_path):
     with pytest.raises(repository.AssemblyError, match="unknown profile"):
         repository.assemble(tiny_artifacts, str(tmp_path / "x"), "tpu")
     with pytest.raises(repository.AssemblyError, match="non-negative"):
-        repository.assemble(tiny_artifacts, str(tmp_path / "x"), "cpu", bert_weight=-1)
+        repository.assemble(tiny_artifacts, str(tmp_path / "x"), "cpu", bert_weight=-1, forest_weight=1)
+    with pytest.raises(repository.AssemblyError, match="both --bert-weight and --forest-weight"):
+        repository.assemble(tiny_artifacts, str(tmp_path / "x"), "cpu", bert_weight=0.3)
 
 
 def test_assemble_cli(tiny_artifacts, tmp_path, capsys):

@@ -12,9 +12,12 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
+from served import served_weights
 from tritonclient.utils import InferenceServerException
 
 from readability_triton import contracts as C
+from readability_triton import scoring
+from readability_triton.artifacts.manifest import load_manifest
 from readability_triton.triton import repository
 from readability_triton.triton.client import ReadabilityClient
 from readability_triton.triton.server import TritonServer, free_port
@@ -72,8 +75,9 @@ def expected(tiny_artifacts):
     def compute(texts):
         ids, mask = pipeline.tokenizer(texts)
         features = pipeline.features(texts)
-        return {"ids": ids, "mask": mask, "features": features, "bert": pipeline.bert(ids, mask).reshape(-1),
-                "forest": pipeline.forest(features).reshape(-1)}
+        bert, forest = pipeline.bert(ids, mask).reshape(-1), pipeline.forest(features).reshape(-1)
+        return {"ids": ids, "mask": mask, "features": features, "bert": bert, "forest": forest,
+                "score": scoring.blend(bert, forest, *pipeline.weights)}
 
     return compute
 
@@ -105,8 +109,11 @@ def test_ensemble_scores_equal_the_in_process_computation(server, expected, prot
     np.testing.assert_array_equal(outputs[C.FOREST_SCORE], want["forest"])
     # BERT: same TorchScript module; batch composition may change float rounding slightly
     np.testing.assert_allclose(outputs[C.BERT_SCORE], want["bert"], rtol=0, atol=1e-5)
-    mean = ((outputs[C.BERT_SCORE].astype(np.float64) + outputs[C.FOREST_SCORE]) / 2).astype(np.float32)
-    np.testing.assert_array_equal(outputs[C.SCORE], mean)
+    # SCORE: the set's fitted weights, served by postprocess and used in process alike
+    weights = served_weights(server.repository)
+    assert weights == load_manifest(server.repository + "/" + C.BERT + "/1").blend_weights != (0.5, 0.5)
+    np.testing.assert_array_equal(outputs[C.SCORE], scoring.blend(outputs[C.BERT_SCORE], outputs[C.FOREST_SCORE],
+                                                                   *weights))
     assert all(v.dtype == np.float32 and v.shape == (len(TEXTS),) for v in outputs.values())
 
 
@@ -170,8 +177,7 @@ def test_a_bad_request_among_good_ones_fails_alone(server, expected):
     before = {m: _stats(server.http_url, m) for m in (C.VALIDATE, C.FEATURIZE)}
     results = _infer_concurrently(server.http_url, payloads)
     after = {m: _stats(server.http_url, m) for m in (C.VALIDATE, C.FEATURIZE)}
-    want = expected(good)
-    mean = ((want["bert"].astype(np.float64) + want["forest"]) / 2).astype(np.float32)
+    mean = expected(good)["score"]
     goods = iter(range(len(good)))
     for index, result in enumerate(results):
         if index in bad:
@@ -218,8 +224,7 @@ def test_serve_and_score_commands(repo, tmp_path, expected):
             time.sleep(0.5)
         client.close()
         texts = ["A short and easy text.", "Another, somewhat longer, sentence follows it."]
-        want = expected(texts)
-        mean = ((want["bert"].astype(np.float64) + want["forest"]) / 2).astype(np.float32)
+        mean = expected(texts)["score"]
 
         result = _cli("score", *texts, "--url", f"127.0.0.1:{ports[0]}")
         assert result.returncode == 0, result.stderr

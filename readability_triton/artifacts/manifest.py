@@ -87,6 +87,12 @@ class Manifest:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def blend_weights(self) -> tuple[float, float] | None:
+        """SCORE's (BERT, forest) weights fitted for this set (`info.blend`), if any."""
+        blend = self.info.get("blend")
+        return (float(blend["bert_weight"]), float(blend["forest_weight"])) if blend else None
+
     @classmethod
     def from_dict(cls, data: dict, where: str = MANIFEST) -> "Manifest":
         if not isinstance(data, dict) or data.get("format") != FORMAT:

@@ -17,7 +17,7 @@ import numpy as np
 
 from .. import contracts
 from ..errors import EvaluationError
-from ..scoring import Blender
+from ..scoring import Blender, blend_weights
 from ..texts import as_utf8
 from .manifest import (
     BERT_FORMATS,
@@ -55,14 +55,14 @@ class Pipeline:
     def __init__(self, tokenizer=None, bert=None, features=None, forest=None, weights=(0.5, 0.5)):
         self.tokenizer, self.bert, self.features, self.forest = tokenizer, bert, features, forest
         self.blender = Blender(*weights)
-        self.weights = self.blender.weights
+        self.weights = blend_weights(*weights)  # normalised to sum 1
 
     @classmethod
     def from_folder(cls, folder: str, bert_weight: float | None = None, forest_weight: float | None = None,
                     bert_format: str | None = None) -> "Pipeline":
         """The runners of the artifact set in `folder` (the BERT model in `bert_format`, or
         the one present: ONNX when both are); SCORE's weights are the ones given (both or
-        none; default 0.5 each). On the CPU."""
+        none; default: the set's fitted weights, else 0.5 each). On the CPU."""
         from ..tokenizer.files import TOKENIZER_FILES, VOCAB_TXT
 
         if not os.path.isdir(folder):
@@ -104,7 +104,10 @@ class Pipeline:
             runners["bert"] = RUNNERS[chosen].from_folder(folder)
         if (bert_weight is None) != (forest_weight is None):
             raise EvaluationError("give both weights of SCORE, or neither")
-        weights = (0.5, 0.5) if bert_weight is None else (bert_weight, forest_weight)
+        if bert_weight is None:
+            weights = manifest.blend_weights or (0.5, 0.5)
+        else:
+            weights = (float(bert_weight), float(forest_weight))  # type: ignore[arg-type]
         return cls(weights=weights, **runners)
 
     @property

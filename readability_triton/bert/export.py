@@ -27,6 +27,9 @@ from ..artifacts.manifest import MODEL_ONNX, MODEL_PT
 from ..errors import BertError, ExportError
 from .modules import EagerReference, SequenceRegressor
 
+#: The record `train-bert` writes next to the checkpoint (export-bert carries its
+#: cross-validation into the artifact set's manifest, for `train-blend`).
+TRAINING_RECORD = "training.json"
 #: The formats export-bert writes, and the file each is written to in an artifact set.
 FORMATS = {"onnx": MODEL_ONNX, "torchscript": MODEL_PT}
 #: The ONNX opset of the exported graph (ONNX Runtime 1.19.2, in Triton 24.10, reads up to 21).
@@ -403,4 +406,12 @@ def export_checkpoint(checkpoint: str, out_path: str, max_length: int = contract
     result["tokenizer_files"] = write_tokenizer(source, os.path.dirname(os.path.abspath(out_path)), max_length,
                                                 vocab_size)
     result["checkpoint"] = os.path.abspath(checkpoint)
+    record = os.path.join(checkpoint, TRAINING_RECORD)
+    if os.path.isfile(record):
+        import json
+
+        with open(record, encoding="utf-8") as handle:
+            training = json.load(handle)
+        kept = ("cv_rmse", "fold_rmse", "oof", "data_digest", "texts_seen", "settings")
+        result["training"] = {k: training[k] for k in kept if k in training}
     return result

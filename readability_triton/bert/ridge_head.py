@@ -52,18 +52,18 @@ def select_head(pooled: dict, targets, folds: int = 5, seed: int = 0) -> dict:
     y = np.asarray(targets, dtype=np.float64)
     if folds < 2 or folds > len(y):
         raise DemoError(f"--folds {folds}: choosing the BERT head needs 2 to {len(y)} folds")
-    scores = {}
+    scores, oofs = {}, {}
     for pooling, X in pooled.items():
         def fit_predict(train, held, X=X):
             return RidgeCV(alphas=RIDGE_ALPHAS).fit(X[train], y[train]).predict(X[held])
 
-        oof, _ = out_of_fold(y, folds, fit_predict, seed)
-        scores[pooling] = rmse(oof, y)
+        oofs[pooling], _ = out_of_fold(y, folds, fit_predict, seed)
+        scores[pooling] = rmse(oofs[pooling], y)
     best = min(scores, key=scores.__getitem__)
     ridge = RidgeCV(alphas=RIDGE_ALPHAS).fit(pooled[best], y)
     return {"pooling": best, "cv_rmse": scores[best], "cv_rmse_by_pooling": scores, "folds": folds,
             "alpha": float(ridge.alpha_), "coef": ridge.coef_.astype(np.float64), "intercept": float(ridge.intercept_),
-            "mean_rmse": mean_rmse(y)}
+            "mean_rmse": mean_rmse(y), "oof": oofs[best]}
 
 
 def install_head(encoder, head: dict):

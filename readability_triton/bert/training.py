@@ -15,12 +15,9 @@ import torch
 
 from .. import contracts
 from ..errors import BertError
-from ..metrics import out_of_fold, rmse
-from .export import _check_checkpoint_folder, load_tokenizer, write_tokenizer
+from ..metrics import data_digest, out_of_fold, rmse, text_fingerprints
+from .export import TRAINING_RECORD, _check_checkpoint_folder, load_tokenizer, write_tokenizer
 from .modules import encode_texts, length_batches
-
-#: Name of the training record `train-bert` writes next to the checkpoint.
-TRAINING_RECORD = "training.json"
 
 
 class _no_progress:
@@ -185,7 +182,7 @@ def train_bert(texts, targets, base: str, out: str, *, epochs: int = 3, lr: floa
                 "folds": folds, "max_length": max_length, "batch_size": batch_size, "seed": seed,
                 "warmup": warmup, "dropout": dropout, "device": str(torch_device), "n_texts": len(texts)}
     log(f"fine-tuning {base} on {len(texts)} texts ({torch_device}, max_length {max_length})")
-    record: dict = {"settings": settings}
+    record: dict = {"settings": settings, "data_digest": data_digest(texts, y), "texts_seen": text_fingerprints(texts)}
     started = time.perf_counter()
     if folds >= 2:
         fold_no = iter(range(folds))
@@ -203,6 +200,7 @@ def train_bert(texts, targets, base: str, out: str, *, epochs: int = 3, lr: floa
         oof, fold_rmse = out_of_fold(y, folds, fit_predict, seed)
         record["fold_rmse"] = fold_rmse
         record["cv_rmse"] = rmse(oof, y)
+        record["oof"] = [float(v) for v in oof]
         log(f"{folds}-fold CV RMSE {record['cv_rmse']:.4f} (folds: {', '.join(f'{r:.4f}' for r in fold_rmse)})")
     model = _new_model(base, seed, dropout, float(y.mean()), torch_device)
     record["history"] = _fit(model, input_ids, attention_mask, y, epochs=epochs, lr=lr, weight_decay=weight_decay,

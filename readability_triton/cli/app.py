@@ -13,6 +13,7 @@ _COMMAND_MODULES = (
     "readability_triton.cli.training",
     "readability_triton.cli.serve",
     "readability_triton.cli.evaluate",
+    "readability_triton.cli.bench",
 )
 
 

@@ -27,10 +27,10 @@ def register(subparsers) -> None:
     source.add_argument("--url", help="address of a running server (e.g. 127.0.0.1:8000 for http, :8001 for grpc)")
     data_arguments(p, what="CSV of texts the models were not trained on,")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http", help="with --url (default: http)")
-    p.add_argument("--bert-weight", type=float, default=0.5,
-                   help="with --artifacts: BERT weight of SCORE (default 0.5, as assemble)")
-    p.add_argument("--forest-weight", type=float, default=0.5,
-                   help="with --artifacts: forest weight of SCORE (default 0.5, as assemble)")
+    p.add_argument("--bert-weight", type=float, default=None,
+                   help="with --artifacts: BERT weight of SCORE (default: the set's fitted weights, as assemble)")
+    p.add_argument("--forest-weight", type=float, default=None,
+                   help="with --artifacts: forest weight of SCORE (with --bert-weight)")
     p.add_argument("--batch-size", type=int, default=32, help="texts per batch or request (default 32)")
     p.add_argument("--bert-format", choices=("onnx", "torchscript"), default=None,
                    help="with --artifacts: the BERT model to run when the set holds both (default: onnx)")
@@ -39,6 +39,7 @@ def register(subparsers) -> None:
                         "SCORE,BERT_SCORE,FOREST_SCORE); the report covers those")
     p.add_argument("--out", metavar="FILE", help="also write each text's target and predictions to this CSV")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw predicted against target for each branch and SCORE")
     p.set_defaults(func=cmd_evaluate)
 
 
@@ -47,16 +48,22 @@ def cmd_evaluate(args) -> int:
     from ..data import read_table
     from ..metrics import summarize
     from ..scoring import blend_weights
-    from ..triton.client import parse_outputs, served_predictions
+    from ..triton.client import parse_outputs, served_predictions, served_weights
 
     limit = contracts.MAX_BATCH_SIZE[contracts.ENSEMBLE]
     if args.batch_size < 1 or (args.url and args.batch_size > limit):
         raise CommandError(f"--batch-size must be at least 1 (and at most {limit}, the ensemble's max_batch_size, "
                            "with --url)")
-    try:
-        blend_weights(args.bert_weight, args.forest_weight)
-    except ValueError as err:
-        raise CommandError(err) from None
+    if args.url and (args.bert_weight is not None or args.forest_weight is not None):
+        raise CommandError("--bert-weight/--forest-weight apply to --artifacts only: a served SCORE uses the "
+                           "weights its repository was assembled with")
+    if (args.bert_weight is None) != (args.forest_weight is None):
+        raise CommandError("give both --bert-weight and --forest-weight, or neither (the set's fitted weights)")
+    if args.bert_weight is not None:
+        try:
+            blend_weights(args.bert_weight, args.forest_weight)
+        except ValueError as err:
+            raise CommandError(err) from None
     outputs: tuple[str, ...] = contracts.OUTPUTS
     if args.outputs is not None:
         if not args.url:
@@ -65,9 +72,6 @@ def cmd_evaluate(args) -> int:
             outputs = parse_outputs(args.outputs)
         except ValueError as err:
             raise CommandError(f"--outputs: {err}") from None
-    if args.url and (args.bert_weight, args.forest_weight) != (0.5, 0.5):
-        raise CommandError("--bert-weight/--forest-weight apply to --artifacts only: a served SCORE uses the "
-                           "weights its repository was assembled with")
     table = read_table(args.data, args.column, args.target)
     if args.artifacts:
         pipeline = Pipeline.from_folder(args.artifacts, args.bert_weight, args.forest_weight,
@@ -77,14 +81,16 @@ def cmd_evaluate(args) -> int:
         except ValueError as err:  # a text the served ensemble would refuse too
             raise CommandError(f"{args.data}: {err} (the served ensemble refuses it too)") from None
         where = f"artifacts {args.artifacts}"
+        weights = pipeline.weights if "score" in predictions else None
     else:
         predictions = served_predictions(args.url, table.texts, protocol=args.protocol, batch_size=args.batch_size,
                                          progress=progress, outputs=outputs)
         where = f"the ensemble at {args.url} ({args.protocol})"
+        weights = served_weights(args.url, args.protocol)
     report = summarize(table.targets, predictions)
+    if weights is not None:
+        report["weights"] = {"bert": weights[0], "forest": weights[1]}
     report["data"], report["source"] = args.data, where
-    if args.artifacts and "score" in predictions:
-        report["weights"] = {"bert": args.bert_weight, "forest": args.forest_weight}
     if args.out:
         names = [name for name in ("score", "bert", "forest") if name in predictions]
         with open(args.out, "w", newline="", encoding="utf-8") as handle:
@@ -93,6 +99,11 @@ def cmd_evaluate(args) -> int:
             for i, (text, target) in enumerate(zip(table.texts, table.targets or [], strict=True)):
                 writer.writerow([text, target] + [f"{float(predictions[n][i]):.6f}" for n in names])
         print(f"wrote {len(table.texts)} predictions to {args.out}", file=sys.stderr)
+    if args.plot:
+        from ..metrics import plot_predictions
+
+        plot_predictions(table.targets, predictions, args.plot, title=f"{len(table.texts)} texts, {where}")
+        print(f"wrote {args.plot}", file=sys.stderr)
     if args.json:
         print(json.dumps(report, indent=2))
     else:

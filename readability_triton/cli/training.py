@@ -135,6 +135,24 @@ def cmd_export_bert(args) -> int:
     return 0
 
 
+def cmd_train_blend(args) -> int:
+    from ..artifacts.blend import fit_set_blend
+
+    table = _read_training_data(args.data, args.column, args.target)
+    record = fit_set_blend(args.artifacts, table.texts, table.targets, bert_format=args.bert_format,
+                           progress=progress)
+    record["data"] = {"path": os.path.abspath(args.data), "column": args.column, "target": args.target}
+    update_manifest(args.artifacts, "blend", record)
+    rmse = record["rmse"]
+    print(f"SCORE = {record['bert_weight']:.4f} BERT + {record['forest_weight']:.4f} forest, fitted on "
+          f"{record['fitted_on']}")
+    print(f"RMSE there: BERT {rmse['bert']:.4f}, forest {rmse['forest']:.4f}, SCORE {rmse['score']:.4f} "
+          f"(at 0.5/0.5: {rmse['score_at_0.5']:.4f})")
+    print(f"wrote the weights to {os.path.join(args.artifacts, 'manifest.json')}: assemble renders them into "
+          "postprocess's parameters")
+    return 0
+
+
 def ensure_demo_artifacts(out: str, data: str | None = None, bert: str = "minilm", **options):
     """Build (or reuse, when up to date) the demo artifact set in `out`; for `demo`.
     Returns `artifacts.demo.BuildResult`."""
@@ -161,6 +179,11 @@ def cmd_build_demo(args) -> int:
     if "cv_rmse" in bert:
         print(f"  bert ({bert.get('kind')}, {bert.get('pooling')} + ridge head): {bert.get('folds')}-fold CV RMSE "
               f"{bert['cv_rmse']:.4f}")
+    blend = info.get("blend")
+    if blend:
+        print(f"  SCORE = {blend['bert_weight']:.3f} BERT + {blend['forest_weight']:.3f} forest (fitted on the "
+              f"out-of-fold predictions): RMSE {blend['rmse']['score']:.4f}; at 0.5/0.5: "
+              f"{blend['rmse']['score_at_0.5']:.4f}")
     if not info.get("data", {}).get("calibrated", True):
         print("  NOTE: trained on a generated corpus: the scores are illustrative, not CommonLit-calibrated")
     return 0
@@ -246,6 +269,21 @@ def register(subparsers) -> None:
     p.add_argument("--tokenizer", default=None, metavar="DIR",
                    help="folder with the tokenizer files (default: the checkpoint folder)")
     p.set_defaults(func=cmd_export_bert)
+
+    p = subparsers.add_parser(
+        "train-blend", help="fit SCORE's weights for an artifact set and record them in its manifest.json",
+        description="Fit SCORE's weights (non-negative least squares, summing to 1) for an artifact set whose "
+                    "branches were trained separately, and record them, with the RMSEs they were fitted with, in "
+                    "the set's manifest.json; assemble then renders them into postprocess's parameters. Given "
+                    "the CSV the set was trained on, the fit uses the out-of-fold predictions its training "
+                    "commands recorded (train-forest --folds K and train-bert --folds K, same seed); given any "
+                    "other CSV, the texts are taken to be held out and the fit uses the set's own predictions "
+                    "of them, computed as served.")
+    p.add_argument("--artifacts", required=True, metavar="DIR", help="artifact set (both branches)")
+    data_arguments(p, what="the training CSV (out-of-fold fit) or held-out texts,")
+    p.add_argument("--bert-format", choices=("onnx", "torchscript"), default=None,
+                   help="the BERT model to run on held-out texts when the set holds both (default: onnx)")
+    p.set_defaults(func=cmd_train_blend)
 
     p = subparsers.add_parser(
         "build-demo", help="build a complete artifact set offline (pretrained MiniLM or tiny BERT + forest)",

@@ -33,7 +33,7 @@ from .. import contracts
 from ..artifacts.manifest import CHECKPOINT, VOCABULARY
 from ..errors import ForestError
 from ..features import Vocabulary
-from ..metrics import mean_rmse, out_of_fold, rmse
+from ..metrics import data_digest, mean_rmse, out_of_fold, rmse, text_fingerprints
 from .checkpoint import gtil_predict, treelite_module
 
 #: Hyper-parameters of the forest (both libraries). max_features and min_samples_leaf
@@ -220,7 +220,8 @@ def cross_validate(texts, targets, folds: int = 5, *, backend: str = "sklearn", 
         return predict(fitted.model, backend, features_of([texts[i] for i in held], fitted.vocabulary))
 
     oof, fold_rmse = out_of_fold(y, folds, fit_predict, seed, progress)
-    return {"folds": folds, "cv_rmse": rmse(oof, y), "fold_rmse": fold_rmse, "mean_rmse": mean_rmse(y)}
+    return {"folds": folds, "cv_rmse": rmse(oof, y), "fold_rmse": fold_rmse, "mean_rmse": mean_rmse(y),
+            "oof": [float(v) for v in oof], "data_digest": data_digest(texts, y)}
 
 
 def to_treelite(model, backend: str):
@@ -294,7 +295,9 @@ def train_forest(texts, targets, out_dir: str, *, folds: int = 5, backend: str =
         folds = 0
     backend = choose_backend(backend)
     started = time.perf_counter()
-    record = {"backend": backend, "seed": seed, "n_texts": len(texts), **params}
+    record = {"backend": backend, "seed": seed, "n_texts": len(texts), **params,
+              "data_digest": data_digest(texts, y),
+              "texts_seen": text_fingerprints(texts)}  # train-blend will not fit weights on these texts in-sample
     log(f"training a random forest ({backend}; {params['n_estimators']} trees, depth {params['max_depth']}) "
         f"on {len(texts)} texts")
     if folds:

@@ -154,6 +154,27 @@ class ReadabilityClient:
         return results
 
 
+def served_weights(url: str, protocol: str = "http") -> tuple[float, float] | None:
+    """SCORE's (BERT, forest) weights in the postprocess model's config at `url`, or None
+    where the server does not say."""
+    try:
+        with ReadabilityClient(url, protocol, retries=0) as client:
+            if protocol == "http":
+                config = client.client.get_model_config(C.POSTPROCESS)
+            else:
+                config = client.client.get_model_config(C.POSTPROCESS, as_json=True)["config"]
+    except Exception:  # noqa: BLE001 - no such model, an older server: the report just lacks the weights
+        return None
+    params = config.get("parameters", {})
+    try:
+        bert = float(params["BERT_WEIGHT"]["string_value"])
+        forest = float(params["FOREST_WEIGHT"]["string_value"])
+    except (KeyError, TypeError, ValueError):
+        return None
+    total = bert + forest
+    return (bert / total, forest / total) if total > 0 else None
+
+
 #: The ensemble output that carries each branch's prediction.
 SERVED = {"score": C.SCORE, "bert": C.BERT_SCORE, "forest": C.FOREST_SCORE}
 

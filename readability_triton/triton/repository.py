@@ -243,22 +243,27 @@ def pick_bert_format(artifacts: str, profile: str, wanted: str | None = None) ->
     return M.choose_bert_format(artifacts, wanted)
 
 
-def assemble(artifacts: str, out: str, profile: str, bert_weight: float = 0.5,
-             forest_weight: float = 0.5, max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
+def assemble(artifacts: str, out: str, profile: str, bert_weight: float | None = None,
+             forest_weight: float | None = None, max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
              force: bool = False, bert_format: str | None = None, tensorrt: bool = False,
              tensorrt_cache: str = DEFAULT_TENSORRT_CACHE) -> M.Manifest:
     """Build a complete model repository for `profile` from an artifact set (its BERT model
-    in `bert_format`; see `pick_bert_format`)."""
+    in `bert_format`, see `pick_bert_format`; SCORE's weights as given, both or none, by
+    default the set's fitted weights (`train-blend`, `build-demo`), else 0.5 each)."""
     if profile not in PROFILES:
         raise AssemblyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
-    try:
-        blend_weights(bert_weight, forest_weight)  # the check the postprocess model makes at load
-    except ValueError as err:
-        raise AssemblyError(str(err)) from None
+    if (bert_weight is None) != (forest_weight is None):
+        raise AssemblyError("give both --bert-weight and --forest-weight, or neither (the set's fitted weights)")
     try:
         manifest = M.check_artifacts(artifacts)
         bert_format = pick_bert_format(artifacts, profile, bert_format)
     except M.ManifestError as err:
+        raise AssemblyError(str(err)) from None
+    if bert_weight is None:
+        bert_weight, forest_weight = manifest.blend_weights or (0.5, 0.5)
+    try:
+        blend_weights(bert_weight, forest_weight)  # type: ignore[arg-type]  # the check postprocess makes at load
+    except ValueError as err:
         raise AssemblyError(str(err)) from None
     render_config(C.BERT, profile, manifest.max_length, bert_format=bert_format, tensorrt=tensorrt)  # refuse early
     if os.path.exists(out):
@@ -274,6 +279,37 @@ def assemble(artifacts: str, out: str, profile: str, bert_weight: float = 0.5,
         for name in list(names) + M.present(artifacts, M.OPTIONAL_FILES.get(model, ())) + [M.MANIFEST]:
             shutil.copyfile(os.path.join(artifacts, name), os.path.join(target, name))
     return manifest
+
+
+def read_config(path: str):
+    """A `config.pbtxt`, parsed strictly with Triton's own ModelConfig proto (tritonclient's)."""
+    from google.protobuf import text_format
+    from tritonclient.grpc import model_config_pb2
+
+    with open(path, encoding="utf-8") as handle:
+        return text_format.Parse(handle.read(), model_config_pb2.ModelConfig())
+
+
+def repository_pipeline(repo: str):
+    """The in-process `Pipeline` of an assembled repository: the runners on the artifacts
+    in its version folders, and SCORE's weights from postprocess's config. On the CPU."""
+    from ..artifacts.pipeline import Pipeline
+    from ..bert.runner import bert_runner
+    from ..features.runner import FeatureRunner
+    from ..forest.runner import GTILRunner
+    from ..tokenizer.runner import TokenizerRunner
+
+    def folder(model):
+        return os.path.join(repo, model, VERSION)
+
+    if not os.path.isfile(os.path.join(repo, C.ENSEMBLE, "config.pbtxt")):
+        raise AssemblyError(f"{repo}: not a readability repository (no {C.ENSEMBLE}/config.pbtxt)")
+    post = read_config(os.path.join(repo, C.POSTPROCESS, "config.pbtxt"))
+    weights = (float(post.parameters["BERT_WEIGHT"].string_value), float(post.parameters["FOREST_WEIGHT"].string_value))
+    max_length = M.load_manifest(folder(C.PREPROCESS)).max_length
+    return Pipeline(tokenizer=TokenizerRunner.from_folder(folder(C.PREPROCESS), max_length),
+                    bert=bert_runner(folder(C.BERT)), features=FeatureRunner.from_folder(folder(C.FEATURIZE)),
+                    forest=GTILRunner.from_folder(folder(C.FOREST)), weights=weights)
 
 
 def write_canonical(root: str) -> None:

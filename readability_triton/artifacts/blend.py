@@ -1,0 +1,78 @@
+"""`train-blend`: SCORE's weights for an artifact set, fitted on predictions its models did
+not train on.
+
+Given the CSV the set was trained on, the weights are fitted on the out-of-fold
+predictions its training commands recorded (`train-forest --folds K`, `train-bert --folds
+K` carried over by `export-bert`, `build-demo`), which must come from these very texts
+(the same data digest) and the same folds and seed. Given any other CSV, the texts are
+taken to be held out (refused if any of them is a text either model was trained on), and
+the weights are fitted on the set's own predictions of them, computed in process as
+served (`Pipeline`). Non-negative least squares with the weights
+summing to 1 (`metrics.fit_blend`).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import EvaluationError
+from ..metrics import data_digest, fit_blend, text_fingerprints
+from .manifest import Manifest, load_manifest
+
+
+def _bert_training(manifest: Manifest) -> dict:
+    """What `train-bert` recorded about the set's BERT model (export-bert carries it into
+    `bert.export_<format>.training`); {} if nothing."""
+    found: dict = {}
+    for value in (manifest.info.get("bert") or {}).values():
+        if isinstance(value, dict) and isinstance(value.get("training"), dict):
+            if "oof" in value["training"] or not found:
+                found = value["training"]
+    return found
+
+
+def recorded_oof(manifest: Manifest, digest: str) -> tuple[np.ndarray, np.ndarray] | None:
+    """The (BERT, forest) out-of-fold predictions the set recorded on the texts of
+    `digest`, with the same folds and seed; None if either branch has none."""
+    forest = manifest.info.get("forest") or {}
+    bert_cv = _bert_training(manifest)
+    if not (forest.get("oof") and bert_cv.get("oof")):
+        return None
+    if forest.get("data_digest") != digest or bert_cv.get("data_digest") != digest:
+        return None
+    settings = bert_cv.get("settings") or {}
+    if (settings.get("folds"), settings.get("seed")) != (forest.get("folds"), forest.get("seed")):
+        return None
+    return np.asarray(bert_cv["oof"], np.float64), np.asarray(forest["oof"], np.float64)
+
+
+def fit_set_blend(folder: str, texts, targets, bert_format: str | None = None, progress=None) -> dict:
+    """The blend record for the set in `folder` (see the module doc): the weights, the
+    RMSEs they were fitted with, and on what."""
+    manifest = load_manifest(folder)
+    y = np.asarray(targets, dtype=np.float64)
+    digest = data_digest(texts, y)
+    oof = recorded_oof(manifest, digest)
+    if oof is not None:
+        record = fit_blend(oof[0], oof[1], y)
+        record["fitted_on"] = (f"out-of-fold predictions of the {len(y)} training texts "
+                               f"({manifest.info['forest']['folds']} folds, seed {manifest.info['forest']['seed']})")
+        return record
+    seen = set((manifest.info.get("forest") or {}).get("texts_seen") or ()) | set(
+        _bert_training(manifest).get("texts_seen") or ())
+    overlap = sum(f in seen for f in text_fingerprints(texts))
+    if overlap:
+        raise EvaluationError(
+            f"{overlap} of these {len(y)} texts are texts {folder}'s models were trained on, and the set has no "
+            "out-of-fold predictions of both branches for exactly this CSV (train-forest --folds K and "
+            "train-bert --folds K on it, same seed; build-demo fits its own weights): weights fitted on a "
+            "model's predictions of its own training texts favour the branch that overfits. Pass texts the "
+            "models did not see, or the exact training CSV of a set trained with --folds")
+    from .pipeline import Pipeline
+
+    pipeline = Pipeline.from_folder(folder, bert_format=bert_format)
+    if set(pipeline.branches) != {"bert", "forest", "score"}:
+        raise EvaluationError(f"{folder}: a blend needs both branches; it holds {', '.join(pipeline.branches)}")
+    predicted = pipeline(texts, progress=progress)
+    record = fit_blend(predicted["bert"], predicted["forest"], y)
+    record["fitted_on"] = f"the set's predictions of {len(y)} texts it did not train on (as served, in process)"
+    return record

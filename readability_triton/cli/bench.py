@@ -1,0 +1,151 @@
+"""CLI: `bench` (load, a per-model breakdown and the in-process comparison) and `perf-input`
+(an input-data file for perf_analyzer and Model Analyzer)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from ..errors import CommandError
+from .common import progress
+
+
+def _ints(value: str, what: str) -> tuple[int, ...]:
+    try:
+        out = tuple(int(v) for v in value.split(",") if v.strip())
+    except ValueError:
+        raise CommandError(f"{what} {value!r}: give comma-separated whole numbers, e.g. 1,4,16") from None
+    if not out or min(out) < 1:
+        raise CommandError(f"{what} {value!r}: every value must be at least 1")
+    return out
+
+
+def register(subparsers) -> None:
+    p = subparsers.add_parser(
+        "bench", help="closed-loop load on the ensemble, a per-model breakdown, and the in-process comparison",
+        description="Keep CONCURRENCY requests of TEXTS_PER_REQUEST real excerpts in flight for DURATION seconds, "
+                    "for each combination; per row: texts/s, latency p50/p95/p99 and errors, and from Triton's "
+                    "statistics extension, per composing model: requests, executions, average batch size, queue "
+                    "and compute (input/infer/output) time per request and per execution. The same artifacts "
+                    "run in process in the same run (one thread), for the served/in-process ratio. Against a "
+                    "running server (--url; --artifacts for the in-process row) or a repository it serves "
+                    "itself (--repository).")
+    target = p.add_mutually_exclusive_group(required=True)
+    target.add_argument("--url", help="a running server (HOST:PORT of --protocol)")
+    target.add_argument("--repository", metavar="DIR", help="an assembled repository to serve (portable profile)")
+    p.add_argument("--protocol", choices=("http", "grpc"), default="grpc")
+    p.add_argument("--concurrency", default="1,4,16", help="concurrent clients, comma-separated (default 1,4,16)")
+    p.add_argument("--texts-per-request", default="1", help="texts per request, comma-separated (default 1)")
+    p.add_argument("--duration", type=float, default=10.0, help="seconds per row (default 10)")
+    p.add_argument("--warmup", type=float, default=2.0, help="seconds of load before each row (default 2)")
+    p.add_argument("--data", default=None, metavar="CSV",
+                   help="texts to send (default: the shared CommonLit excerpts, else a generated corpus)")
+    p.add_argument("--column", default="excerpt", help="text column of --data (default: excerpt)")
+    p.add_argument("--artifacts", metavar="DIR", help="with --url: the artifact set, for the in-process row")
+    p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    p.add_argument("--plot", metavar="FILE.png", help="also draw throughput, latency and the per-model time")
+    p.set_defaults(func=cmd_bench)
+
+    p = subparsers.add_parser(
+        "perf-input", help="write a perf_analyzer --input-data file of real excerpts",
+        description="Write the JSON that perf_analyzer's --input-data (and Model Analyzer's perf_analyzer_flags "
+                    "input-data) takes: one entry per excerpt, the ensemble's TEXT input as a BYTES tensor of "
+                    "shape [1].")
+    p.add_argument("--data", required=True, metavar="CSV", help="a CSV with a text column")
+    p.add_argument("--column", default="excerpt", help="text column (default: excerpt)")
+    p.add_argument("--out", required=True, metavar="FILE", help="the JSON file to write")
+    p.add_argument("--limit", type=int, default=None, help="at most this many excerpts")
+    p.set_defaults(func=cmd_perf_input)
+
+
+def _texts(path: str | None, column: str) -> list[str]:
+    from ..data import COMMONLIT_CSV, read_table
+
+    if path is None:
+        if os.path.isfile(COMMONLIT_CSV):
+            return read_table(COMMONLIT_CSV).texts
+        from ..artifacts.corpus import generate_corpus
+
+        return generate_corpus(400)[0]
+    return read_table(path, column).texts
+
+
+def cmd_bench(args) -> int:
+    from ..artifacts.pipeline import Pipeline
+    from ..triton import bench
+    from ..triton.repository import repository_pipeline
+    from ..triton.server import TritonServer
+
+    concurrency = _ints(args.concurrency, "--concurrency")
+    per_request = _ints(args.texts_per_request, "--texts-per-request")
+    if max(per_request) > 64:
+        raise CommandError("--texts-per-request: at most 64 (the ensemble's max_batch_size)")
+    if args.duration <= 0:
+        raise CommandError("--duration must be positive")
+    texts = _texts(args.data, args.column)
+    if args.artifacts and args.repository:
+        raise CommandError("--artifacts goes with --url: with --repository the in-process row runs the "
+                           "repository's own artifacts")
+    server = None
+    try:
+        if args.repository:
+            pipeline = repository_pipeline(args.repository)
+            server = TritonServer(args.repository, log_file=os.path.join(args.repository.rstrip("/") + ".bench.log"))
+            print(f"starting tritonserver on {args.repository} (log {server.log_file})", file=sys.stderr, flush=True)
+            server.start(timeout=300)
+            url = server.grpc_url if args.protocol == "grpc" else server.http_url
+        else:
+            from ..triton.health import check
+
+            url = args.url
+            health = check(url, args.protocol, timeout=30.0)
+            if not health.ok:
+                raise CommandError(f"--url {url} ({args.protocol}): the ensemble does not answer ({health.message}); "
+                                   "start a server (readability-triton serve) or pass --repository DIR")
+            pipeline = Pipeline.from_folder(args.artifacts) if args.artifacts else None
+            if pipeline is None:
+                print("no --artifacts: the in-process row is left out", file=sys.stderr)
+        total = len(concurrency) * len(per_request) * args.duration
+        with progress(total=total, unit="s", desc="bench", bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s") as bar:
+            def advance(seconds):
+                bar.update(seconds - bar.n)
+
+            rows = bench.run(url, args.protocol, texts, concurrency, per_request, args.duration, pipeline,
+                             args.warmup, progress=advance)
+    finally:
+        if server is not None:
+            server.stop()
+    print(f"\nbench: {args.protocol} at {url}, {len(texts)} distinct texts, {args.duration:g} s per row, "
+          f"{os.cpu_count()} CPUs\n")
+    bench.print_rows(rows, sys.stdout)
+    report = {"protocol": args.protocol, "url": url, "duration": args.duration, "cpus": os.cpu_count(),
+              **bench.summary(rows)}
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(report, handle, indent=2)
+        print(f"\nwrote {args.json}", file=sys.stderr)
+    if args.plot:
+        bench.plot(rows, args.plot, title=f"readability ensemble, {args.protocol}, {os.cpu_count()} CPUs")
+        print(f"wrote {args.plot}", file=sys.stderr)
+    return 0
+
+
+def cmd_perf_input(args) -> int:
+    from .. import contracts as C
+    from ..texts import as_utf8
+
+    texts = _texts(args.data, args.column)
+    if args.limit is not None:
+        if args.limit < 1:
+            raise CommandError("--limit must be at least 1")
+        texts = texts[:args.limit]
+    try:
+        as_utf8(texts)
+    except ValueError as err:
+        raise CommandError(f"{args.data}: {err}") from None
+    document = {"data": [{C.TEXT: {"content": [text], "shape": [1]}} for text in texts]}
+    with open(args.out, "w", encoding="utf-8") as handle:
+        json.dump(document, handle, ensure_ascii=False)
+    print(f"wrote {args.out}: {len(texts)} excerpts for perf_analyzer --input-data (TEXT, BYTES, shape [1])",
+          file=sys.stderr)
+    return 0

@@ -1,0 +1,273 @@
+"""`readability-triton bench`: closed-loop load on the served ensemble, where the time goes
+inside it, and the same artifacts in process, in one run.
+
+For every (texts per request, concurrency) row: `concurrency` clients send requests of
+`texts_per_request` real excerpts back to back for `duration` seconds; the row reports
+texts/s, request latency p50/p95/p99 and errors, and, from Triton's statistics extension
+(the difference over the row), for every composing model: requests, inferences (texts),
+executions, the average batch size, and the queue and compute (input, infer, output) time per request and
+per execution (see `breakdown`). The in-process pipeline (`artifacts.pipeline.Pipeline`: the same runners on
+the same artifacts, one thread, `texts_per_request` texts per call) runs on the same texts
+in the same run, which gives the served/in-process ratio.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .. import contracts as C
+from .load import Outcome, closed_loop, percentiles
+
+#: The models whose statistics the breakdown shows, in the order of the graph.
+STEPS = (C.VALIDATE, C.PREPROCESS, C.BERT, C.FEATURIZE, C.FOREST, C.POSTPROCESS)
+_DURATIONS = ("queue", "compute_input", "compute_infer", "compute_output")
+
+
+@dataclass
+class Row:
+    texts_per_request: int
+    concurrency: int
+    seconds: float
+    requests: int
+    errors: int
+    texts_per_s: float
+    latency_ms: dict[str, float]
+    models: dict[str, dict] = field(default_factory=dict)  # the per-model breakdown
+    in_process_texts_per_s: float | None = None
+
+    @property
+    def served_vs_in_process(self) -> float | None:
+        if not self.in_process_texts_per_s:
+            return None
+        return self.texts_per_s / self.in_process_texts_per_s
+
+    def to_dict(self) -> dict:
+        out = dict(self.__dict__)
+        out["served_vs_in_process"] = self.served_vs_in_process
+        return out
+
+
+def _client(protocol: str, url: str):
+    if protocol == "http":
+        import tritonclient.http as module
+
+        return module, module.InferenceServerClient(url, connection_timeout=120, network_timeout=120)
+    import tritonclient.grpc as module
+
+    return module, module.InferenceServerClient(url)
+
+
+def model_statistics(url: str, protocol: str) -> dict[str, dict]:
+    """{model: its statistics} from Triton's statistics extension (every loaded model)."""
+    _, client = _client(protocol, url)
+    try:
+        if protocol == "http":
+            stats = client.get_inference_statistics()
+        else:
+            stats = client.get_inference_statistics(as_json=True)
+    finally:
+        client.close()
+    return {entry["name"]: entry for entry in stats.get("model_stats", [])}
+
+
+def _ns(stats: dict, key: str) -> tuple[int, int]:
+    value = stats.get("inference_stats", {}).get(key, {})
+    return int(value.get("count", 0)), int(value.get("ns", 0))
+
+
+def _batch_ns(stats: dict, key: str) -> tuple[int, int]:
+    """(executions, ns) of compute phase `key`, summed over the batch sizes of
+    `batch_stats` (there, a count is one execution and ns its duration)."""
+    count = ns = 0
+    for entry in stats.get("batch_stats", []) or []:
+        value = entry.get(key, {})
+        count, ns = count + int(value.get("count", 0)), ns + int(value.get("ns", 0))
+    return count, ns
+
+
+def breakdown(before: dict[str, dict], after: dict[str, dict], models=STEPS) -> dict[str, dict]:
+    """Per model, over the interval between two `model_statistics` snapshots: requests
+    (successful ones), inferences (texts: Triton counts each batch row), executions, the
+    average batch size in texts (inferences per execution: what dynamic batching
+    achieved); per request, the time it waited in the queue and the time it spent in each
+    compute phase (inference_stats: a request in a batch is charged the batch's time, so
+    this is the step's share of a request's latency); per execution, the time one
+    execution took in each phase (batch_stats)."""
+    out = {}
+    for model in models:
+        if model not in after:
+            continue
+        a, b = after[model], before.get(model, {})
+        inferences = int(a.get("inference_count", 0)) - int(b.get("inference_count", 0))
+        executions = int(a.get("execution_count", 0)) - int(b.get("execution_count", 0))
+        requests = _ns(a, "success")[0] - _ns(b, "success")[0]
+        row: dict = {"requests": requests, "inferences": inferences, "executions": executions,
+                     "failed": _ns(a, "fail")[0] - _ns(b, "fail")[0],
+                     "average_batch": inferences / executions if executions else None}
+        for key in _DURATIONS:
+            (ca, na), (cb, nb) = _ns(a, key), _ns(b, key)
+            count, ns = ca - cb, na - nb
+            row[f"{key}_ms_per_request"] = ns / count / 1e6 if count else None
+            if key != "queue":
+                (ea, ta), (eb, tb) = _batch_ns(a, key), _batch_ns(b, key)
+                row[f"{key}_ms_per_execution"] = (ta - tb) / (ea - eb) / 1e6 if ea - eb else None
+        out[model] = row
+    return out
+
+
+def _work(url: str, protocol: str, texts, per_request: int):
+    import threading
+
+    local = threading.local()
+    opened = []
+
+    def work(client: int, i: int) -> Outcome:
+        if not hasattr(local, "client"):
+            local.module, local.client = _client(protocol, url)
+            opened.append(local.client)
+        start = (client * 7919 + i * per_request) % len(texts)
+        rows = np.empty((per_request, 1), dtype=np.object_)
+        rows[:, 0] = [texts[(start + k) % len(texts)].encode("utf-8") for k in range(per_request)]
+        tensor = local.module.InferInput(C.TEXT, list(rows.shape), "BYTES")
+        tensor.set_data_from_numpy(rows)
+        begin = time.perf_counter()
+        try:
+            local.client.infer(C.ENSEMBLE, [tensor], outputs=[local.module.InferRequestedOutput(C.SCORE)])
+        except Exception as exc:  # noqa: BLE001 - counted as an error of the row
+            return Outcome(begin, time.perf_counter() - begin, "good", False, str(exc).splitlines()[0][:200])
+        return Outcome(begin, time.perf_counter() - begin, "good", True)
+
+    def close():
+        for client in opened:
+            client.close()
+
+    return work, close
+
+
+def in_process_rate(pipeline, texts, per_request: int, seconds: float) -> float:
+    """Texts per second of `pipeline` on `texts`, `per_request` texts per call, one thread."""
+    pipeline(texts[:per_request])  # warm-up
+    done, begin, at = 0, time.perf_counter(), 0
+    while time.perf_counter() - begin < seconds:
+        chunk = [texts[(at + k) % len(texts)] for k in range(per_request)]
+        pipeline(chunk, batch_size=per_request)
+        done, at = done + per_request, at + per_request
+    return done / (time.perf_counter() - begin)
+
+
+def _offset(progress, base: float):
+    if progress is None:
+        return None
+    return lambda seconds: progress(base + seconds)
+
+
+def run(url: str, protocol: str, texts, concurrency=(1, 4, 16), texts_per_request=(1,), duration: float = 10.0,
+        pipeline=None, warmup: float = 2.0, progress=None) -> list[Row]:
+    """All rows (see the module doc); `progress(seconds_done)` is called as the load runs."""
+    rows = []
+    done = 0.0
+    in_process = {}
+    for per_request in texts_per_request:
+        if pipeline is not None:
+            in_process[per_request] = in_process_rate(pipeline, texts, per_request, min(duration, 10.0))
+        for clients in concurrency:
+            work, close = _work(url, protocol, texts, per_request)
+            try:
+                if warmup:
+                    closed_loop(work, clients, warmup)
+                before = model_statistics(url, protocol)
+                outcomes = closed_loop(work, clients, duration, progress=_offset(progress, done))
+                after = model_statistics(url, protocol)
+            finally:
+                close()
+            done += duration
+            ok = [o for o in outcomes if o.ok]
+            rows.append(Row(per_request, clients, duration, len(outcomes), len(outcomes) - len(ok),
+                            len(ok) * per_request / duration, percentiles([o.latency for o in ok], (50, 95, 99)),
+                            breakdown(before, after), in_process.get(per_request)))
+    return rows
+
+
+def print_rows(rows: list[Row], out) -> None:
+    print(f"{'texts/req':>9} {'clients':>7} {'texts/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'errors':>6} "
+          f"{'in-process':>10} {'served/in-process':>17}", file=out)
+    for r in rows:
+        inproc = f"{r.in_process_texts_per_s:>10.1f}" if r.in_process_texts_per_s else f"{'-':>10}"
+        ratio = f"{r.served_vs_in_process:>17.2f}" if r.served_vs_in_process else f"{'-':>17}"
+        print(f"{r.texts_per_request:>9} {r.concurrency:>7} {r.texts_per_s:>8.1f} {r.latency_ms['p50']:>8.1f} "
+              f"{r.latency_ms['p95']:>8.1f} {r.latency_ms['p99']:>8.1f} {r.errors:>6} {inproc} {ratio}", file=out)
+    for r in rows:
+        print(f"\nper model, {r.texts_per_request} text(s) per request, {r.concurrency} client(s): requests, texts, "
+              "executions, average batch (texts); ms per request: queue | compute input / infer / output; "
+              "ms per execution: infer", file=out)
+        for model, m in r.models.items():
+            def ms(key, m=m):
+                value = m.get(key)
+                return f"{value:7.2f}" if value is not None else f"{'-':>7}"
+
+            batch = f"{m['average_batch']:.1f}" if m["average_batch"] else "-"
+            print(f"  {model:<12} {m['requests']:>6} req {m['inferences']:>6} texts {m['executions']:>6} exec  "
+                  f"batch {batch:>5}  queue {ms('queue_ms_per_request')} | {ms('compute_input_ms_per_request')} "
+                  f"{ms('compute_infer_ms_per_request')} {ms('compute_output_ms_per_request')}  "
+                  f"exec {ms('compute_infer_ms_per_execution')}", file=out)
+
+
+def plot(rows: list[Row], path: str, title: str = "readability ensemble") -> None:
+    """Throughput and p50/p99 latency against concurrency (one line per texts-per-request,
+    the in-process rate dashed), and a stacked bar of the time per request in each model."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
+    for per_request in sorted({r.texts_per_request for r in rows}):
+        part = [r for r in rows if r.texts_per_request == per_request]
+        x = [r.concurrency for r in part]
+        (line,) = axes[0].plot(x, [r.texts_per_s for r in part], "o-", label=f"served, {per_request} text(s)/request")
+        color = line.get_color()  # one colour per texts-per-request, in both panels
+        if part[0].in_process_texts_per_s:
+            axes[0].axhline(part[0].in_process_texts_per_s, linestyle="--", color=color,
+                            label=f"in process, {per_request} text(s)/call")
+        axes[1].plot(x, [r.latency_ms["p99"] for r in part], "o-", color=color,
+                     label=f"p99, {per_request} text(s)/request")
+        axes[1].plot(x, [r.latency_ms["p50"] for r in part], "s:", color=color,
+                     label=f"p50, {per_request} text(s)/request")
+    for ax, ylabel in ((axes[0], "texts per second"), (axes[1], "request latency (ms)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sorted({r.concurrency for r in rows}))
+        ax.get_xaxis().set_major_formatter(matplotlib.ticker.ScalarFormatter())
+        ax.set_xlabel("concurrent clients")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    axes[0].set_title("throughput")
+    axes[1].set_title("latency")
+    labels = [f"{r.texts_per_request}×{r.concurrency}" for r in rows]
+    bottom = np.zeros(len(rows))
+    models = [m for m in STEPS if any(m in r.models for r in rows)]
+    for model in models:
+        values = np.array([(r.models.get(model, {}).get("queue_ms_per_request") or 0.0)
+                           + sum(r.models.get(model, {}).get(f"{k}_ms_per_request") or 0.0
+                                 for k in _DURATIONS[1:]) for r in rows])
+        axes[2].bar(labels, values, bottom=bottom, label=model)
+        bottom += values
+    axes[2].set_title("time per request in each model (queue + compute)")
+    axes[2].text(0.01, 0.99, "stacked over all steps; the two branches run in parallel,\nso the stack can exceed "
+                 "the request latency", transform=axes[2].transAxes, fontsize=7, va="top", ha="left", color="dimgrey")
+    axes[2].set_xlabel("texts per request × clients")
+    axes[2].set_ylabel("ms")
+    axes[2].legend(fontsize=8, loc="upper right")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+
+
+def summary(rows: list[Row]) -> dict:
+    return {"rows": [r.to_dict() for r in rows],
+            "best_texts_per_s": max((r.texts_per_s for r in rows), default=None),
+            "median_p50_ms": statistics.median(r.latency_ms["p50"] for r in rows) if rows else None}

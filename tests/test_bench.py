@@ -1,0 +1,162 @@
+"""`bench` and `perf-input` (`triton.bench`, `cli.bench`).
+
+Integration: `bench --repository` serves the tiny portable repository itself, `bench
+--url` loads a server already running; both with short rows. The JSON's per-model
+breakdown is checked against what the load did (every step saw exactly the requests the
+clients sent in the row), and the PNG is checked for being an image with something drawn.
+`perf-input` is checked against perf_analyzer's documented --input-data layout.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+
+import numpy as np
+import pytest
+from harness import check_png, write_csv
+from served import assemble_portable, start_server
+
+from readability_triton import contracts as C
+from readability_triton.artifacts.corpus import generate_corpus
+from readability_triton.cli import main
+from readability_triton.triton import bench
+
+
+def run(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(list(argv))
+    return code, out.getvalue(), err.getvalue()
+
+
+@pytest.fixture(scope="module")
+def texts_csv(tmp_path_factory):
+    texts, targets = generate_corpus(60, seed=21)
+    return write_csv(tmp_path_factory.mktemp("bench") / "texts.csv",
+                     [(i, t, y) for i, (t, y) in enumerate(zip(texts, targets))])
+
+
+def check_rows(report, per_request, concurrency):
+    rows = report["rows"]
+    assert [(r["texts_per_request"], r["concurrency"]) for r in rows] == [
+        (p, c) for p in per_request for c in concurrency]
+    for r in rows:
+        assert r["errors"] == 0 and r["requests"] > 0
+        assert r["texts_per_s"] == pytest.approx(r["requests"] * r["texts_per_request"] / r["seconds"])
+        assert 0 < r["latency_ms"]["p50"] <= r["latency_ms"]["p95"] <= r["latency_ms"]["p99"]
+        assert set(r["models"]) == set(bench.STEPS)
+        for model, m in r["models"].items():
+            # the statistics extension, over the row only: exactly the requests the clients sent
+            assert m["requests"] == r["requests"] and m["failed"] == 0, model
+            assert m["inferences"] == r["requests"] * r["texts_per_request"], model
+            assert 1 <= m["executions"] <= m["requests"] and m["average_batch"] >= r["texts_per_request"]
+            assert m["average_batch"] == pytest.approx(m["inferences"] / m["executions"])
+            for key in ("queue", "compute_input", "compute_infer", "compute_output"):
+                assert m[f"{key}_ms_per_request"] is not None and m[f"{key}_ms_per_request"] >= 0
+            assert m["compute_infer_ms_per_request"] > 0 and m["compute_infer_ms_per_execution"] > 0
+            if m["executions"] == m["requests"]:  # no request shared an execution: the two views agree
+                assert m["compute_infer_ms_per_execution"] == pytest.approx(m["compute_infer_ms_per_request"])
+    return rows
+
+
+@pytest.mark.integration
+def test_bench_serves_a_repository_itself(tiny_artifacts, tmp_path, texts_csv):
+    repo = assemble_portable(tiny_artifacts, str(tmp_path / "repo"))
+    out, plot = tmp_path / "bench.json", tmp_path / "bench.png"
+    code, printed, err = run("bench", "--repository", repo, "--protocol", "grpc", "--concurrency", "1,3",
+                             "--duration", "2", "--warmup", "0.5", "--data", texts_csv, "--json", str(out),
+                             "--plot", str(plot))
+    assert code == 0, err
+    report = json.loads(out.read_text())
+    rows = check_rows(report, (1,), (1, 3))
+    for r in rows:  # the same artifacts in process, in the same run
+        assert r["in_process_texts_per_s"] > 0
+        assert r["served_vs_in_process"] == pytest.approx(r["texts_per_s"] / r["in_process_texts_per_s"])
+    assert "served/in-process" in printed and "per model" in printed
+    for model in bench.STEPS:
+        assert model in printed
+    assert "bench" in err  # the progress bar
+    check_png(plot, min_width=1500)
+
+
+@pytest.mark.integration
+def test_bench_against_a_running_server(tiny_artifacts, tmp_path, texts_csv):
+    repo = assemble_portable(tiny_artifacts, str(tmp_path / "repo"))
+    server = start_server(repo, str(tmp_path / "server.log"), str(tmp_path / "backends"))
+    try:
+        out = tmp_path / "bench.json"
+        code, printed, err = run("bench", "--url", server.http_url, "--protocol", "http", "--concurrency", "2",
+                                 "--texts-per-request", "1,4", "--duration", "1.5", "--warmup", "0.3",
+                                 "--data", texts_csv, "--artifacts", tiny_artifacts, "--json", str(out))
+        assert code == 0, err
+        rows = check_rows(json.loads(out.read_text()), (1, 4), (2,))
+        assert all(r["in_process_texts_per_s"] > 0 for r in rows)
+        code, _, err = run("bench", "--url", server.http_url, "--protocol", "http", "--concurrency", "1",
+                           "--duration", "1", "--warmup", "0", "--data", texts_csv)
+        assert code == 0 and "in-process row is left out" in err
+    finally:
+        server.stop()
+
+
+def test_bench_refusals(tmp_path):
+    for argv, message in (
+            (("--url", "127.0.0.1:9", "--concurrency", "0"), "at least 1"),
+            (("--url", "127.0.0.1:9", "--concurrency", "a,b"), "comma-separated whole numbers"),
+            (("--url", "127.0.0.1:9", "--texts-per-request", "65"), "at most 64"),
+            (("--url", "127.0.0.1:9", "--duration", "0"), "positive"),
+            (("--repository", str(tmp_path), "--artifacts", str(tmp_path)), "--artifacts goes with --url"),
+            (("--url", "127.0.0.1:9", "--duration", "1"), "does not answer"),
+    ):
+        code, _, err = run("bench", *argv)
+        assert code == 2 and message in err, (argv, err)
+
+
+def test_perf_input_is_perf_analyzers_documented_layout(tmp_path):
+    """perf_analyzer --input-data FILE (docs/input_data.md, "Real Input Data"): {"data": [one
+    object per request: {INPUT_NAME: {"content": [...], "shape": [...]}}]}, where a BYTES
+    tensor's content is a list of strings and "shape" excludes the batch dimension."""
+    rows = [(0, "A plain text.", 0.0), (1, "Ünïcödé — “quotes”, 漢字, emoji 😀.", -1.0),
+            (2, "Two lines,\nand a comma.", 0.5)]
+    data = write_csv(tmp_path / "t.csv", rows)
+    out = tmp_path / "input.json"
+    code, _, err = run("perf-input", "--data", data, "--out", str(out))
+    assert code == 0, err
+    document = json.loads(out.read_text(encoding="utf-8"))
+    assert set(document) == {"data"} and len(document["data"]) == 3
+    for entry, (_, text, _) in zip(document["data"], rows):
+        assert set(entry) == {C.TEXT}  # the ensemble's only input
+        assert entry[C.TEXT] == {"content": [text], "shape": [1]}  # TEXT dims [1], BYTES
+    contracts = C.contracts()
+    assert contracts[C.ENSEMBLE].inputs[0].name == C.TEXT and list(contracts[C.ENSEMBLE].inputs[0].dims) == [1]
+    assert "3 excerpts" in err
+    code, _, _ = run("perf-input", "--data", data, "--out", str(out), "--limit", "2")
+    assert code == 0 and len(json.loads(out.read_text(encoding="utf-8"))["data"]) == 2
+    code, _, err = run("perf-input", "--data", data, "--out", str(out), "--limit", "0")
+    assert code == 2 and "at least 1" in err
+    bad = write_csv(tmp_path / "bad.csv", [(0, "text")], header=("id", "body"))
+    code, _, err = run("perf-input", "--data", bad, "--out", str(out))
+    assert code == 2 and "no column 'excerpt'" in err
+
+
+def test_breakdown_is_the_difference_of_two_snapshots():
+    """Unit: the arithmetic on Triton's statistics JSON (durations in ns, counts)."""
+    def snapshot(count, executions, ns, texts_per_request=2):
+        stats = {key: {"count": count, "ns": ns * count} for key in
+                 ("queue", "compute_input", "compute_infer", "compute_output", "success")}
+        return {C.PREPROCESS: {"name": C.PREPROCESS, "inference_count": count * texts_per_request,
+                               "execution_count": executions, "inference_stats": stats}}
+
+    before, after = snapshot(10, 5, 1_000_000), snapshot(30, 9, 1_000_000)
+    # batch_stats: one entry per batch size; there a count is an execution, ns its duration
+    before[C.PREPROCESS]["batch_stats"] = [{"batch_size": 2, "compute_infer": {"count": 5, "ns": 5_000_000}}]
+    after[C.PREPROCESS]["batch_stats"] = [{"batch_size": 2, "compute_infer": {"count": 6, "ns": 6_000_000}},
+                                          {"batch_size": 8, "compute_infer": {"count": 3, "ns": 6_000_000}}]
+    got = bench.breakdown(before, after)[C.PREPROCESS]
+    assert got["requests"] == 20 and got["inferences"] == 40 and got["executions"] == 4
+    assert got["average_batch"] == 10.0 and got["failed"] == 0
+    assert got["compute_infer_ms_per_request"] == pytest.approx(1.0)
+    assert got["compute_infer_ms_per_execution"] == pytest.approx((1.0 + 6.0) / 4)
+    assert got["compute_input_ms_per_execution"] is None  # no batch_stats for it
+    assert set(bench.breakdown({}, {})) == set()
+    assert np.isclose(bench.breakdown({}, snapshot(4, 4, 2_000_000))[C.PREPROCESS]["queue_ms_per_request"], 2.0)
