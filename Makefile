@@ -7,10 +7,12 @@ PIP    := $(PY) -m pip
 CONSTRAINTS := -c constraints/cpu.txt
 EXTRAS := serve,portable,onnx,server,train,demo,plot,test
 STAMP  := $(VENV)/.installed-$(shell cat setup.cfg constraints/cpu.txt | cksum | cut -d' ' -f1)
+TOOLS  := .venv-tools
+TOOLS_STAMP := $(TOOLS)/.installed-$(shell cksum < constraints/tools.txt | cut -d' ' -f1)
 DEMO_ARTIFACTS := .cache/demo-artifacts
 DEMO_REPO      := .cache/demo-repository
 
-.PHONY: demo test lint venv clean gpu-check
+.PHONY: demo test lint deploy-check venv clean gpu-check
 
 venv: $(STAMP)
 
@@ -33,11 +35,28 @@ lint: $(STAMP)
 	$(RUFF) readability_triton backends tests benchmarks
 	$(VENV)/bin/mypy
 
-test: lint
+# The image and the deployment, statically (no Docker engine or cluster here): hadolint and
+# checkov on the Dockerfile, checkov on the Kubernetes manifests; tests/test_deploy.py
+# validates them against the Kubernetes schemas.
+$(TOOLS_STAMP): constraints/tools.txt
+	test -x $(TOOLS)/bin/python || $(PYTHON) -m venv $(TOOLS)
+	$(TOOLS)/bin/python -m pip install --quiet --upgrade pip
+	$(TOOLS)/bin/python -m pip install --quiet -r constraints/tools.txt
+	rm -f $(TOOLS)/.installed-*
+	touch $@
+
+CHECKOV := $(TOOLS)/bin/checkov --quiet --compact --skip-download
+
+deploy-check: $(TOOLS_STAMP)
+	$(TOOLS)/bin/hadolint Dockerfile
+	$(CHECKOV) --framework dockerfile --file Dockerfile
+	$(CHECKOV) --framework kubernetes --directory deploy
+
+test: lint deploy-check
 	$(PY) -m pytest -q
 
 gpu-check:
 	bash scripts/gpu-check.sh
 
 clean:
-	rm -rf $(VENV) .cache .pytest_cache .hypothesis
+	rm -rf $(VENV) $(TOOLS) .cache .pytest_cache .hypothesis

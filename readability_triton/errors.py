@@ -57,3 +57,7 @@ class ServerError(ReadabilityError, RuntimeError):
 
 class ClientError(ReadabilityError, RuntimeError):
     """The server could not be reached or refused a request."""
+
+
+class ReleaseError(ReadabilityError, ValueError):
+    """A Triton release this project cannot target, or an image that does not fit one."""

@@ -58,6 +58,9 @@ def register(subparsers) -> None:
                         "the first requests, then cached)")
     p.add_argument("--tensorrt-cache", default=None, metavar="DIR",
                    help="where the TensorRT engines are cached on the server (default /tmp/readability-triton-trt)")
+    p.add_argument("--triton-version", default=None, metavar="YY.MM",
+                   help="the Triton release that will serve the repository (default 24.10, the release the "
+                        "tests run): its configs differ, e.g. FIL's is_classifier from 25.09")
     p.add_argument("--force", action="store_true", help="replace REPO if it exists")
     p.set_defaults(func=cmd_assemble)
 
@@ -129,13 +132,16 @@ def register(subparsers) -> None:
 
 
 def cmd_assemble(args) -> int:
+    from ..triton import releases
     from ..triton.repository import DEFAULT_TENSORRT_CACHE, assemble, pick_bert_format
 
+    triton_version = args.triton_version or releases.TESTED
     manifest = assemble(args.artifacts, args.out, args.profile, bert_weight=args.bert_weight,
                         forest_weight=args.forest_weight,
                         max_text_bytes=args.max_text_bytes or contracts.DEFAULT_MAX_TEXT_BYTES, force=args.force,
                         bert_format=args.bert_format, tensorrt=args.tensorrt,
-                        tensorrt_cache=args.tensorrt_cache or DEFAULT_TENSORRT_CACHE)
+                        tensorrt_cache=args.tensorrt_cache or DEFAULT_TENSORRT_CACHE,
+                        triton_version=triton_version)
     chosen = pick_bert_format(args.artifacts, args.profile, args.bert_format)
     from ..scoring import blend_weights
 
@@ -145,7 +151,8 @@ def cmd_assemble(args) -> int:
     else:
         bert_w, forest_w = manifest.blend_weights or (0.5, 0.5)
         how = "fitted" if manifest.blend_weights else "default: no fitted weights in the set"
-    print(f"assembled profile {args.profile!r} in {args.out} (max_length {manifest.max_length}, "
+    print(f"assembled profile {args.profile!r} for Triton {releases.release(triton_version).version} in "
+          f"{args.out} (max_length {manifest.max_length}, "
           f"{manifest.n_features} features, BERT {chosen}{' with TensorRT FP16' if args.tensorrt else ''}; "
           f"SCORE = {bert_w:.3f} BERT + {forest_w:.3f} forest, {how})")
     return 0

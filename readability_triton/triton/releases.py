@@ -1,0 +1,215 @@
+"""What differs between Triton releases, for the configs `assemble` renders and for the
+image the Dockerfile builds. Standard library only: the Dockerfile runs this module from
+the source tree before anything is installed.
+
+    python -m readability_triton.triton.releases requirements --triton-version 26.08 --profile gpu
+    python -m readability_triton.triton.releases check --triton-version 24.10 --profile gpu
+    python -m readability_triton.triton.releases table
+
+Facts (NVIDIA's release notes and this project's checks, `../shared/design.md`):
+- 24.10 (Triton 2.51, the core the tests run): Ubuntu 22.04, Python 3.10, CUDA 12.6; its
+  python-backend stub is built with pybind11 2.10 and crashes on BYTES inputs with numpy 2
+  (reproduced here), so numpy < 2 and CuPy 13.x (CuPy 14 requires numpy 2).
+- 24.11: the stub takes numpy 2. 24.12: Ubuntu 24.04 and Python 3.12.
+- 25.08: CUDA 13.0 (release notes: "based on CUDA 13.0.0"); 25.10: 13.0.2. CuPy and cuDF
+  wheels must match the image's CUDA major: cupy-cuda12x/cudf-cu12 before, cupy-cuda13x/
+  cudf-cu13 from then on.
+- 25.09: the FIL backend renamed its config keys (`output_class` -> `is_classifier`,
+  `algo` -> `layout`, `threads_per_tree` -> `chunk_size`); the old ones warn, then go.
+  Of these the configs here set only the first.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from dataclasses import dataclass
+
+from ..errors import ReleaseError
+
+#: The release whose core the test suite runs (the pytriton wheel's tritonserver 2.51).
+TESTED = "24.10"
+#: The oldest release the configs and the image are written for.
+OLDEST = "24.10"
+
+_VERSION = re.compile(r"^(\d{2})\.(\d{2})$")
+
+
+def parse(version: str) -> tuple[int, int]:
+    match = _VERSION.match(version.strip())
+    if not match or not 1 <= int(match.group(2)) <= 12:
+        raise ReleaseError(f"Triton release {version!r}: give the container tag's YY.MM, e.g. 24.10 or 26.08")
+    parsed = (int(match.group(1)), int(match.group(2)))
+    if parsed < parse_known(OLDEST):
+        raise ReleaseError(f"Triton release {version}: the oldest release supported is {OLDEST} "
+                           f"(Treelite 4 checkpoints in FIL, the python backend's BYTES handling)")
+    return parsed
+
+
+def parse_known(version: str) -> tuple[int, int]:
+    year, month = version.split(".")
+    return int(year), int(month)
+
+
+@dataclass(frozen=True)
+class Release:
+    """One Triton release, as far as this project depends on it."""
+
+    version: str
+    python: str
+    ubuntu: str
+    cuda_major: int
+    stub_numpy2: bool  # the python-backend stub accepts numpy 2
+    fil_is_classifier: bool  # FIL reads `is_classifier` (25.09+), else `output_class`
+
+    @property
+    def image(self) -> str:
+        return f"nvcr.io/nvidia/tritonserver:{self.version}-py3"
+
+    @property
+    def numpy(self) -> str:
+        return "numpy>=1.24" if self.stub_numpy2 else "numpy>=1.24,<2"
+
+    @property
+    def cupy(self) -> str:
+        if self.cuda_major >= 13:
+            return "cupy-cuda13x>=13.6"
+        return "cupy-cuda12x>=13" if self.stub_numpy2 else "cupy-cuda12x>=13,<14"
+
+    @property
+    def cudf(self) -> str:
+        # WordPieceVocabulary arrived in cuDF 25.04; cu13 wheels from 25.10.
+        return "cudf-cu13>=25.10" if self.cuda_major >= 13 else "cudf-cu12>=25.04"
+
+    def requirements(self, profile: str) -> list[str]:
+        """pip requirements for the image's python3, besides the package's `serve` extra:
+        numpy the stub can take, and for the `gpu` profile (KIND_GPU Python steps) CuPy for
+        the image's CUDA. cuDF is installed separately and may be missing (see `optional`)."""
+        reqs = [self.numpy]
+        if profile == "gpu":
+            reqs.append(self.cupy)
+        return reqs
+
+    def optional(self, profile: str) -> list[str]:
+        """What the image installs if pip has it for this Python (WordPiece on the GPU)."""
+        return [self.cudf] if profile == "gpu" else []
+
+    def extras(self, profile: str) -> str:
+        """The package's extras for `profile` in this image."""
+        return "serve,portable" if profile == "portable" else "serve"
+
+    def fil_parameters(self) -> dict[str, str]:
+        """FIL's parameters for a Treelite regressor, in the keys this release reads."""
+        key = "is_classifier" if self.fil_is_classifier else "output_class"
+        return {"model_type": "treelite_checkpoint", key: "false"}
+
+
+def release(version: str = TESTED) -> Release:
+    """What this project knows of Triton release `version` (YY.MM, 24.10 or later)."""
+    v = parse(version)
+    return Release(version=f"{v[0]:02d}.{v[1]:02d}",
+                   python="3.12" if v >= (24, 12) else "3.10",
+                   ubuntu="24.04" if v >= (24, 12) else "22.04",
+                   cuda_major=13 if v >= (25, 8) else 12,
+                   stub_numpy2=v >= (24, 11),
+                   fil_is_classifier=v >= (25, 9))
+
+
+#: The README's compatibility table: known versions only ("" where not checked).
+TABLE = (
+    # release, Python, CUDA, libtorch, ONNX Runtime, FIL's Treelite, notes
+    ("24.10", "3.10", "12.6", "2.5", "1.19.2", "4.3", "the release the tests run (Triton 2.51); stub: numpy < 2"),
+    ("24.12", "3.12", "12.6", "", "", "", "Ubuntu 24.04; the stub takes numpy 2 (from 24.11)"),
+    ("25.04", "3.12", "12.9", "", "", "", "compute capability 7.5 and later"),
+    ("25.08", "3.12", "13.0", "", "", "", "CUDA 13: cupy-cuda13x, cudf-cu13"),
+    ("25.09", "3.12", "13.0", "", "", "4.4+", "FIL keys renamed: is_classifier, layout, chunk_size"),
+    ("26.04", "3.12", "13.x", "2.12", "", "", ""),
+    ("26.06", "3.12", "13.x", "", "", "4.7", ""),
+    ("26.08", "3.12", "13.x", "", "1.28", "", ""),
+)
+
+
+def markdown_table() -> str:
+    rows = ["| release | Python | CUDA | libtorch | ONNX Runtime | FIL's Treelite | what the image installs "
+            "(gpu profile) | notes |", "|---|---|---|---|---|---|---|---|"]
+    for version, python, cuda, torch, ort, treelite, notes in TABLE:
+        r = release(version)
+        assert r.python == python and str(r.cuda_major) == cuda.split(".")[0], version  # table and rules agree
+        pins = ", ".join(f"`{p}`" for p in r.requirements("gpu") + r.optional("gpu"))
+        rows.append(f"| {version} | {python} | {cuda} | {torch or '–'} | {ort or '–'} | {treelite or '–'} | "
+                    f"{pins} | {notes} |")
+    return "\n".join(rows)
+
+
+def problems(r: Release, profile: str, python: str, numpy_version: str | None, cupy: str | None) -> list[str]:
+    """Why a Python with these packages cannot host `profile`'s Python models under release
+    `r` (empty: it can). `cupy`: the CuPy distribution installed (cupy-cuda12x, ...), if any."""
+    out = []
+    if python != r.python:
+        out.append(f"python3 is {python}, Triton {r.version}'s python backend stub is built for {r.python}")
+    if numpy_version is None:
+        out.append("numpy is not installed")
+    elif int(numpy_version.split(".")[0]) >= 2 and not r.stub_numpy2:
+        out.append(f"numpy {numpy_version}: Triton {r.version}'s stub (pybind11 2.10) crashes on BYTES inputs "
+                   f"with numpy 2; install {r.numpy}")
+    if profile == "gpu":
+        wanted = f"cupy-cuda{r.cuda_major}x"
+        if cupy is None:
+            out.append(f"the gpu profile runs its Python steps on CuPy: install {r.cupy}")
+        elif cupy != wanted:
+            out.append(f"{cupy} is installed, but Triton {r.version} has CUDA {r.cuda_major}: install {r.cupy}")
+    return out
+
+
+def check_image(version: str, profile: str) -> list[str]:
+    """`problems` of the running Python. Run inside the image at build time, so that a wrong
+    numpy fails the build, not the first BYTES request."""
+    from importlib import metadata
+
+    def installed(name: str) -> str | None:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            return None
+
+    cupy = next((name for name in ("cupy-cuda12x", "cupy-cuda13x", "cupy-cuda11x") if installed(name)), None)
+    return problems(release(version), profile, "%d.%d" % sys.version_info[:2], installed("numpy"), cupy)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m readability_triton.triton.releases")
+    sub = parser.add_subparsers(dest="what", required=True)
+    for name in ("numpy", "requirements", "optional", "extras", "check"):
+        p = sub.add_parser(name)
+        p.add_argument("--triton-version", default=TESTED)
+        p.add_argument("--profile", default="gpu")
+    sub.add_parser("table")
+    args = parser.parse_args(argv)
+    try:
+        if args.what == "table":
+            print(markdown_table())
+            return 0
+        r = release(args.triton_version)
+        if args.what == "numpy":
+            print(r.numpy)
+        elif args.what == "requirements":
+            print(" ".join(r.requirements(args.profile)))
+        elif args.what == "optional":
+            print(" ".join(r.optional(args.profile)))
+        elif args.what == "extras":
+            print(r.extras(args.profile))
+        else:
+            problems = check_image(args.triton_version, args.profile)
+            for problem in problems:
+                print(f"error: {problem}", file=sys.stderr)
+            if problems:
+                return 1
+            print(f"this python fits Triton {r.version}'s stub and the {args.profile} profile")
+    except ReleaseError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
