@@ -1,5 +1,6 @@
-"""The GPU path's exactness by routing: texts the device engine (cuDF) cannot match exactly
-are tokenized by the CPU path and written into the device result.
+"""The GPU path's exactness by routing: texts the device engine (cuDF, or the CuPy array
+engine where cuDF is missing) cannot match exactly are tokenized by the CPU path and
+written into the device result.
 
 Routed to the CPU path:
 
@@ -253,6 +254,12 @@ class DevicePath:
             values, counts = self.engine.wordpiece(data, starts, max_words=length - 2)
             ids, mask = add_special_tokens(values, counts, length, self.cls_id, self.sep_id,
                                            self.tokenizer.pad_id, xp)
+            take_rerouted = getattr(self.engine, "take_rerouted", None)  # rows the engine doubts
+            if take_rerouted is not None:
+                doubted = take_rerouted()
+                if doubted.size:
+                    to_cpu[doubted] = True
+                    routed = np.flatnonzero(to_cpu)
             if routed.size:
                 cpu_ids, cpu_mask = self.tokenizer.encode_cpu([rows[i] for i in routed])
                 index = xp.asarray(routed)

@@ -11,11 +11,12 @@ Two paths, one result:
 
 - CPU (`encode(texts)`): the `tokenizers` library, one batched call, packed with NumPy.
 - GPU (`encode(texts, xp=cupy)` or `device="gpu"`): cuDF's `CharacterNormalizer` and
-  `WordPieceVocabulary` (cuDF >= 25.04, `cudf_engine.py`), then [CLS]/[SEP], truncation,
+  `WordPieceVocabulary` (cuDF >= 25.04, `cudf_engine.py`), or where cuDF is missing the
+  same steps in CuPy array code (`array_engine.py`), then [CLS]/[SEP], truncation,
   padding and the mask in CuPy (`arrays.add_special_tokens`); CuPy arrays out. cuDF's WordPiece
   does not match Hugging Face on every input, so `routing.DevicePath` sends the texts it
-  cannot match to the CPU path and writes their rows into the device result. Where cuDF
-  is missing or too old, or the tokenizer is not a BERT WordPiece pipeline the GPU path
+  cannot match to the CPU path and writes their rows into the device result. Where CuPy
+  is missing, or the tokenizer is not a BERT WordPiece pipeline the GPU path
   can reproduce, `encode(..., xp=cupy)` tokenizes on the CPU, uploads the result and logs
   the reason once.
 """
@@ -155,11 +156,11 @@ class WordPieceTokenizer:
 
         incompatible = device_incompatibility(self.backend)
         if incompatible:
-            reason = f"the tokenizer cannot run on cuDF: {incompatible}"
+            reason = f"the tokenizer cannot run on cuDF or CuPy: {incompatible}"
         else:
             ok, why = cudf_engine.cudf_support()
             if not ok:
-                reason = why
+                path, reason = self._array_path(device_id, why)
             else:
                 try:
                     engine = cudf_engine.CudfEngine(device_vocabulary(self.backend),
@@ -175,3 +176,23 @@ class WordPieceTokenizer:
         self._device_paths[device_id] = path
         self._device_reasons[device_id] = reason
         return path
+
+    def _array_path(self, device_id: int, why_not_cudf: str):
+        """The CuPy array engine (`array_engine.py`) on GPU `device_id`: (path, reason)."""
+        from . import cudf_engine
+        from .array_engine import ArrayEngine
+        from .routing import DevicePath, device_vocabulary
+
+        try:
+            cupy = cudf_engine.cupy_module()
+        except ImportError as exc:
+            return None, f"{why_not_cudf}; CuPy is not importable either ({exc})"
+        try:
+            select = getattr(getattr(cupy, "cuda", None), "Device", None)
+            with (select(device_id) if select is not None else contextlib.nullcontext()):
+                engine = ArrayEngine(device_vocabulary(self.backend), bool(self.backend.normalizer.lowercase),
+                                     unk_token=self.backend.model.unk_token, xp=cupy)
+                path = DevicePath(self, engine, cupy)
+        except Exception as exc:  # noqa: BLE001 - any failure means: use the CPU path
+            return None, f"{why_not_cudf}; building the CuPy WordPiece failed ({type(exc).__name__}: {exc})"
+        return path, f"WordPiece on CuPy ({why_not_cudf}); {path.describe()}"
