@@ -135,3 +135,17 @@ def test_assemble_for_a_release(tiny_artifacts, tmp_path):
     assert "for Triton 26.08" in (out / C.BERT / "config.pbtxt").read_text()
     with pytest.raises(AssemblyError, match="oldest release supported"):
         repository.assemble(tiny_artifacts, str(tmp_path / "old"), "cpu", triton_version="23.05")
+
+
+def test_setup_cfg_gpu_extras_hold_the_releases_pins():
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(os.path.join(ROOT, "setup.cfg"))
+    extras = {name: {line.strip() for line in value.splitlines() if line.strip()}
+              for name, value in config["options.extras_require"].items()}
+    for version in ("24.10", "26.08"):
+        r = releases.release(version)
+        assert set(r.requirements("gpu")[1:] + r.optional("gpu")) <= extras[r.gpu_extra], version
+        if not r.stub_numpy2:
+            assert r.numpy in extras[r.gpu_extra]

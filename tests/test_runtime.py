@@ -193,6 +193,10 @@ class DeviceArray(np.ndarray):
     def __dlpack_device__(self):
         return (2, 0)  # kDLCUDA, device 0
 
+    def __dlpack__(self, stream=None):
+        assert stream is not None, "a CUDA producer is asked with the consumer's stream"
+        return pb_utils._mark_cuda(self.view(np.ndarray).__dlpack__())
+
 
 def test_device_outputs_leave_through_dlpack_and_host_ones_by_value():
     host = runtime.output_tensor(pb_utils, "A", np.arange(3, dtype=np.float32))
@@ -201,6 +205,10 @@ def test_device_outputs_leave_through_dlpack_and_host_ones_by_value():
     assert not device.is_cpu()
     with pytest.raises(pb_utils.TritonModelException):
         device.as_numpy()  # a GPU tensor: the host never copies it
+    # a strided device array is made contiguous before it goes out (the backend needs C order)
+    strided = np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2].view(DeviceArray)
+    out = runtime.output_tensor(pb_utils, "C", strided)
+    assert not out.is_cpu() and out._array.flags.c_contiguous and out._array.tolist() == strided.tolist()
 
 
 def test_python_model_reads_its_config_and_checks_the_runner_against_it(tmp_path):

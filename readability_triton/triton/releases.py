@@ -95,8 +95,15 @@ class Release:
         return [self.cudf] if profile == "gpu" else []
 
     def extras(self, profile: str) -> str:
-        """The package's extras for `profile` in this image."""
+        """The package's extras for `profile` in this image (CuPy/cuDF come from
+        `requirements`/`optional`, which pin what `gpu_extra` holds)."""
         return "serve,portable" if profile == "portable" else "serve"
+
+    @property
+    def gpu_extra(self) -> str:
+        """setup.cfg's extra with this release's CuPy and cuDF (`pip install
+        'readability-triton[serve,<this>]'` into a server of this release)."""
+        return "gpu-cu13" if self.cuda_major >= 13 else "gpu"
 
     def fil_parameters(self) -> dict[str, str]:
         """FIL's parameters for a Treelite regressor, in the keys this release reads."""
@@ -130,14 +137,14 @@ TABLE = (
 
 
 def markdown_table() -> str:
-    rows = ["| release | Python | CUDA | libtorch | ONNX Runtime | FIL's Treelite | what the image installs "
-            "(gpu profile) | notes |", "|---|---|---|---|---|---|---|---|"]
+    rows = ["| release | Python | CUDA | libtorch | ONNX Runtime | FIL's Treelite | extras (gpu profile) | "
+            "what the image installs (gpu profile) | notes |", "|---|---|---|---|---|---|---|---|---|"]
     for version, python, cuda, torch, ort, treelite, notes in TABLE:
         r = release(version)
         assert r.python == python and str(r.cuda_major) == cuda.split(".")[0], version  # table and rules agree
         pins = ", ".join(f"`{p}`" for p in r.requirements("gpu") + r.optional("gpu"))
         rows.append(f"| {version} | {python} | {cuda} | {torch or '–'} | {ort or '–'} | {treelite or '–'} | "
-                    f"{pins} | {notes} |")
+                    f"`serve,{r.gpu_extra}` | {pins} | {notes} |")
     return "\n".join(rows)
 
 

@@ -268,6 +268,11 @@ def output_tensor(pb_utils, name: str, array):
     device = getattr(array, "__dlpack_device__", None)
     if device is None or int(device()[0]) in _HOST_DEVICES:
         return pb_utils.Tensor(name, np.ascontiguousarray(array))
+    # The python backend takes C-contiguous DLPack tensors only, and checks every
+    # dimension but the first: a strided row slice would pass the check and be read wrong.
+    flags = getattr(array, "flags", None)
+    if flags is not None and not flags.c_contiguous:
+        array = array.copy(order="C")
     # CuPy arrays carry __dlpack__/__dlpack_device__; passing the object (not a raw
     # capsule) lets the backend synchronise on the producer's stream.
     return pb_utils.Tensor.from_dlpack(name, array)

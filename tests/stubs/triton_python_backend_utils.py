@@ -9,9 +9,12 @@ with the behaviour the models depend on, as observed on Triton 2.51:
 
 - `TritonError(message, code=INTERNAL)` is not an exception; `code()` and `message()`;
   the codes are the `TRITONSERVER_Error_Code` values (UNKNOWN 0 ... CANCELLED 7);
-- `Tensor(name, ndarray)`; `Tensor.from_dlpack(name, obj)` takes an object with
-  `__dlpack__` (or a capsule); `is_cpu()`; `as_numpy()` raises `TritonModelException` on a
-  GPU tensor; `to_dlpack()` / `__dlpack__` raise on BYTES tensors;
+- `Tensor(name, ndarray)`; `Tensor.from_dlpack(name, obj)` as `PbTensor::FromDLPack`: a
+  capsule or an object with `__dlpack__` and `__dlpack_device__`, `stream=` the proxy
+  stream for a CUDA producer (then synchronised), `stream=None` otherwise, C-contiguous
+  only, pinned host memory (kDLCUDAHost) as CPU, other devices refused; `is_cpu()`;
+  `as_numpy()` raises `TritonModelException` on a GPU tensor; `to_dlpack()` / `__dlpack__`
+  raise on BYTES tensors;
 - `InferenceResponse(output_tensors=[], error=None)`.
 
 A tensor that lives on a GPU can be simulated with `Tensor._on_gpu(name, array)`: it
@@ -21,6 +24,7 @@ the host.
 """
 from __future__ import annotations
 
+import ctypes
 import enum
 import importlib.util
 import json
@@ -88,7 +92,82 @@ class TritonError:
         return f"TritonError({self._message!r}, {self._code.name})"
 
 
-_KDL_CPU, _KDL_CUDA = 1, 2
+_KDL_CPU, _KDL_CUDA, _KDL_CUDA_HOST = 1, 2, 3
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+_capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+_capsule_pointer.restype = ctypes.c_void_p
+_capsule_pointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+_capsule_rename = ctypes.pythonapi.PyCapsule_SetName
+_capsule_rename.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def _dltensor(capsule) -> dict:
+    """The DLTensor of an unused "dltensor" capsule (its first member: DLManagedTensor)."""
+    pointer = _capsule_pointer(capsule, b"dltensor")
+    tensor = _DLTensor.from_address(pointer)
+    shape = [tensor.shape[i] for i in range(tensor.ndim)]
+    strides = [tensor.strides[i] for i in range(tensor.ndim)] if tensor.strides else None
+    return {"data": (tensor.data or 0) + tensor.byte_offset, "device": (tensor.device.device_type,
+            tensor.device.device_id), "shape": shape, "strides": strides,
+            "dtype": (tensor.dtype.code, tensor.dtype.bits), "struct": tensor}
+
+
+def _mark_cuda(capsule, device_id: int = 0):
+    """Test helper: make a host capsule claim to be CUDA memory of `device_id`, as a CuPy
+    producer's would (for CPU-only tests of the GPU path; the memory stays host memory)."""
+    info = _dltensor(capsule)
+    info["struct"].device.device_type = _KDL_CUDA
+    info["struct"].device.device_id = device_id
+    return capsule
+
+
+_DL_NUMPY = {(0, 8): np.int8, (0, 16): np.int16, (0, 32): np.int32, (0, 64): np.int64, (1, 8): np.uint8,
+             (1, 16): np.uint16, (1, 32): np.uint32, (1, 64): np.uint64, (2, 16): np.float16,
+             (2, 32): np.float32, (2, 64): np.float64, (6, 8): np.bool_}
+
+
+def _host_array(info: dict, owner) -> np.ndarray:
+    """A NumPy view of host memory (CPU or pinned) described by a DLTensor; `owner` keeps it alive."""
+    dtype = np.dtype(_DL_NUMPY[info["dtype"]])
+    count = int(np.prod(info["shape"], dtype=np.int64))
+    if count == 0:
+        return np.zeros(info["shape"], dtype=dtype)
+    buffer = (ctypes.c_char * (count * dtype.itemsize)).from_address(info["data"])
+    array = np.frombuffer(buffer, dtype=dtype).reshape(info["shape"])
+    array = array.view(type=_Owned)
+    array._owner = owner
+    return array
+
+
+class _Owned(np.ndarray):
+    """An ndarray view that keeps the DLPack producer alive."""
+
+
+def _proxy_stream():
+    """(stream handle, synchronize): a CUDA stream of the stub's own where CuPy and a GPU
+    exist, else a stand-in handle (tests of CUDA-typed producers on the CPU)."""
+    try:
+        import cupy
+
+        stream = cupy.cuda.Stream(non_blocking=True)
+        return int(stream.ptr), stream.synchronize
+    except Exception:  # noqa: BLE001 - no CuPy or no GPU
+        return 0x5EED, lambda: None
 
 
 class Tensor:
@@ -102,20 +181,57 @@ class Tensor:
     # -- construction -----------------------------------------------------------
     @staticmethod
     def from_dlpack(name: str, obj) -> "Tensor":
-        if hasattr(obj, "__dlpack_device__"):
-            device = tuple(int(v) for v in obj.__dlpack_device__())
-        elif type(obj).__name__ == "PyCapsule":
-            device = (_KDL_CPU, 0)
-        else:
-            raise TritonModelException(
-                f"from_dlpack({name!r}): object of type {type(obj).__name__} supports neither "
-                "__dlpack__ nor is a DLPack capsule")
-        if device[0] == _KDL_CPU:
-            tensor = Tensor(name, np.from_dlpack(obj) if hasattr(obj, "__dlpack__") else np.asarray(obj))
-            tensor._source = obj
-            return tensor
+        """As python_backend's `PbTensor::FromDLPack` (pb_tensor.cc): a capsule, or an object
+        with `__dlpack__` and `__dlpack_device__`; a CUDA producer is asked for its capsule
+        with `stream=` the stub's proxy stream, which is then synchronised; a CPU or pinned
+        (kDLCUDAHost) producer with `stream=None`; the capsule must be C-contiguous (size-1
+        dimensions aside); pinned memory counts as CPU memory; other devices are refused."""
+        if name == "":
+            raise TritonModelException("Tensor name cannot be an empty string.")
+        if type(obj).__name__ == "PyCapsule":
+            return Tensor._from_capsule(name, obj, obj)
+        if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
+            raise TritonModelException("Provided tensor is not supported. Tensor must be a DLPack capsule or have "
+                                       "`__dlpack__` and `__dlpack_device__` attributes")
+        device_type = int(obj.__dlpack_device__()[0])
+        if device_type == _KDL_CUDA:
+            stream, synchronize = _proxy_stream()
+            capsule = obj.__dlpack__(stream=stream)
+            synchronize()
+            Tensor.dlpack_streams.append(stream)
+            return Tensor._from_capsule(name, capsule, obj)
+        if device_type not in (_KDL_CPU, _KDL_CUDA_HOST):
+            raise TritonModelException(f"DLDevice type {device_type} is not support by Python backend.")
+        Tensor.dlpack_streams.append(None)
+        return Tensor._from_capsule(name, obj.__dlpack__(stream=None), obj)
+
+    #: The `stream=` argument of each `__dlpack__` call `from_dlpack` made (tests read it).
+    dlpack_streams: list = []
+
+    @staticmethod
+    def _from_capsule(name: str, capsule, owner) -> "Tensor":
+        """`PbTensor::FromDLPackCapsule`: the contiguity check, then the memory by device."""
+        info = _dltensor(capsule)
+        shape, strides = info["shape"], info["strides"]
+        if strides is not None:
+            expected = 1
+            for dim, stride in zip(reversed(shape[1:]), reversed(strides[1:])):
+                if dim != 1:
+                    if stride != expected:
+                        raise TritonModelException("DLPack tensor is not contiguous. Only contiguous DLPack "
+                                                   "tensors that are stored in C-Order are supported.")
+                    expected *= dim
+        device_type, device_id = info["device"]
         tensor = Tensor.__new__(Tensor)
-        tensor._name, tensor._array, tensor._device = name, obj, device
+        tensor._name = name
+        if device_type == _KDL_CUDA:
+            tensor._array, tensor._device = owner, (_KDL_CUDA, device_id)
+        elif device_type in (_KDL_CPU, _KDL_CUDA_HOST):
+            # The capsule is kept with the view: its deleter frees the memory only after.
+            tensor._array, tensor._device = _host_array(info, (capsule, owner)), (_KDL_CPU, 0)
+        else:
+            raise TritonModelException(f"DLDevice type {device_type} is not support by Python backend.")
+        tensor._capsule = capsule
         return tensor
 
     @staticmethod
