@@ -84,14 +84,14 @@ def test_profile_configs(profile, max_length, bert_format):
         assert group.count >= 1
         assert Kind.Name(group.kind) == repository.placement(model, profile).kind
     kinds = {m: Kind.Name(configs[m].instance_group[0].kind) for m in C.STEP_MODELS}
-    expected_python = "KIND_GPU" if profile == "gpu" else "KIND_CPU"
+    expected_python = "KIND_GPU" if profile in ("gpu", "portable-gpu") else "KIND_CPU"
     assert {kinds[m] for m in C.PYTHON_MODELS if m != C.VALIDATE} == {expected_python}
     assert kinds[C.VALIDATE] == "KIND_CPU"  # BYTES in and out: CPU work in every profile
-    expected_models = "KIND_GPU" if profile in ("gpu", "hybrid") else "KIND_CPU"
+    expected_models = "KIND_GPU" if profile in ("gpu", "hybrid", "portable-gpu") else "KIND_CPU"
     assert {kinds[C.BERT], kinds[C.FOREST]} == {expected_models}
 
     bert, forest, post = configs[C.BERT], configs[C.FOREST], configs[C.POSTPROCESS]
-    if profile == "portable":
+    if profile in repository.PORTABLE_PROFILES:
         assert bert.backend == forest.backend == "python"
     else:
         assert bert.platform == repository.BERT_PLATFORMS[bert_format] and not bert.backend
@@ -101,10 +101,14 @@ def test_profile_configs(profile, max_length, bert_format):
         assert forest.parameters["output_class"].string_value == "false"
     for model in C.PYTHON_MODELS:
         assert configs[model].backend == "python"
-    if profile == "gpu":
-        assert post.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value == "no"
-    else:
-        assert "FORCE_CPU_ONLY_INPUT_TENSORS" not in post.parameters
+    # GPU Python models that read another model's output take it on the GPU (DLPack)
+    gpu_readers = [post] + ([bert, forest] if profile == "portable-gpu" else [])
+    for config in (post, bert, forest):
+        if config in gpu_readers and Kind.Name(config.instance_group[0].kind) == "KIND_GPU" \
+                and config.backend == "python":
+            assert config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value == "no", config.name
+        else:
+            assert "FORCE_CPU_ONLY_INPUT_TENSORS" not in config.parameters, (profile, config.name)
     assert configs[C.PREPROCESS].parameters["MAX_LENGTH"].string_value == str(max_length)
     # validate refuses first only if no later step has a stricter limit: one value for all
     limits = {configs[m].parameters["MAX_TEXT_BYTES"].string_value

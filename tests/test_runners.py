@@ -49,5 +49,3 @@ def test_tokenizer_runner_checks_the_manifest_max_length(tiny_artifacts):
 def test_cpu_runners_refuse_a_gpu(tiny_artifacts):
     with pytest.raises(ValueError, match="runs on the CPU"):
         GTILRunner.from_folder(tiny_artifacts, "gpu")
-    with pytest.raises(ValueError, match="runs on the CPU"):
-        TorchScriptRunner.from_folder(tiny_artifacts, "cuda:0")

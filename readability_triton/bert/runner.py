@@ -33,20 +33,22 @@ def check_token_ids(ids, mask, vocab_size: int | None) -> None:
 
 
 class TorchScriptRunner:
-    """(input_ids, attention_mask) int64 `(n, L)` -> scores float32 `(n, 1)`, on the CPU.
-    A batch whose ids fall outside the vocabulary, or whose mask is not 0/1, is a
-    ValueError (the module would fail with a TorchScript traceback)."""
+    """(input_ids, attention_mask) int64 `(n, L)` -> scores float32 `(n, 1)`: NumPy in and out
+    on the CPU; on a GPU (the portable-gpu profile) CuPy in and out, handed to and from torch
+    through DLPack without a copy or a trip to the host. A batch whose ids fall outside the
+    vocabulary, or whose mask is not 0/1, is a ValueError (the module would fail with a
+    TorchScript traceback)."""
 
     FILES = (MODEL_PT,)
 
     def __init__(self, module, device: Device | str | None = None):
         import torch
 
-        if as_device(device).is_gpu:
-            raise ValueError("the TorchScript runner runs on the CPU (KIND_CPU); on a GPU use the gpu or hybrid "
-                             "profile, where the pytorch_libtorch backend serves model.pt")
         self.torch = torch
+        self.device = as_device(device)
         self.module = module.eval()
+        if self.device.is_gpu:
+            self.module = self.module.to(f"cuda:{self.device.device_id}")
         self.vocab_size = embedding_rows(self.module)
 
     @classmethod
@@ -56,11 +58,18 @@ class TorchScriptRunner:
         return cls(torch.jit.load(os.path.join(folder, MODEL_PT), map_location="cpu"), device)
 
     def describe(self) -> str:
-        return f"TorchScript model.pt on the CPU (vocabulary of {self.vocab_size} ids)"
+        where = f"torch on {self.device}, DLPack in and out" if self.device.is_gpu else "the CPU"
+        return f"TorchScript model.pt on {where} (vocabulary of {self.vocab_size} ids)"
 
     def __call__(self, ids, mask):
         torch = self.torch
         check_token_ids(ids, mask, self.vocab_size)
+        if self.device.is_gpu:
+            xp = self.device.array_module()
+            ids, mask = (xp.ascontiguousarray(a, dtype=xp.int64) for a in (ids, mask))
+            with torch.inference_mode():
+                scores = self.module(torch.from_dlpack(ids), torch.from_dlpack(mask))
+            return xp.from_dlpack(scores.reshape(-1, 1).to(torch.float32).contiguous())
         with torch.inference_mode():
             scores = self.module(torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)),
                                  torch.from_numpy(np.ascontiguousarray(mask, dtype=np.int64)))

@@ -40,3 +40,13 @@ class GTILRunner:
         if features.ndim != 2 or features.shape[1] != self.n_features:
             raise ValueError(f"the forest takes {self.n_features} features per text, got shape {list(features.shape)}")
         return self._gtil.predict(self.model, features).reshape(-1, 1).astype(np.float32)
+
+
+def forest_runner(folder: str, device: Device | str | None = None):
+    """The forest of `folder`: the array tree walk where the repository holds
+    `forest_arrays.npz` (the portable-gpu profile; NumPy or CuPy by `device`), else GTIL."""
+    from .arrays import FOREST_ARRAYS, ArrayForestRunner
+
+    if os.path.isfile(os.path.join(folder, FOREST_ARRAYS)):
+        return ArrayForestRunner.from_folder(folder, device)
+    return GTILRunner.from_folder(folder, device)

@@ -8,6 +8,11 @@ Profiles (same models, same tensor names; `../shared/design.md`):
 | hybrid   | KIND_CPU (NumPy)   | onnxruntime or pytorch_libtorch, GPU   | fil, KIND_GPU                 |
 | cpu      | KIND_CPU           | onnxruntime or pytorch_libtorch, CPU   | fil, KIND_CPU                 |
 | portable | KIND_CPU           | python: ONNX Runtime or torch.jit      | python: Treelite on checkpoint.tl |
+| portable-gpu | KIND_GPU (CuPy) | python: torch on the GPU (DLPack)      | python: CuPy tree walk (forest_arrays.npz) |
+
+`portable-gpu` is the GPU pipeline for a server with only the python backend (e.g. the
+`tritonserver` in the nvidia-pytriton wheel): every step but `validate` on the GPU, the
+tensors between steps passed through DLPack.
 
 `validate` (the first step) runs on the CPU in every profile. The BERT model is ONNX
 (`model.onnx`, the onnxruntime backend; optionally TensorRT FP16 on a GPU) or
@@ -29,7 +34,9 @@ from ..errors import AssemblyError
 from ..scoring import blend_weights
 from . import releases
 
-PROFILES = ("gpu", "hybrid", "cpu", "portable")
+PROFILES = ("gpu", "hybrid", "cpu", "portable", "portable-gpu")
+#: Profiles whose bert and forest are Python models.
+PORTABLE_PROFILES = ("portable", "portable-gpu")
 #: The backend (platform) that serves each BERT format natively.
 BERT_PLATFORMS = {"onnx": "onnxruntime_onnx", "torchscript": "pytorch_libtorch"}
 #: The canonical (model_repository/) format, and the one `assemble` picks for a native
@@ -75,14 +82,14 @@ def placement(model: str, profile: str, bert_format: str = DEFAULT_BERT_FORMAT) 
         raise AssemblyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
     if model == C.ENSEMBLE:
         return Placement("ensemble", None)
-    gpu_python = profile == "gpu"
-    gpu_models = profile in ("gpu", "hybrid")
+    gpu_python = profile in ("gpu", "portable-gpu")
+    gpu_models = profile in ("gpu", "hybrid", "portable-gpu")
     if model == C.VALIDATE:  # BYTES in, BYTES out: CPU work in every profile
         return Placement("python", "KIND_CPU")
     if model in C.PYTHON_MODELS:
         return Placement("python", "KIND_GPU" if gpu_python else "KIND_CPU")
-    if profile == "portable":
-        return Placement("python", "KIND_CPU")
+    if profile in PORTABLE_PROFILES:
+        return Placement("python", "KIND_GPU" if gpu_models else "KIND_CPU")
     if bert_format not in BERT_PLATFORMS:
         raise AssemblyError(f"BERT format {bert_format!r}: choose one of {', '.join(BERT_PLATFORMS)}")
     native = {C.BERT: BERT_PLATFORMS[bert_format], C.FOREST: "fil"}[model]
@@ -200,8 +207,8 @@ def render_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_
     if model == C.POSTPROCESS:
         params["BERT_WEIGHT"] = repr(float(bert_weight))
         params["FOREST_WEIGHT"] = repr(float(forest_weight))
-    if where.backend == "python" and where.kind == "KIND_GPU" and model == C.POSTPROCESS:
-        # Let the scores of the bert and forest steps arrive on the GPU (read via DLPack).
+    if where.backend == "python" and where.kind == "KIND_GPU" and model in (C.POSTPROCESS, C.BERT, C.FOREST):
+        # Let the outputs of the previous GPU steps arrive on the GPU (read via DLPack).
         params["FORCE_CPU_ONLY_INPUT_TENSORS"] = "no"
     if where.backend == "fil":  # a Treelite regressor; the key's name depends on the release
         params.update(target.fil_parameters())
@@ -242,7 +249,7 @@ def pick_bert_format(artifacts: str, profile: str, wanted: str | None = None) ->
     if wanted is None:
         found = M.bert_formats(artifacts)
         if len(found) == 2:
-            return "torchscript" if profile == "portable" else DEFAULT_BERT_FORMAT
+            return "torchscript" if profile in PORTABLE_PROFILES else DEFAULT_BERT_FORMAT
     return M.choose_bert_format(artifacts, wanted)
 
 
@@ -287,6 +294,11 @@ def assemble(artifacts: str, out: str, profile: str, bert_weight: float | None =
         target = os.path.join(out, model, VERSION)
         for name in list(names) + M.present(artifacts, M.OPTIONAL_FILES.get(model, ())) + [M.MANIFEST]:
             shutil.copyfile(os.path.join(artifacts, name), os.path.join(target, name))
+    if profile == "portable-gpu":  # the forest as arrays, for the CuPy tree walk (no Treelite needed there)
+        from ..forest.arrays import FOREST_ARRAYS, export_forest_arrays
+
+        folder = os.path.join(out, C.FOREST, VERSION)
+        export_forest_arrays(os.path.join(folder, M.CHECKPOINT), os.path.join(folder, FOREST_ARRAYS))
     return manifest
 
 

@@ -30,6 +30,10 @@ from .. import contracts
 from ..device import Device
 from ..texts import first_invalid_utf8
 
+#: A folder: every Python model writes where its inputs arrived to `<folder>/<model>.json`
+#: after each execute (the GPU kit and the tests set it; unset in production).
+ARRIVALS_ENV = "READABILITY_TRITON_ARRIVALS_DIR"
+
 if TYPE_CHECKING:
     from ..artifacts.manifest import Manifest
 
@@ -372,6 +376,12 @@ class PythonModel:
         self.text_input = len(self.inputs) == 1 and self.inputs[0][1] == "TYPE_STRING"
         self.max_text_bytes = self.int_parameter("MAX_TEXT_BYTES", contracts.DEFAULT_MAX_TEXT_BYTES)
         self.xp = self.device.array_module()
+        #: Where each numeric input arrived, counted per request: {name: {"cpu": n, "gpu": m}}
+        #: (`is_cpu()`), so that a test can show no step's output went through the host.
+        self.arrivals: dict[str, dict[str, int]] = {name: {"cpu": 0, "gpu": 0} for name, kind, _ in self.inputs
+                                                    if kind != "TYPE_STRING"}
+        self._arrivals_file = (os.path.join(os.environ[ARRIVALS_ENV], f"{self.name}.json")
+                               if os.environ.get(ARRIVALS_ENV) else None)
 
     # -- initialize-time helpers ---------------------------------------------------
     def int_parameter(self, name: str, default: int, minimum: int = 1) -> int:
@@ -427,6 +437,20 @@ class PythonModel:
                                f"{', '.join(self.output_names)}")
         return dict(zip(self.output_names, arrays))
 
+    def _count_arrivals(self, requests, names) -> None:
+        first = not any(sum(c.values()) for c in self.arrivals.values())
+        for request in requests:
+            for name in names:
+                tensor = self.pb_utils.get_input_tensor_by_name(request, name)
+                if tensor is not None:
+                    self.arrivals[name]["cpu" if tensor.is_cpu() else "gpu"] += 1
+        if first:
+            where = ", ".join(f"{n} on the {'CPU' if c['cpu'] else 'GPU'}" for n, c in self.arrivals.items())
+            self.log(f"first inputs arrived: {where} (instance on {self.device})")
+        if self._arrivals_file:
+            with open(self._arrivals_file, "w", encoding="utf-8") as handle:
+                json.dump({"model": self.name, "device": str(self.device), "inputs": self.arrivals}, handle)
+
     def execute(self, requests, runner) -> list:
         """One response per request: `runner` once over the good requests' rows."""
         pb = self.pb_utils
@@ -434,6 +458,7 @@ class PythonModel:
             batch = read_text_requests(pb, requests, self.inputs[0][0], self.max_text_bytes, self.require_words)
             return run_batch(pb, batch, lambda texts: self._outputs(runner(texts)), logger=pb.Logger)
         names = [name for name, _, _ in self.inputs]
+        self._count_arrivals(requests, names)
         batch = read_array_requests(pb, requests, names, self.xp, {name: dims for name, _, dims in self.inputs},
                                     finite=self.finite)
         return run_batch(pb, batch, lambda arrays: self._outputs(runner(*[arrays[n] for n in names])),
