@@ -32,7 +32,7 @@ RUFF := $(VENV)/bin/ruff check --line-length 120 --target-version py310 --select
 	--config "lint.isort.known-first-party=['readability_triton']"
 
 lint: $(STAMP)
-	$(RUFF) readability_triton backends tests benchmarks
+	$(RUFF) readability_triton backends tests benchmarks scripts
 	$(VENV)/bin/mypy
 
 # The image and the deployment, statically (no Docker engine or cluster here): hadolint and

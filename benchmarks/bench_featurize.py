@@ -71,6 +71,8 @@ def main(argv=None) -> int:
     parser.add_argument("--reference-texts", type=int, default=256,
                         help="at least this many texts per reference measurement (it is slow)")
     parser.add_argument("--no-gpu", action="store_true", help="skip CuPy even if a GPU is present")
+    parser.add_argument("--vocabulary", help="a vocabulary.json to use (default: built from --data, which needs "
+                                             "scikit-learn's stop words)")
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
 
@@ -79,7 +81,7 @@ def main(argv=None) -> int:
         return 2
     texts = read_table(args.data, args.column).texts
     sizes = [int(s) for s in args.batch_sizes.split(",") if s.strip()]
-    vocab = features.build_vocabulary(texts)
+    vocab = features.Vocabulary.load(args.vocabulary) if args.vocabulary else features.build_vocabulary(texts)
     top, bottom, stops = vocab.top, vocab.bottom, vocab.stopwords
     cupy = None if args.no_gpu else _cupy()
 

@@ -20,6 +20,8 @@ import platform
 import sys
 import time
 
+import numpy as np
+
 from readability_triton import contracts
 from readability_triton.data import COMMONLIT_CSV, read_table
 from readability_triton.tokenizer import WordPieceTokenizer
@@ -63,7 +65,9 @@ def main(argv=None) -> int:
     parser.add_argument("--data", default=os.path.normpath(COMMONLIT_CSV), help="CSV with an 'excerpt' column")
     parser.add_argument("--max-length", type=int, default=contracts.DEFAULT_MAX_LENGTH)
     parser.add_argument("--batch-sizes", default="1,64,2048")
-    parser.add_argument("--paths", default="cpu,gpu", help="cpu, gpu (skipped without CuPy), or both")
+    parser.add_argument("--paths", default="cpu,gpu",
+                        help="comma-separated: cpu (tokenizers), gpu (cuDF, else the CuPy array engine; skipped "
+                             "without CuPy), array-numpy (the array engine's NumPy twin)")
     parser.add_argument("--min-time", type=float, default=2.0, help="seconds per measurement")
     parser.add_argument("--hf", action="store_true", help="also time transformers' BertTokenizerFast")
     parser.add_argument("--json", help="write the results here")
@@ -92,9 +96,19 @@ def main(argv=None) -> int:
             results["gpu_setup_s"] = time.perf_counter() - began
             results["gpu"] = {"cudf": on_gpu, "reason": reason, "name": cupy.cuda.runtime.getDeviceProperties(
                 device.id)["name"].decode()}
-            print(f"gpu: {'cuDF' if on_gpu else 'CPU fallback'} ({reason}); set-up {results['gpu_setup_s']:.2f} s")
-            runners.append(("gpu (cuDF)" if on_gpu else "gpu (CPU fallback)",
-                            lambda batch: tokenizer.encode(batch, xp=cupy), device.synchronize))
+            engine = type(tokenizer.device_path(device.id).engine).__name__ if on_gpu else None
+            label = {"CudfEngine": "gpu (cuDF)", "ArrayEngine": "gpu (CuPy array engine)"}.get(engine,
+                                                                                            "gpu (CPU fallback)")
+            results["gpu"]["engine"] = engine
+            print(f"gpu: {label} ({reason}); set-up {results['gpu_setup_s']:.2f} s")
+            runners.append((label, lambda batch: tokenizer.encode(batch, xp=cupy), device.synchronize))
+    if "array-numpy" in paths:
+        from readability_triton.tokenizer.array_engine import ArrayEngine
+        from readability_triton.tokenizer.routing import DevicePath, device_vocabulary
+
+        twin = DevicePath(tokenizer, ArrayEngine(device_vocabulary(tokenizer.backend),
+                                                 bool(tokenizer.backend.normalizer.lowercase)), np)
+        runners.append(("array engine (NumPy twin)", twin.encode, lambda: None))
     if args.hf:
         from transformers import BertTokenizerFast
 
@@ -110,8 +124,8 @@ def main(argv=None) -> int:
         for size in sizes:
             row = measure(run, texts, size, args.min_time, sync)
             row.update(path=name, batch=size)
-            if name.startswith("gpu (cuDF)"):
-                path = tokenizer.device_path(cupy.cuda.Device().id)
+            if name.startswith(("gpu (cuDF)", "gpu (CuPy")) or name.startswith("array engine"):
+                path = twin if name.startswith("array engine") else tokenizer.device_path(cupy.cuda.Device().id)
                 row["routed_to_cpu"] = path.rows_cpu / max(path.rows_cpu + path.rows_device, 1)
             results["runs"].append(row)
             extra = f"   {100 * row['routed_to_cpu']:.1f}% of texts on the CPU path" if "routed_to_cpu" in row else ""

@@ -74,7 +74,12 @@ def vocab_dir():
 @pytest.fixture(scope="session")
 def tiny_artifacts(tmp_path_factory):
     """A complete artifact set built by `build-demo --bert tiny` on a small generated corpus
-    (a random 2-layer BERT and a small forest: seconds, scores without meaning)."""
+    (a random 2-layer BERT and a small forest: seconds, scores without meaning), or the one
+    at READABILITY_TRITON_TINY_ARTIFACTS (the GPU kit carries one built so, for a machine
+    without the training packages)."""
+    prepared = os.environ.get("READABILITY_TRITON_TINY_ARTIFACTS")
+    if prepared:
+        return prepared
     from readability_triton.artifacts.demo import build_demo
 
     out = tmp_path_factory.mktemp("tiny") / "artifacts"

@@ -6,6 +6,7 @@ profile scores and recording where every input arrived. On a GPU (marked `gpu`):
 same runners on CuPy and torch CUDA."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -24,6 +25,10 @@ from readability_triton.triton.runtime import ARRIVALS_ENV
 def forest_folder(tiny_artifacts, tmp_path_factory):
     folder = tmp_path_factory.mktemp("forest")
     shutil.copyfile(os.path.join(tiny_artifacts, "checkpoint.tl"), folder / "checkpoint.tl")
+    prepared = os.path.join(tiny_artifacts, FOREST_ARRAYS)  # the GPU kit's set (no Treelite there)
+    if os.path.isfile(prepared) and importlib.util.find_spec("treelite") is None:
+        shutil.copyfile(prepared, folder / FOREST_ARRAYS)
+        return str(folder)
     meta = export_forest_arrays(str(folder / "checkpoint.tl"), str(folder / FOREST_ARRAYS))
     assert meta["n_trees"] > 1 and meta["depth"] >= 1
     return str(folder)
@@ -76,17 +81,6 @@ def test_arrays_from_another_checkpoint_are_refused(forest_folder, tmp_path):
         ArrayForestRunner.from_folder(str(tmp_path / "nowhere"))
 
 
-def as_cpu_dry_run(repo: str) -> None:
-    """What the GPU kit's --cpu-dry-run does to a portable-gpu repository: KIND_CPU instances
-    (same models, same files, same code paths but NumPy for CuPy)."""
-    for model in C.ALL_MODELS:
-        path = os.path.join(repo, model, "config.pbtxt")
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text.replace("kind: KIND_GPU", "kind: KIND_CPU"))
-
-
 @pytest.mark.integration
 def test_portable_gpu_profile_serves_on_the_cpu_as_portable_does(tiny_artifacts, tmp_path, monkeypatch):
     from served import score_texts, start_server
@@ -95,7 +89,7 @@ def test_portable_gpu_profile_serves_on_the_cpu_as_portable_does(tiny_artifacts,
 
     repo = str(tmp_path / "repo")
     repository.assemble(tiny_artifacts, repo, "portable-gpu")
-    as_cpu_dry_run(repo)
+    repository.cpu_dry_run(repo)
     arrivals = tmp_path / "arrivals"
     arrivals.mkdir()
     monkeypatch.setenv(ARRIVALS_ENV, str(arrivals))
@@ -123,10 +117,11 @@ def test_gpu_runners_equal_the_cpu_ones(tiny_artifacts, forest_folder):
 
     from readability_triton.bert.runner import TorchScriptRunner
 
-    x = _features(GTILRunner.from_folder(forest_folder).n_features)
+    twin = ArrayForestRunner.from_folder(forest_folder)  # equal to GTIL (tests above, on the CPU)
+    x = _features(twin.n_features)
     on_gpu = ArrayForestRunner.from_folder(forest_folder, "gpu")(cupy.asarray(x))
     assert isinstance(on_gpu, cupy.ndarray)
-    np.testing.assert_array_equal(cupy.asnumpy(on_gpu), GTILRunner.from_folder(forest_folder)(x))
+    np.testing.assert_array_equal(cupy.asnumpy(on_gpu), twin(x))
     cpu, gpu = TorchScriptRunner.from_folder(tiny_artifacts), TorchScriptRunner.from_folder(tiny_artifacts, "gpu")
     ids = np.random.default_rng(0).integers(0, 50, size=(4, 16)).astype(np.int64)
     mask = np.ones_like(ids)

@@ -302,6 +302,18 @@ def assemble(artifacts: str, out: str, profile: str, bert_weight: float | None =
     return manifest
 
 
+def cpu_dry_run(repo: str) -> None:
+    """Turn a GPU repository's instances to KIND_CPU in place: the same models, files and
+    code paths, NumPy for CuPy, so that a machine without a GPU can serve it (the GPU kit's
+    `--cpu-dry-run`, and the tests of the portable-gpu profile)."""
+    for model in C.ALL_MODELS:
+        path = os.path.join(repo, model, "config.pbtxt")
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text.replace("kind: KIND_GPU", "kind: KIND_CPU"))
+
+
 def read_config(path: str):
     """A `config.pbtxt`, parsed strictly with Triton's own ModelConfig proto (tritonclient's)."""
     from google.protobuf import text_format
