@@ -189,15 +189,17 @@ def phase1(dry: bool, env, data: str | None) -> dict:
                  "--min-seconds", "0.3", "--json", os.path.join(out_dir(), "featurize.json")]
     tokenize = [sys.executable, "benchmarks/bench_tokenize.py", "--batch-sizes", "64,2048", "--min-time", "0.5",
                 "--paths", "cpu,gpu,array-numpy", "--json", os.path.join(out_dir(), "tokenize.json")]
-    if data:
-        featurize += ["--data", data]
-        tokenize += ["--data", data]
     if os.environ.get("READABILITY_TRITON_TOKENIZER_DIR"):
         tokenize += ["--tokenizer", os.environ["READABILITY_TRITON_TOKENIZER_DIR"]]
+    data = data or _bench_data()
+    featurize += ["--data", data]
+    tokenize += ["--data", data]
     vocabulary = os.path.join(CARRY, "p01", "vocabulary.json")  # no scikit-learn there to build one
     if not os.path.isfile(vocabulary):
         vocabulary = os.path.join(ROOT, ".cache", "demo-artifacts", "vocabulary.json")
-    if os.path.isfile(vocabulary):
+    if not os.path.isfile(vocabulary):
+        vocabulary = _build_vocabulary(data)
+    if vocabulary:
         featurize += ["--vocabulary", vocabulary]
     if dry:
         featurize += ["--no-gpu", "--reference-texts", "50"]
@@ -214,6 +216,40 @@ def phase1(dry: bool, env, data: str | None) -> dict:
     result["ok"] = ok
     write_json("phase1.json", result)
     return result
+
+
+def _bench_data() -> str:
+    """The benchmarks' texts: the shared CommonLit excerpts, else a generated corpus (a
+    clean clone has no data)."""
+    sys.path.insert(0, ROOT)
+    from readability_triton.data import COMMONLIT_CSV
+
+    if os.path.isfile(COMMONLIT_CSV):
+        return os.path.normpath(COMMONLIT_CSV)
+    import csv
+
+    from readability_triton.artifacts.corpus import generate_corpus
+
+    path = os.path.join(out_dir(), "corpus.csv")
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["excerpt"])
+        writer.writerows([t] for t in generate_corpus(600)[0])
+    return path
+
+
+def _build_vocabulary(data: str) -> str | None:
+    """A vocabulary.json from `data`, built here (where scikit-learn's stop words are)."""
+    try:
+        from readability_triton import features
+        from readability_triton.data import read_table
+
+        path = os.path.join(out_dir(), "vocabulary.json")
+        features.build_vocabulary(read_table(data).texts).save(path)
+        return path
+    except Exception as exc:  # noqa: BLE001 - the benchmark then builds its own, or says why not
+        say(f"   (no vocabulary built for the featurize benchmark: {type(exc).__name__}: {exc})")
+        return None
 
 
 def summary_table() -> str:
