@@ -276,14 +276,21 @@ def summary_table() -> str:
 # --------------------------------------------------------------------- phase 2
 
 
+def _extract(archive: str, into: str) -> None:
+    with tarfile.open(archive) as tar:
+        if hasattr(tarfile, "data_filter"):  # Python 3.12+ (and 3.10/3.11 security releases)
+            tar.extractall(into, filter="data")
+        else:
+            tar.extractall(into)
+
+
 def unpack_site() -> dict:
     """Phase 2a: numpy 1.x and CuPy 13.x for the stub, into SITE."""
     archive = os.path.join(CARRY, "p2a", "site.tar.xz")
     if not os.path.isfile(archive):
         raise SystemExit(f"no {archive}: run `python scripts/gpu_kit.py prepare` here and carry .gpu-check/p2a")
     os.makedirs(SITE, exist_ok=True)
-    with tarfile.open(archive) as tar:
-        tar.extractall(SITE, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(SITE)
+    _extract(archive, SITE)
     listing = sorted(os.listdir(SITE))
     say(f"== phase 2a: unpacked {archive} into {SITE}: {', '.join(listing)}")
     return {"site": SITE, "entries": listing}
@@ -344,8 +351,7 @@ def phase2(dry: bool, env) -> dict:
         repository.cpu_dry_run(repo)
     else:
         server_tar = os.path.join(p2b, "tritonserver.tar.xz")
-        with tarfile.open(server_tar) as tar:
-            tar.extractall(SITE, filter="data") if hasattr(tarfile, "data_filter") else tar.extractall(SITE)
+        _extract(server_tar, SITE)
         sys.path.insert(0, SITE)
         os.environ["PYTHONPATH"] = os.pathsep.join([SITE, ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(
             os.pathsep) if p])

@@ -84,9 +84,11 @@ def test_read_array_requests_checks_shapes_and_concatenates():
         array_request(A=np.ones((1, 2), np.float32), B=np.zeros((2, 2), np.float32)),
         array_request(A=np.full((1, 2), 5, np.float32), B=np.full((1, 2), 6, np.float32)),
     ]
-    batch = runtime.read_array_requests(pb_utils, requests, ("A", "B"), np, dims)
+    arrivals = {"A": {"cpu": 0, "gpu": 0}, "B": {"cpu": 0, "gpu": 0}}
+    batch = runtime.read_array_requests(pb_utils, requests, ("A", "B"), np, dims, arrivals=arrivals)
     arrays = batch.items
     assert batch.counts == [2, 0, 0, 1]
+    assert arrivals == {"A": {"cpu": 4, "gpu": 0}, "B": {"cpu": 3, "gpu": 0}}  # B of request 1 never read
     assert "shape [batch, 2]" in batch.errors[1][0]
     assert "different batch sizes" in batch.errors[2][0]
     assert arrays["A"].shape == (3, 2) and arrays["B"][2].tolist() == [6, 6]

@@ -12,24 +12,15 @@ score, in the order Treelite's GTIL does, so that the float32 result equals GTIL
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 
 import numpy as np
 
-from ..artifacts.manifest import CHECKPOINT
+from ..artifacts.manifest import CHECKPOINT, sha256
 from ..device import Device, as_device
 
 FOREST_ARRAYS = "forest_arrays.npz"
-
-
-def _sha256(path: str) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def export_forest_arrays(checkpoint: str, out: str) -> dict:
@@ -82,7 +73,7 @@ def export_forest_arrays(checkpoint: str, out: str) -> dict:
               "left": np.asarray(fields["left"], dtype=np.int64), "right": np.asarray(fields["right"], dtype=np.int64),
               "leaf": np.asarray(fields["leaf"], dtype=bool), "value": np.asarray(fields["value"], dtype=np.float64),
               "roots": np.asarray(roots, dtype=np.int64)}
-    meta = {"checkpoint_sha256": _sha256(checkpoint), "n_features": int(spec["num_feature"]),
+    meta = {"checkpoint_sha256": sha256(checkpoint), "n_features": int(spec["num_feature"]),
             "n_trees": len(roots), "depth": int(depth), "average": bool(spec.get("average_tree_output", False)),
             "base_score": float(base[0] if base else 0.0)}
     np.savez(out, meta=np.asarray(json.dumps(meta)), **arrays)
@@ -114,7 +105,7 @@ class ArrayForestRunner:
             meta = json.loads(str(data["meta"]))
             arrays = {name: data[name] for name in data.files if name != "meta"}
         checkpoint = os.path.join(folder, CHECKPOINT)
-        if os.path.isfile(checkpoint) and _sha256(checkpoint) != meta["checkpoint_sha256"]:
+        if os.path.isfile(checkpoint) and sha256(checkpoint) != meta["checkpoint_sha256"]:
             raise ValueError(f"{path} was exported from another checkpoint than {checkpoint}: re-assemble")
         return cls(arrays, meta, device)
 

@@ -86,29 +86,32 @@ def parameters(config: dict) -> dict[str, str]:
     return out
 
 
-def int_parameter(params: dict[str, str], name: str, default: int, minimum: int = 1) -> int:
+def _parameter(params: dict[str, str], name: str, parse, what: str):
+    """`parse` of parameter `name`, None when unset; ValueError naming it otherwise."""
     raw = params.get(name, "")
     if raw == "":
-        return default
+        return None
     try:
-        value = int(raw)
+        return parse(raw)
     except ValueError:
-        raise ValueError(f"parameter {name} must be an integer, got {raw!r}") from None
+        raise ValueError(f"parameter {name} must be {what}, got {raw!r}") from None
+
+
+def int_parameter(params: dict[str, str], name: str, default: int, minimum: int = 1) -> int:
+    value = _parameter(params, name, int, "an integer")
+    if value is None:
+        return default
     if value < minimum:
         raise ValueError(f"parameter {name} must be at least {minimum}, got {value}")
     return value
 
 
 def float_parameter(params: dict[str, str], name: str, default: float) -> float:
-    raw = params.get(name, "")
-    if raw == "":
+    value = _parameter(params, name, float, "a number")
+    if value is None:
         return default
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError(f"parameter {name} must be a number, got {raw!r}") from None
     if not np.isfinite(value):
-        raise ValueError(f"parameter {name} must be finite, got {raw!r}")
+        raise ValueError(f"parameter {name} must be finite, got {params[name]!r}")
     return value
 
 
@@ -210,11 +213,13 @@ def _host(array) -> np.ndarray:
 
 
 def read_array_requests(pb_utils, requests, names: Sequence[str], xp,
-                        dims: dict[str, tuple[int, ...]], finite: bool = False) -> Batch:
+                        dims: dict[str, tuple[int, ...]], finite: bool = False,
+                        arrivals: dict[str, dict[str, int]] | None = None) -> Batch:
     """Collect numeric inputs of every request and concatenate each along the batch axis
     (`Batch.items` maps each name to the joined array). A request fails alone when an
     input is missing, has the wrong shape, its inputs' batch sizes differ or (with
-    `finite`) it holds NaN or infinity; the finiteness check is one pass over the batch."""
+    `finite`) it holds NaN or infinity; the finiteness check is one pass over the batch.
+    `arrivals[name]["cpu" or "gpu"]` counts where each input tensor arrived (`is_cpu()`)."""
     batch = Batch(len(requests), counts=[0] * len(requests))
     parts: dict[str, list] = {name: [] for name in names}
     order: list[int] = []
@@ -225,6 +230,8 @@ def read_array_requests(pb_utils, requests, names: Sequence[str], xp,
             if tensor is None:
                 batch.fail(index, f"missing input {name}")
                 break
+            if arrivals is not None and name in arrivals:
+                arrivals[name]["cpu" if tensor.is_cpu() else "gpu"] += 1
             array = input_array(tensor, xp)
             if tuple(array.shape[1:]) != tuple(dims[name]) or array.ndim != 1 + len(dims[name]):
                 batch.fail(index, f"input {name} must have shape [batch, "
@@ -437,13 +444,7 @@ class PythonModel:
                                f"{', '.join(self.output_names)}")
         return dict(zip(self.output_names, arrays))
 
-    def _count_arrivals(self, requests, names) -> None:
-        first = not any(sum(c.values()) for c in self.arrivals.values())
-        for request in requests:
-            for name in names:
-                tensor = self.pb_utils.get_input_tensor_by_name(request, name)
-                if tensor is not None:
-                    self.arrivals[name]["cpu" if tensor.is_cpu() else "gpu"] += 1
+    def _report_arrivals(self, first: bool) -> None:
         if first:
             where = ", ".join(f"{n} on the {'CPU' if c['cpu'] else 'GPU'}" for n, c in self.arrivals.items())
             self.log(f"first inputs arrived: {where} (instance on {self.device})")
@@ -458,8 +459,9 @@ class PythonModel:
             batch = read_text_requests(pb, requests, self.inputs[0][0], self.max_text_bytes, self.require_words)
             return run_batch(pb, batch, lambda texts: self._outputs(runner(texts)), logger=pb.Logger)
         names = [name for name, _, _ in self.inputs]
-        self._count_arrivals(requests, names)
+        first = not any(sum(c.values()) for c in self.arrivals.values())
         batch = read_array_requests(pb, requests, names, self.xp, {name: dims for name, _, dims in self.inputs},
-                                    finite=self.finite)
+                                    finite=self.finite, arrivals=self.arrivals)
+        self._report_arrivals(first)
         return run_batch(pb, batch, lambda arrays: self._outputs(runner(*[arrays[n] for n in names])),
                          logger=pb.Logger)
