@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -164,3 +165,21 @@ def side_by_side(calls, workers: int | None = None) -> list:
 
     with ThreadPoolExecutor(max_workers=workers or len(calls)) as pool:
         return list(pool.map(run, calls))
+
+
+def settled(read, done, timeout: float = 10.0, interval: float = 0.05):
+    """Read Triton's counters (`read()`) until `done(reading)` holds, then once more a
+    moment later, and return that last reading for the caller's asserts to judge (or the
+    last one read when `timeout` s pass first). A client can hold its answer before the
+    counters move: python_backend reports an execute's statistics when the execute has
+    returned (its PbMetricReporter reports in its destructor), after the responses were
+    sent. The second read lets a count that overshoots show itself."""
+    deadline = time.monotonic() + timeout
+    reading = read()
+    while not done(reading) and time.monotonic() < deadline:
+        time.sleep(interval)
+        reading = read()
+    if done(reading):
+        time.sleep(4 * interval)
+        reading = read()
+    return reading

@@ -160,3 +160,20 @@ def test_breakdown_is_the_difference_of_two_snapshots():
     assert got["compute_input_ms_per_execution"] is None  # no batch_stats for it
     assert set(bench.breakdown({}, {})) == set()
     assert np.isclose(bench.breakdown({}, snapshot(4, 4, 2_000_000))[C.PREPROCESS]["queue_ms_per_request"], 2.0)
+
+
+def test_statistics_are_read_once_the_counts_stop_moving():
+    """Unit: python_backend counts an execute after its replies were sent, so the snapshot
+    after the last reply waits until two reads agree (and gives up after the timeout)."""
+    counts = iter([5, 6, 7, 7, 7])
+
+    def read(url, protocol):
+        n = next(counts)
+        return {C.PREPROCESS: {"inference_count": n, "execution_count": n}}
+
+    got = bench.settled_statistics("u", "grpc", interval=0.001, read=read)
+    assert got[C.PREPROCESS]["inference_count"] == 7
+    moving = iter(range(10_000))
+    got = bench.settled_statistics("u", "grpc", interval=0.001, timeout=0.02,
+                                   read=lambda url, protocol: {C.PREPROCESS: {"inference_count": next(moving)}})
+    assert got[C.PREPROCESS]["inference_count"] > 1  # it stopped at the timeout, still moving

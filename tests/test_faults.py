@@ -112,10 +112,10 @@ def test_stop_under_load_drains_then_exits_without_a_crash(repo, tmp_path, proto
     runner.join()
     close()
     report = server.last_stop
-    assert report["drained"], report
-    assert code == 0 if protocol == "grpc" else code in (0, 1), (code, report)
-    assert report["exit_seconds"] < server.exit_timeout + 5 and not report["killed"], report
     log = _log(server)
+    assert report["drained"], (report, log[-3000:])
+    assert code == 0 if protocol == "grpc" else code in (0, 1), (code, report, log[-3000:])
+    assert report["exit_seconds"] < server.exit_timeout + 5 and not report["killed"], (report, log[-3000:])
     for sign in CRASH_SIGNS:
         assert sign not in log, sign
     results = outcomes["all"]

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from served import served_weights
+from served import served_weights, settled
 from tritonclient.utils import InferenceServerException
 
 from readability_triton import contracts as C
@@ -176,7 +176,9 @@ def test_a_bad_request_among_good_ones_fails_alone(server, expected):
         payloads.insert(index, payload)
     before = {m: _stats(server.http_url, m) for m in (C.VALIDATE, C.FEATURIZE)}
     results = _infer_concurrently(server.http_url, payloads)
-    after = {m: _stats(server.http_url, m) for m in (C.VALIDATE, C.FEATURIZE)}
+    after = settled(lambda: {m: _stats(server.http_url, m) for m in (C.VALIDATE, C.FEATURIZE)},
+                    lambda now: now[C.VALIDATE][0] - before[C.VALIDATE][0] >= len(payloads)
+                    and now[C.FEATURIZE][0] - before[C.FEATURIZE][0] >= len(good))
     mean = expected(good)["score"]
     goods = iter(range(len(good)))
     for index, result in enumerate(results):
@@ -195,11 +197,17 @@ def test_a_bad_request_among_good_ones_fails_alone(server, expected):
 
 def test_metrics_endpoint(server):
     _infer_concurrently(server.http_url, [b"One more text."])
-    with urllib.request.urlopen(server.metrics_url) as reply:
-        text = reply.read().decode()
-    lines = [line for line in text.splitlines()
-             if line.startswith("nv_inference_request_success") and f'model="{C.ENSEMBLE}"' in line]
-    assert lines and float(lines[0].rsplit(" ", 1)[1]) >= 1
+
+    def read():
+        with urllib.request.urlopen(server.metrics_url) as reply:
+            return reply.read().decode()
+
+    def successes(text):
+        return [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+                if line.startswith("nv_inference_request_success") and f'model="{C.ENSEMBLE}"' in line]
+
+    text = settled(read, lambda text: sum(successes(text)) >= 1)
+    assert successes(text) and successes(text)[0] >= 1
     assert 'nv_inference_count{model="featurize"' in text
 
 

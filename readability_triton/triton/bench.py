@@ -73,6 +73,28 @@ def model_statistics(url: str, protocol: str) -> dict[str, dict]:
     return {entry["name"]: entry for entry in stats.get("model_stats", [])}
 
 
+def _counts(stats: dict[str, dict]) -> dict:
+    return {name: (entry.get("inference_count"), entry.get("execution_count"))
+            for name, entry in stats.items()}
+
+
+def settled_statistics(url: str, protocol: str, interval: float = 0.05, timeout: float = 2.0,
+                       read=model_statistics) -> dict[str, dict]:
+    """`model_statistics` once the counts stop moving: two reads `interval` s apart that
+    agree (or the last read after `timeout` s). A client holds its last answers before
+    Triton has counted them: python_backend reports an execute's statistics when the
+    execute has returned, after its responses were sent, so a snapshot taken the moment
+    the last reply arrives can miss the last executions."""
+    deadline = time.monotonic() + timeout
+    stats = read(url, protocol)
+    while True:
+        time.sleep(interval)
+        again = read(url, protocol)
+        if _counts(again) == _counts(stats) or time.monotonic() > deadline:
+            return again
+        stats = again
+
+
 def _ns(stats: dict, key: str) -> tuple[int, int]:
     value = stats.get("inference_stats", {}).get(key, {})
     return int(value.get("count", 0)), int(value.get("ns", 0))
@@ -178,9 +200,9 @@ def run(url: str, protocol: str, texts, concurrency=(1, 4, 16), texts_per_reques
             try:
                 if warmup:
                     closed_loop(work, clients, warmup)
-                before = model_statistics(url, protocol)
+                before = settled_statistics(url, protocol)
                 outcomes = closed_loop(work, clients, duration, progress=_offset(progress, done))
-                after = model_statistics(url, protocol)
+                after = settled_statistics(url, protocol)
             finally:
                 close()
             done += duration
