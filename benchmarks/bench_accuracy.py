@@ -80,26 +80,31 @@ def split(texts, y, args):
     return train, test, train_csv, test_csv
 
 
+def _split_report(train, test, y, args) -> dict:
+    """What both held-out runs report first: the split, and the RMSE of predicting the
+    training mean (the floor any model must beat)."""
+    return {"train_texts": len(train), "held_out_texts": len(test), "seed": args.seed,
+            "rmse_of_the_training_mean": forest.rmse(np.full(len(test), y[train].mean()), y[test])}
+
+
 def demo_held_out(texts, y, args) -> dict:
     """build-demo on the training part (it fits SCORE's weights on out-of-fold predictions),
     evaluate on the held-out part with those weights, as served."""
     train, test, train_csv, test_csv = split(texts, y, args)
     artifacts = os.path.join(args.out, "demo-artifacts")
-    result = {"train_texts": int(len(train)), "held_out_texts": int(len(test)), "seed": args.seed,
-              "rmse_of_the_training_mean": forest.rmse(np.full(len(test), y[train].mean()), y[test])}
+    result = _split_report(train, test, y, args)
     _, result["build_demo_s"] = _cli("build-demo", "--data", train_csv, "--out", artifacts)
     out, _ = _cli("evaluate", "--data", test_csv, "--artifacts", artifacts, "--json")
     result["evaluate"] = json.loads(out)
     with open(os.path.join(artifacts, "manifest.json"), encoding="utf-8") as handle:
-        result["blend"] = {k: v for k, v in json.load(handle)["info"]["blend"].items()}
+        result["blend"] = json.load(handle)["info"]["blend"]
     return result
 
 
 def held_out(texts, y, args) -> dict:
     train, test, train_csv, test_csv = split(texts, y, args)
     artifacts = os.path.join(args.out, "artifacts")
-    result = {"train_texts": int(len(train)), "held_out_texts": int(len(test)), "seed": args.seed,
-              "rmse_of_the_training_mean": forest.rmse(np.full(len(test), y[train].mean()), y[test])}
+    result = _split_report(train, test, y, args)
     _, result["train_forest_s"] = _cli("train-forest", "--data", train_csv, "--out", artifacts)
     if not args.no_bert:
         from readability_triton.artifacts.demo import minilm_directory
@@ -191,24 +196,17 @@ def main() -> int:
     if args.curve:
         report["curve"] = curve(texts, y, args.seed, args.held_out)
     if args.demo:
-        report["demo"] = demo_held_out(texts, y, args)
-        ev, blend = report["demo"]["evaluate"], report["demo"]["blend"]
-        print(f"\ndemo set (build-demo on {report['demo']['train_texts']} excerpts; SCORE = "
+        section = report["demo"] = demo_held_out(texts, y, args)
+        blend = section["blend"]
+        print(f"\ndemo set (build-demo on {section['train_texts']} excerpts; SCORE = "
               f"{blend['bert_weight']:.3f} BERT + {blend['forest_weight']:.3f} forest, fitted on out-of-fold "
-              f"predictions), held out: {ev['texts']} excerpts")
-        for name, value in ev["rmse"].items():
-            print(f"  {name:<7} RMSE {value:.4f}")
-        print(f"  predicting the training mean: {report['demo']['rmse_of_the_training_mean']:.4f}")
-        if args.json:
-            with open(args.json, "w", encoding="utf-8") as handle:
-                json.dump(report, handle, indent=2)
-        return 0
-    report["held_out"] = held_out(texts, y, args)
-    ev = report["held_out"]["evaluate"]
-    print(f"\nheld out: {ev['texts']} excerpts, models trained on {report['held_out']['train_texts']}")
-    for name, value in ev["rmse"].items():
+              f"predictions), held out: {section['evaluate']['texts']} excerpts")
+    else:
+        section = report["held_out"] = held_out(texts, y, args)
+        print(f"\nheld out: {section['evaluate']['texts']} excerpts, models trained on {section['train_texts']}")
+    for name, value in section["evaluate"]["rmse"].items():
         print(f"  {name:<7} RMSE {value:.4f}")
-    print(f"  predicting the training mean: {report['held_out']['rmse_of_the_training_mean']:.4f}")
+    print(f"  predicting the training mean: {section['rmse_of_the_training_mean']:.4f}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(report, handle, indent=2)

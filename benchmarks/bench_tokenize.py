@@ -124,7 +124,7 @@ def main(argv=None) -> int:
         for size in sizes:
             row = measure(run, texts, size, args.min_time, sync)
             row.update(path=name, batch=size)
-            if name.startswith(("gpu (cuDF)", "gpu (CuPy")) or name.startswith("array engine"):
+            if name.startswith(("gpu (cuDF)", "gpu (CuPy", "array engine")):
                 path = twin if name.startswith("array engine") else tokenizer.device_path(cupy.cuda.Device().id)
                 row["routed_to_cpu"] = path.rows_cpu / max(path.rows_cpu + path.rows_device, 1)
             results["runs"].append(row)

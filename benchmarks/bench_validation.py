@@ -96,7 +96,7 @@ def make_variant(artifacts: str, out: str, variant: str) -> str:
                                                f'TYPE_STRING\n    dims: [ 1 ]\n  }},\n', 1)
         with open(config_path, "w", encoding="utf-8") as handle:
             handle.write(config)
-        _, pre_in, pre_out = steps[C.PREPROCESS]
+        _, _, pre_out = steps[C.PREPROCESS]
         wiring = [(C.PREPROCESS, {C.TEXT: C.TEXT}, {**pre_out, C.VALID_TEXT: C.VALID_TEXT})]
         wiring += [step for step in C.ENSEMBLE_STEPS if step[0] not in (C.VALIDATE, C.PREPROCESS)]
     _replace_scheduling(out, wiring)

@@ -135,7 +135,7 @@ def main(argv=None) -> int:
         print(f"{name:<22} {a / 1024:>10.1f} {w / 1024:>10.1f} {e / 1024:>10.1f} {growth:>8}")
     if series:
         names = list(rss["start"])
-        print("\nRSS (MiB) every %g s:" % args.rss_every)
+        print(f"\nRSS (MiB) every {args.rss_every:g} s:")
         print(f"{'s':>6} " + " ".join(f"{n[-10:]:>10}" for n in names))
         for at, sample_ in series:
             print(f"{at:>6.0f} " + " ".join(f"{sample_.get(n, 0) / 1024:>10.1f}" for n in names))
