@@ -40,15 +40,29 @@ FEATURES = "FEATURES"
 BERT_SCORE = "BERT_SCORE"
 FOREST_SCORE = "FOREST_SCORE"
 SCORE = "SCORE"
-#: The branch scores inside the ensemble (postprocess's inputs; see ENSEMBLE_STEPS).
+#: The branch scores inside the ensemble (postprocess's inputs; see PARALLEL_STEPS).
 BERT_OUTPUT = "BERT_OUTPUT"
 FOREST_OUTPUT = "FOREST_OUTPUT"
+#: preprocess's optional ordering input: in the serial wiring (SERIAL_STEPS) the forest's
+#: score is wired here so that the BERT branch starts when the forest branch has ended.
+#: preprocess ignores its value.
+AFTER = "AFTER"
 #: The ensemble's outputs, in the order the ensemble declares them.
 OUTPUTS = (SCORE, BERT_SCORE, FOREST_SCORE)
 # The pytorch_libtorch and FIL backends name their tensors by position.
 INPUT_0 = "input__0"
 INPUT_1 = "input__1"
 OUTPUT_0 = "output__0"
+
+# Config parameters the Python models read.
+MAX_TEXT_BYTES = "MAX_TEXT_BYTES"
+MAX_LENGTH = "MAX_LENGTH"
+BERT_WEIGHT = "BERT_WEIGHT"
+FOREST_WEIGHT = "FOREST_WEIGHT"
+#: validate's load shedding: refuse new requests while this many wait in the later steps' queues.
+MAX_PENDING_REQUESTS = "MAX_PENDING_REQUESTS"
+#: Where validate reads the pending-request gauge (default: $READABILITY_TRITON_METRICS_URL).
+METRICS_URL = "METRICS_URL"
 
 #: Triton data type -> the datatype string of the KServe v2 protocol (clients).
 WIRE_DTYPES = {"TYPE_STRING": "BYTES", "TYPE_FP32": "FP32", "TYPE_INT64": "INT64"}
@@ -59,6 +73,7 @@ class TensorSpec:
     name: str
     data_type: str  # Triton's enum name, e.g. "TYPE_FP32"
     dims: tuple[int, ...]
+    optional: bool = False  # an input a request may leave out
 
     @property
     def wire_dtype(self) -> str:
@@ -95,7 +110,8 @@ def contracts(max_length: int = DEFAULT_MAX_LENGTH, n_features: int = N_FEATURES
     return {
         ENSEMBLE: ModelContract(ENSEMBLE, (text,), tuple(score(name) for name in OUTPUTS)),
         VALIDATE: ModelContract(VALIDATE, (text,), (TensorSpec(VALID_TEXT, "TYPE_STRING", (1,)),)),
-        PREPROCESS: ModelContract(PREPROCESS, (text,), (ids(INPUT_IDS), ids(ATTENTION_MASK))),
+        PREPROCESS: ModelContract(PREPROCESS, (text, TensorSpec(AFTER, "TYPE_FP32", (1,), optional=True)),
+                                  (ids(INPUT_IDS), ids(ATTENTION_MASK))),
         BERT: ModelContract(BERT, (ids(INPUT_0), ids(INPUT_1)), (score(OUTPUT_0),)),
         FEATURIZE: ModelContract(FEATURIZE, (text,), (TensorSpec(FEATURES, "TYPE_FP32", (n_features,)),)),
         FOREST: ModelContract(FOREST, (TensorSpec(INPUT_0, "TYPE_FP32", (n_features,)),), (score(OUTPUT_0),)),
@@ -106,7 +122,7 @@ def contracts(max_length: int = DEFAULT_MAX_LENGTH, n_features: int = N_FEATURES
 
 #: The ensemble's wiring: (step model, {step input: ensemble tensor}, {step output: ensemble tensor}).
 #:
-#: Two rules of Triton's ensemble scheduler shape it (see ../shared/design.md and the
+#: Three rules of Triton's ensemble scheduler shape it (see ../shared/design.md and the
 #: scheduler in triton-inference-server/core, src/ensemble_scheduler/ensemble_scheduler.cc):
 #:
 #: 1. Every ensemble output is a leaf: produced by a step that nothing consumes. When a
@@ -115,18 +131,30 @@ def contracts(max_length: int = DEFAULT_MAX_LENGTH, n_features: int = N_FEATURES
 #:    branch scores travel as the internal BERT_OUTPUT / FOREST_OUTPUT, and postprocess
 #:    emits SCORE, BERT_SCORE and FOREST_SCORE, which nothing reads. (Every release up
 #:    to 26.06.)
-#: 2. Only the first step may reject a request. When a step fails, the scheduler sends the
-#:    error to the client at once (FinishEnsemble), although other steps of the request are
-#:    still queued or running; the frontend then frees the request's input buffers, which
-#:    those steps still read through the ensemble's TEXT (corrupted strings, stub and
-#:    server crashes), and the steps that finish later skip the bookkeeping that would
-#:    release the request (it stays "in flight" until shutdown). (Every release up to
-#:    26.01; core#466 makes 26.02+ wait for the other steps.) So `validate` checks the
-#:    text before the fan-out, both branches read its output VALID_TEXT (a buffer the
-#:    ensemble owns and reference-counts), and no later step rejects what it accepted:
-#:    preprocess and featurize make the same checks with the same MAX_TEXT_BYTES, and
-#:    `validate` adds one (a text must hold a word).
-ENSEMBLE_STEPS = (
+#: 2. Up to core 26.01 (core#466 makes 26.02+ wait for the other steps), a step that fails
+#:    while another step of the same request is in flight breaks the request: once the
+#:    request's status is an error, the steps that finish later skip the bookkeeping that
+#:    releases it (PrepareSteps), so it stays "in flight" until shutdown, which then ends
+#:    at the exit timeout with status 1; a step refused synchronously (its queue is full)
+#:    is never answered at all; and an error sent early lets the frontend free the
+#:    request's input buffers under the steps still reading them. A step fails not only
+#:    when it refuses bad input but also when its dynamic batcher rejects a request (queue
+#:    full, queue timeout) or drops a cancelled one: the scheduler marks every step it
+#:    schedules after a gRPC client gave up as cancelled, and the batcher answers those
+#:    with CANCELLED (scheduler_utils.cc, ApplyPolicy). Reproduced here: 8 gRPC clients
+#:    with 50 ms deadlines against the parallel wiring left 7 of 800 requests in flight
+#:    for good (tests/test_ensemble_rules.py reproduces it with trivial models).
+#:    So on those releases the steps run one after another (SERIAL_STEPS): with one step
+#:    in flight at a time, any step may refuse, shed load or drop a cancelled request,
+#:    and the request is answered and released. The forest branch goes first (it is the
+#:    cheap one) and the BERT branch follows; preprocess's AFTER input carries the
+#:    ordering. From 26.02 the branches run in parallel (PARALLEL_STEPS).
+#: 3. Only the first step checks the text. `validate` refuses bad text before any other
+#:    step runs, both branches read its output VALID_TEXT (a buffer the ensemble owns and
+#:    reference-counts), and no later step refuses what it accepted: preprocess and
+#:    featurize make the same checks with the same MAX_TEXT_BYTES, and `validate` adds one
+#:    (a text must hold a word). With the parallel wiring this is what rule 2 requires.
+PARALLEL_STEPS = (
     (VALIDATE, {TEXT: TEXT}, {VALID_TEXT: VALID_TEXT}),
     (PREPROCESS, {TEXT: VALID_TEXT}, {INPUT_IDS: INPUT_IDS, ATTENTION_MASK: ATTENTION_MASK}),
     (BERT, {INPUT_0: INPUT_IDS, INPUT_1: ATTENTION_MASK}, {OUTPUT_0: BERT_OUTPUT}),
@@ -135,6 +163,21 @@ ENSEMBLE_STEPS = (
     (POSTPROCESS, {BERT_OUTPUT: BERT_OUTPUT, FOREST_OUTPUT: FOREST_OUTPUT},
      {SCORE: SCORE, BERT_SCORE: BERT_SCORE, FOREST_SCORE: FOREST_SCORE}),
 )
+SERIAL_STEPS = (
+    (VALIDATE, {TEXT: TEXT}, {VALID_TEXT: VALID_TEXT}),
+    (FEATURIZE, {TEXT: VALID_TEXT}, {FEATURES: FEATURES}),
+    (FOREST, {INPUT_0: FEATURES}, {OUTPUT_0: FOREST_OUTPUT}),
+    (PREPROCESS, {TEXT: VALID_TEXT, AFTER: FOREST_OUTPUT}, {INPUT_IDS: INPUT_IDS, ATTENTION_MASK: ATTENTION_MASK}),
+    (BERT, {INPUT_0: INPUT_IDS, INPUT_1: ATTENTION_MASK}, {OUTPUT_0: BERT_OUTPUT}),
+    (POSTPROCESS, {BERT_OUTPUT: BERT_OUTPUT, FOREST_OUTPUT: FOREST_OUTPUT},
+     {SCORE: SCORE, BERT_SCORE: BERT_SCORE, FOREST_SCORE: FOREST_SCORE}),
+)
+
+
+def ensemble_steps(parallel: bool):
+    """The wiring: the branches in parallel (Triton 26.02+) or one after the other."""
+    return PARALLEL_STEPS if parallel else SERIAL_STEPS
+
 
 #: Largest batch each model accepts. The ensemble's must not exceed any step's.
 MAX_BATCH_SIZE = {

@@ -82,7 +82,8 @@ class TritonPythonModel:
 
 def _config(name, inputs, outputs, reject=False):
     def tensors(specs):
-        return ",\n".join(f'{{ name: "{n}" data_type: {t} dims: [ 1 ] }}' for n, t in specs)
+        return ",\n".join(f'{{ name: "{n}" data_type: {t} dims: [ 1 ]{" optional: true" if n == "AFTER" else ""} }}'
+                           for n, t in specs)
 
     params = 'parameters { key: "REJECT" value: { string_value: "yes" } }\n' if reject else ""
     return (f'name: "{name}"\nbackend: "python"\nmax_batch_size: 64\ninput [ {tensors(inputs)} ]\n'
@@ -90,14 +91,15 @@ def _config(name, inputs, outputs, reject=False):
             f'instance_group [ {{ kind: KIND_CPU count: 1 }} ]\n{params}')
 
 
-def _ensemble(text_of_branches: str, with_check: bool) -> str:
+def _ensemble(text_of_branches: str, with_check: bool, serial: bool = False) -> str:
     steps = []
     if with_check:
         steps.append('{ model_name: "check" model_version: -1 input_map { key: "TEXT" value: "TEXT" } '
                      'output_map { key: "CHECKED" value: "CHECKED" } }')
     for model, output in (("left", "LEN"), ("right", "SUM")):
+        after = ' input_map { key: "AFTER" value: "LEN" }' if serial and model == "right" else ""
         steps.append(f'{{ model_name: "{model}" model_version: -1 input_map {{ key: "TEXT" value: '
-                     f'"{text_of_branches}" }} output_map {{ key: "{output}" value: "{output}" }} }}')
+                     f'"{text_of_branches}" }}{after} output_map {{ key: "{output}" value: "{output}" }} }}')
     steps.append('{ model_name: "join" model_version: -1 input_map { key: "LEN" value: "LEN" } '
                  'input_map { key: "SUM" value: "SUM" } output_map { key: "OUT" value: "OUT" } }')
     return ('name: "fanout"\nplatform: "ensemble"\nmax_batch_size: 64\n'
@@ -106,16 +108,19 @@ def _ensemble(text_of_branches: str, with_check: bool) -> str:
             f'ensemble_scheduling {{ step [ {", ".join(steps)} ] }}\n')
 
 
-def make_repository(root, safe: bool) -> str:
+def make_repository(root, safe: bool, serial: bool = False) -> str:
+    """The fan-out graph; `safe`: with the check first; `serial`: `right` waits for `left`
+    (its optional AFTER input reads LEN), so one step of a request runs at a time (the
+    wiring `contracts.SERIAL_STEPS` uses before Triton 26.02)."""
     text = [("TEXT", "TYPE_STRING")]
     models = {
         "left": _config("left", text, [("LEN", "TYPE_INT32")], reject=not safe),
-        "right": _config("right", text, [("SUM", "TYPE_INT32")]),
+        "right": _config("right", text + ([("AFTER", "TYPE_INT32")] if serial else []), [("SUM", "TYPE_INT32")]),
         "join": _config("join", [("LEN", "TYPE_INT32"), ("SUM", "TYPE_INT32")], [("OUT", "TYPE_INT32")]),
     }
     if safe:
         models["check"] = _config("check", text, [("CHECKED", "TYPE_STRING")])
-    models["fanout"] = _ensemble("CHECKED" if safe else "TEXT", with_check=safe)
+    models["fanout"] = _ensemble("CHECKED" if safe else "TEXT", with_check=safe, serial=serial)
     for name, config in models.items():
         os.makedirs(os.path.join(root, name, "1"))
         with open(os.path.join(root, name, "config.pbtxt"), "w") as handle:
@@ -136,9 +141,10 @@ def _send(client, module, payload: bytes):
     return int(client.infer("fanout", [tensor]).as_numpy("OUT")[0, 0])
 
 
-def _serve(tmp_path, safe: bool) -> TritonServer:
-    repo = make_repository(str(tmp_path / ("safe" if safe else "unsafe")), safe)
-    server = TritonServer(repo, log_file=str(tmp_path / f"{'safe' if safe else 'unsafe'}.log"),
+def _serve(tmp_path, safe: bool, serial: bool = False) -> TritonServer:
+    name = ("safe" if safe else "unsafe") + ("-serial" if serial else "")
+    repo = make_repository(str(tmp_path / name), safe, serial)
+    server = TritonServer(repo, log_file=str(tmp_path / f"{name}.log"),
                           backend_dir=str(tmp_path / "backends"), exit_timeout=3)
     server.start(timeout=120)
     return server
@@ -238,3 +244,19 @@ def test_with_the_check_first_no_good_request_is_harmed_under_load(tmp_path):
     assert f"Model 'fanout' (version 1) has {len(boom)} in-flight inferences" in log
     for sign in ("Signal (11)", "terminate called", "error_already_set", "incomplete string data"):
         assert sign not in log, sign
+
+
+def test_one_step_at_a_time_no_failure_leaves_a_request_in_flight(tmp_path):
+    """The same load with the branches one after the other (the serial wiring): the
+    internal failures after the check and the bad requests are answered and released, so
+    a plain SIGTERM exits at once with status 0, and no good request is harmed."""
+    server = _serve(tmp_path, safe=True, serial=True)
+    outcomes = _mixed_load(server, 8.0, boom_every=16)
+    good = [o for o in outcomes if o.kind == "good"]
+    boom = [o for o in outcomes if o.kind == "boom"]
+    assert len(good) > 100 and boom
+    assert not [o.error for o in good if not o.ok] and not [o for o in good if o.wrong]
+    assert all(not o.ok and "boom" in o.error for o in boom)
+    code, log = _raw_sigterm(server)
+    assert code == 0, log[-3000:]
+    assert "in-flight inferences" not in log.replace("0 model versions that have in-flight inferences", "")

@@ -7,7 +7,7 @@ from tritonclient.utils import InferenceServerException
 
 from readability_triton.triton import health as H
 from readability_triton.triton import server as S
-from readability_triton.triton.client import is_transient
+from readability_triton.triton.client import is_busy, is_transient
 
 
 def test_this_environment_has_a_numpy_the_stub_can_read():
@@ -71,44 +71,60 @@ def test_only_transient_failures_are_retried(exc, transient):
     assert is_transient(exc) is transient
 
 
-class FakeServer:
-    """Just enough of TritonServer for the supervisor's decisions."""
-
-    def __init__(self):
-        self.calls = []
-        self.http_url = self.grpc_url = "127.0.0.1:1"
-        self.pid = 1
-        self.process = type("P", (), {"poll": lambda self: None, "pid": 1, "returncode": None})()
-
-    def reload(self, model):
-        self.calls.append(("reload", model))
-
-    def model_states(self):
-        return {"readability": "READY"}
-
-    def load(self, model):
-        self.calls.append(("load", model))
-
-    def stop(self, **kw):
-        self.calls.append(("stop",))
-
-    def start(self, **kw):
-        self.calls.append(("start",))
+@pytest.mark.parametrize("message, busy", [
+    ("in ensemble 'readability', busy: 9 requests are waiting inside the pipeline (the limit is 8)", True),
+    ("in ensemble 'readability', Request timeout expired", True),
+    ("[request id: <id_unknown>] Exceeds maximum queue size", True),
+    ("Stub process 'featurize_0_0' is not healthy.", False),
+    ("text 0 of the request is not valid UTF-8", False),
+])
+def test_a_full_server_is_told_apart_and_its_refusals_are_retried(message, busy):
+    exc = InferenceServerException(message, status="StatusCode.UNAVAILABLE" if busy else "400")
+    assert is_busy(exc) is busy
+    if busy:
+        assert is_transient(exc)
 
 
-def test_supervisor_reloads_dead_stubs_and_restarts_when_that_fails(monkeypatch):
-    server, lines = FakeServer(), []
-    answers = iter([H.Health(False, "Stub process 'featurize_0_0' is not healthy.", 0.1, dead_stubs=["featurize"]),
-                    H.Health(True, "SCORE 0.1 in 5 ms", 0.005, 0.1)])
-    monkeypatch.setattr(H, "check", lambda *a, **k: next(answers))
-    assert H.Supervisor(server, log=lines.append).check_once().ok
-    assert server.calls == [("reload", "featurize")]
-    assert any("service restored" in line and "featurize" in line for line in lines)
+def test_the_restricted_apis_are_closed_with_one_key(tmp_path, monkeypatch):
+    monkeypatch.delenv(S.ADMIN_KEY_ENV, raising=False)
+    a, b = S.TritonServer(str(tmp_path)), S.TritonServer(str(tmp_path))
+    assert a.admin_key != b.admin_key and len(a.admin_key) >= 24  # generated per server
+    command = a.command()
+    spec = f"model-repository,logging,trace,shared-memory:admin-key={a.admin_key}"
+    assert command[command.index("--http-restricted-api") + 1] == spec
+    assert command[command.index("--grpc-restricted-protocol") + 1] == spec
+    assert S.admin_headers("k", "grpc") == {"triton-grpc-protocol-admin-key": "k"}
+    monkeypatch.setenv(S.ADMIN_KEY_ENV, "from-the-environment")
+    assert S.TritonServer(str(tmp_path)).admin_key == "from-the-environment"
+    monkeypatch.setenv(S.ADMIN_KEY_ENV, "no spaces; or quotes")
+    with pytest.raises(S.ServerError, match="letters, digits"):
+        S.TritonServer(str(tmp_path))
 
-    server, lines = FakeServer(), []
-    answers = iter([H.Health(False, "Stub process 'bert_0_0' is not healthy.", 0.1, dead_stubs=["bert"]),
-                    H.Health(False, "still broken", 0.1), H.Health(True, "SCORE 0.2 in 5 ms", 0.005, 0.2)])
-    monkeypatch.setattr(H, "check", lambda *a, **k: next(answers))
-    assert H.Supervisor(server, log=lines.append).check_once().ok
-    assert server.calls == [("reload", "bert"), ("stop",), ("start",)]
-    assert any("restarting tritonserver" in line for line in lines)
+
+def test_the_gate_reads_the_pending_requests_of_the_later_steps():
+    from readability_triton.triton.admission import Admission, pending_requests
+
+    text = ('nv_inference_pending_request_count{model="validate",version="1"} 3\n'
+            'nv_inference_pending_request_count{model="bert",version="1"} 6\n'
+            'nv_inference_pending_request_count{model="forest",version="1"} 1\n'
+            'nv_inference_request_success{model="bert",version="1"} 99\n')
+    assert pending_requests(text) == {"validate": 3, "bert": 6, "forest": 1}
+    clock, reads, logged = [0.0], [], []
+
+    def fetch(url):
+        reads.append(url)
+        if url == "down":
+            raise OSError("connection refused")
+        return text
+
+    gate = Admission(7, ["bert", "forest"], url="http://m", fetch=fetch, clock=lambda: clock[0], refresh=0.05)
+    assert "busy: 7 requests are waiting" in gate.busy()
+    clock[0] += 0.01
+    gate.busy()
+    assert len(reads) == 1  # cached within `refresh`
+    assert Admission(8, ["bert", "forest"], url="http://m", fetch=fetch).busy() is None
+    assert Admission(0, ["bert"], url="http://m", fetch=fetch).busy() is None  # off
+    off = Admission(1, ["bert"], url="down", fetch=fetch, log=logged.append)
+    assert off.busy() is None and off.busy() is None  # open while the metrics cannot be read
+    assert len(logged) == 1 and "load shedding is off" in logged[0]
+

@@ -2,7 +2,7 @@
 
 It refuses, request by request with INVALID_ARG, what no later step may refuse (invalid
 UTF-8, a text over MAX_TEXT_BYTES, a text without a word) and passes the others on
-unchanged: see the ensemble rules at `readability_triton.contracts.ENSEMBLE_STEPS`.
+unchanged: see the ensemble rules at `readability_triton.contracts.PARALLEL_STEPS`.
 """
 import triton_python_backend_utils as pb_utils
 

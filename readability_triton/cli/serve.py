@@ -65,37 +65,50 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_assemble)
 
     p = subparsers.add_parser(
-        "serve", help="run the tritonserver of the nvidia-pytriton wheel on a repository (127.0.0.1)",
+        "serve", help="run the tritonserver of the nvidia-pytriton wheel on a repository, supervised",
         description="Run the official tritonserver binary shipped in the nvidia-pytriton wheel (python "
-                    "backend and ensembles; it serves the 'portable' profile) on 127.0.0.1, forward its "
-                    "log, and stop it cleanly on Ctrl-C or SIGTERM.")
+                    "backend and ensembles; it serves the 'portable' profiles) with its model-repository, "
+                    "logging, trace and shared-memory APIs closed to clients without the admin key, forward "
+                    "its log, restart it (drained) on evidence that it is dead, stuck or answering wrong, "
+                    "answer liveness and readiness probes, and drain it then stop it on Ctrl-C or SIGTERM.")
     p.add_argument("--repository", required=True, metavar="REPO")
     p.add_argument("--http-port", type=int, default=8000)
     p.add_argument("--grpc-port", type=int, default=8001)
     p.add_argument("--metrics-port", type=int, default=8002)
+    p.add_argument("--listen-all", action="store_true",
+                   help="listen on every interface (in a container), not only 127.0.0.1")
     p.add_argument("--log-file", default=None, help="write the server log here instead of stderr")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness")
     p.add_argument("--health-interval", type=float, default=5.0,
-                   help="seconds between canary inferences through the ensemble; a failed one makes serve "
-                        "reload the models whose stubs died, or restart the server (0: no supervision; "
-                        "default 5)")
+                   help="seconds between checks of the processes, the queues' progress and a canary "
+                        "inference (0: no supervision; default 5)")
     p.add_argument("--health-port", type=int, default=None,
-                   help="also answer GET /healthz on 127.0.0.1:PORT with the canary's result (200 or 503), "
-                        "for an HTTP liveness probe")
+                   help="answer GET /livez, /readyz and /healthz on this port (liveness never fails "
+                        "because of load; readiness: serving right answers)")
+    p.add_argument("--stall-timeout", type=float, default=120.0,
+                   help="a step with requests queued that finishes nothing for this long counts as stuck "
+                        "(default 120 s)")
     p.add_argument("--drain-timeout", type=float, default=30.0,
                    help="on SIGTERM, seconds to let requests in flight finish before the server is stopped "
                         "(default 30)")
     p.set_defaults(func=cmd_serve)
 
     p = subparsers.add_parser(
-        "health", help="send a canary text through a running ensemble: exit 0 if it is scored",
-        description="Send one canary text through the 'readability' ensemble and check that a finite SCORE "
-                    "comes back. Triton's own readiness stays 200 when a python-backend stub has died; this "
-                    "check does not. Exit status 0 (healthy) or 1 (not), with one line that says why: usable "
-                    "as a Kubernetes exec liveness probe.")
+        "health", help="check a running ensemble (a canary inference) or a running serve's health endpoint",
+        description="Without --serve: send the canary text through the 'readability' ensemble at --url and "
+                    "check the answer (finite; with --repository, equal to what assemble recorded). With "
+                    "--serve HOST:PORT: ask a running `readability-triton serve` for its liveness or "
+                    "readiness (GET /livez or /readyz). Exit status 0 (healthy) or 1 (not), with one line "
+                    "that says why: usable as a Docker HEALTHCHECK or a Kubernetes exec probe.")
     p.add_argument("--url", default="127.0.0.1:8000", help="server address (default 127.0.0.1:8000)")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the answer (default 10)")
+    p.add_argument("--repository", default=None, metavar="REPO",
+                   help="judge the canary's answer against the one recorded in this assembled repository")
+    p.add_argument("--serve", default=None, metavar="HOST:PORT",
+                   help="ask serve's health endpoint instead (its --health-port)")
+    p.add_argument("--check", choices=("live", "ready"), default="ready",
+                   help="with --serve: liveness or readiness (default ready)")
     p.set_defaults(func=cmd_health)
 
     p = subparsers.add_parser(
@@ -164,11 +177,15 @@ def cmd_assemble(args) -> int:
 def cmd_serve(args) -> int:
     import threading
 
-    from ..triton.health import Supervisor
-    from ..triton.server import TritonServer
+    from ..triton.health import Canary, Supervisor
+    from ..triton.server import ADMIN_HEADER, ADMIN_KEY_ENV, TritonServer, become_subreaper
 
+    # Adopt what a dying tritonserver leaves (its stubs) to end and reap it; PID 1 in a
+    # container does so anyway.
+    become_subreaper()
     server = TritonServer(args.repository, args.http_port, args.grpc_port, args.metrics_port,
-                          log_file=args.log_file, drain_timeout=args.drain_timeout)
+                          log_file=args.log_file, drain_timeout=args.drain_timeout,
+                          address="0.0.0.0" if args.listen_all else "127.0.0.1")
     stopping = []
 
     def on_signal(signum, _frame):
@@ -177,17 +194,27 @@ def cmd_serve(args) -> int:
     def say(message: str) -> None:
         print(f"readability-triton serve: {message}", file=sys.stderr, flush=True)
 
+    canary = Canary.load(args.repository) if os.path.isdir(args.repository) else None
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    supervisor = Supervisor(server, interval=args.health_interval or 1.0, log=say)
+    supervisor = Supervisor(server, interval=args.health_interval or 1.0, canary=canary,
+                            stall_timeout=args.stall_timeout, log=say)
     watcher = threading.Thread(target=supervisor.run, daemon=True)
     health_server = None
     try:
+        if args.health_port:
+            health_server = _health_endpoint(args.health_port, supervisor, args.listen_all)
         server.start(timeout=args.timeout)
+        supervisor.started()
         print(f"tritonserver ready (pid {server.pid}): http {server.http_url}, grpc {server.grpc_url}, "
               f"metrics {server.metrics_url}; Ctrl-C stops it", file=sys.stderr, flush=True)
-        if args.health_port:
-            health_server = _health_endpoint(args.health_port, server)
-            say(f"GET http://127.0.0.1:{args.health_port}/healthz answers with the canary's result")
+        say(f"the model-repository, logging, trace and shared-memory APIs need the header '{ADMIN_HEADER}' with "
+            f"the key in ${ADMIN_KEY_ENV}" + ("" if os.environ.get(ADMIN_KEY_ENV) else
+                                              " (none set: a key was generated for this run; set it to use the APIs)"))
+        if canary is None:
+            say("the repository holds no recorded canary (assemble it again with this version): the health check "
+                "can only see that SCORE is finite, not that it is right")
+        if health_server is not None:
+            say(f"GET /livez, /readyz and /healthz on port {args.health_port}")
         if args.health_interval > 0:
             watcher.start()
         while not stopping:
@@ -198,62 +225,95 @@ def cmd_serve(args) -> int:
         supervisor.stop()
         if watcher.is_alive():
             watcher.join(timeout=60)  # a repair in progress finishes first
-        if health_server is not None:
-            health_server.shutdown()
         if stopping:
             say(f"stopping: unloading the ensemble and letting the requests in flight finish (at most "
                 f"{args.drain_timeout:g} s), then stopping tritonserver")
         code = server.stop()
+        if health_server is not None:
+            health_server.shutdown()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     report = server.last_stop
     if report.get("removed_shm"):
         say(f"removed {len(report['removed_shm'])} /dev/shm segment(s) the server left behind")
+    if report.get("orphans"):
+        say(f"ended {len(report['orphans'])} process(es) the server left behind")
     if not stopping:
         raise CommandError(f"tritonserver exited on its own with status {code}")
+    if report.get("leaked"):
+        say("every step finished its requests, but the ensemble still held requests tritonserver 2.51 lost track "
+            "of (a gRPC cancellation racing with the answer; fixed in Triton 25.04/25.06): it was ended at once "
+            "instead of after its exit timeout")
     detail = "" if report.get("drained") else " (not drained: " + (
         report.get("error") or f"still loaded after the drain timeout: {', '.join(report.get('still_loaded', []))}"
     ) + ")"
     print(f"tritonserver stopped (status {code}){detail}", file=sys.stderr)
-    return 0
+    return 0 if report.get("drained") else 1
 
 
-def _health_endpoint(port: int, server):
-    """A tiny HTTP server on 127.0.0.1:`port` whose GET /healthz runs the canary."""
+def _health_endpoint(port: int, supervisor, listen_all: bool = False):
+    """A small HTTP server for probes: GET /livez (200 while serve supervises a running or
+    restarting server; load never fails it), /readyz (200 while the server answers right:
+    no repair under way, no dead stub, the last canary right or merely busy) and /healthz
+    (the whole status as JSON, 200 when ready)."""
+    import json
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-    from ..triton.health import check
-
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802 - the http.server API
-            if self.path.rstrip("/") != "/healthz":
-                self.send_error(404, "only /healthz is served here")
+            path = self.path.rstrip("/")
+            status = supervisor.status()
+            if path == "/livez":
+                ok, body = status["live"], ("live" if status["live"] else f"not live: {status['problem']}")
+            elif path == "/readyz":
+                ok = status["ready"]
+                body = "ready" if ok else f"not ready ({status['phase']}): {status['problem'] or status['canary']}"
+            elif path == "/healthz":
+                ok, body = status["ready"], json.dumps(status)
+            else:
+                self.send_error(404, "GET /livez, /readyz or /healthz")
                 return
-            health = check(server.http_url, "http", timeout=10)
-            body = (("ok: " if health.ok else "unhealthy: ") + health.message + "\n").encode("utf-8")
-            self.send_response(200 if health.ok else 503)
-            self.send_header("Content-Type", "text/plain; charset=utf-8")
-            self.send_header("Content-Length", str(len(body)))
+            data = (body + "\n").encode("utf-8")
+            self.send_response(200 if ok else 503)
+            self.send_header("Content-Type", "application/json" if path == "/healthz" else "text/plain; charset=utf-8")
+            self.send_header("Content-Length", str(len(data)))
             self.end_headers()
-            self.wfile.write(body)
+            self.wfile.write(data)
 
         def log_message(self, *args):  # quiet: probes come every few seconds
             pass
 
-    httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    httpd = ThreadingHTTPServer(("0.0.0.0" if listen_all else "127.0.0.1", port), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return httpd
 
 
 def cmd_health(args) -> int:
-    from ..triton.health import check
+    if args.serve:
+        import urllib.error
+        import urllib.request
 
-    health = check(args.url, args.protocol, args.timeout)
+        url = f"http://{args.serve}/{args.check}z"
+        try:
+            with urllib.request.urlopen(url, timeout=args.timeout) as reply:
+                print(reply.read().decode("utf-8", "replace").strip())
+                return 0
+        except urllib.error.HTTPError as err:
+            print(err.read().decode("utf-8", "replace").strip(), file=sys.stderr)
+        except (urllib.error.URLError, OSError) as err:
+            print(f"{url}: {err}", file=sys.stderr)
+        return 1
+    from ..triton.health import Canary, check
+
+    canary = Canary.load(args.repository) if args.repository else None
+    if args.repository and canary is None:
+        raise CommandError(f"{args.repository}: no recorded canary (readability/1/canary.json); assemble it again")
+    health = check(args.url, args.protocol, args.timeout, canary)
     if health.ok:
         print(f"healthy: {health.message}")
         return 0
-    print(f"unhealthy: {health.message}", file=sys.stderr)
+    print(f"unhealthy ({health.kind}): {health.message}", file=sys.stderr)
     return 1
 
 

@@ -7,6 +7,7 @@ the request that carried it.
 """
 from __future__ import annotations
 
+import random
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -40,6 +41,13 @@ def parse_outputs(value) -> tuple[str, ...]:
 #: model being reloaded, a server stopping or restarting.
 _TRANSIENT = ("not healthy", "has no available versions", "is not found", "server is stopping",
               "unavailable", "connection refused", "connection reset", "failed to connect", "broken pipe")
+#: What a saturated server says: validate's load shedding, a queue timeout.
+_BUSY = ("busy:", "request timeout expired", "exceeds maximum queue size")
+
+
+def is_busy(exc: BaseException) -> bool:
+    """Whether a failed request was refused because the server is full (retry later)."""
+    return any(sign in str(exc).lower() for sign in _BUSY)
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -67,7 +75,7 @@ class ReadabilityClient:
 
     def __init__(self, url: str, protocol: str = "http", model: str = C.ENSEMBLE,
                  batch_size: int = C.MAX_BATCH_SIZE[C.ENSEMBLE], timeout: float = 60.0,
-                 retries: int = 3, backoff: float = 0.5):
+                 retries: int = 3, backoff: float = 0.5, busy_patience: float = 300.0):
         self.module = _module(protocol)
         self.protocol = protocol
         self.model = model
@@ -75,6 +83,9 @@ class ReadabilityClient:
         self.timeout = timeout
         self.retries = retries  # attempts after the first, for transient failures only
         self.backoff = backoff  # seconds before the first retry; doubled each time
+        #: A request refused because the server is full is sent again, with backoff (at most
+        #: 5 s between tries, jittered), until this many seconds have passed; 0: never.
+        self.busy_patience = busy_patience if retries else 0.0
         try:
             if protocol == "http":
                 self.client = self.module.InferenceServerClient(url, connection_timeout=timeout,
@@ -114,7 +125,8 @@ class ReadabilityClient:
         request = self.module.InferInput(C.TEXT, list(rows.shape), contract.input(C.TEXT).wire_dtype)
         request.set_data_from_numpy(rows)
         requested = [self.module.InferRequestedOutput(name) for name in names]
-        attempt = 0
+        attempt = busy_tries = 0
+        first = time.monotonic()
         while True:
             start = time.perf_counter()
             try:
@@ -125,7 +137,11 @@ class ReadabilityClient:
                     result = self.client.infer(self.model, [request], outputs=requested)
                 break
             except Exception as exc:  # noqa: BLE001 - InferenceServerException and transport errors
-                if attempt >= self.retries or not is_transient(exc):
+                if is_busy(exc) and time.monotonic() - first < self.busy_patience:
+                    time.sleep(min(5.0, self.backoff * 2 ** busy_tries) * random.uniform(0.5, 1.0))
+                    busy_tries += 1
+                    continue
+                if attempt >= self.retries or not is_transient(exc) or is_busy(exc):
                     raise ClientError(f"{self.model} at {self.url}: {exc}") from exc
                 time.sleep(self.backoff * 2 ** attempt)
                 attempt += 1

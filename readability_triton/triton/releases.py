@@ -14,6 +14,10 @@ Facts (NVIDIA's release notes and this project's checks, `../shared/design.md`):
 - 25.08: CUDA 13.0 (release notes: "based on CUDA 13.0.0"); 25.10: 13.0.2. CuPy and cuDF
   wheels must match the image's CUDA major: cupy-cuda12x/cudf-cu12 before, cupy-cuda13x/
   cudf-cu13 from then on.
+- 26.02 (core#466): an ensemble whose step fails while another step of the same request is
+  in flight waits for that step before it answers and releases the request; before, the
+  request stayed in flight for good (see the rules at `contracts.PARALLEL_STEPS`). So the
+  ensemble's branches run in parallel from 26.02 and one after the other before.
 - 25.09: the FIL backend renamed its config keys (`output_class` -> `is_classifier`,
   `algo` -> `layout`, `threads_per_tree` -> `chunk_size`); the old ones warn, then go.
   Of these the configs here set only the first.
@@ -61,6 +65,7 @@ class Release:
     cuda_major: int
     stub_numpy2: bool  # the python-backend stub accepts numpy 2
     fil_is_classifier: bool  # FIL reads `is_classifier` (25.09+), else `output_class`
+    parallel_ensemble: bool  # a failed step no longer strands its request (core#466, 26.02+)
 
     @property
     def image(self) -> str:
@@ -119,7 +124,8 @@ def release(version: str = TESTED) -> Release:
                    ubuntu="24.04" if v >= (24, 12) else "22.04",
                    cuda_major=13 if v >= (25, 8) else 12,
                    stub_numpy2=v >= (24, 11),
-                   fil_is_classifier=v >= (25, 9))
+                   fil_is_classifier=v >= (25, 9),
+                   parallel_ensemble=v >= (26, 2))
 
 
 #: The README's compatibility table: known versions only ("" where not checked).
@@ -130,6 +136,7 @@ TABLE = (
     ("25.04", "3.12", "12.9", "", "", "", "compute capability 7.5 and later"),
     ("25.08", "3.12", "13.0", "", "", "", "CUDA 13: cupy-cuda13x, cudf-cu13"),
     ("25.09", "3.12", "13.0", "", "", "4.4+", "FIL keys renamed: is_classifier, layout, chunk_size"),
+    ("26.02", "3.12", "13.x", "", "", "", "the ensemble's branches run in parallel (core#466)"),
     ("26.04", "3.12", "13.x", "2.12", "", "", ""),
     ("26.06", "3.12", "13.x", "", "", "4.7", ""),
     ("26.08", "3.12", "13.x", "", "1.28", "", ""),

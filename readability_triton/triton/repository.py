@@ -33,6 +33,7 @@ from ..artifacts import manifest as M
 from ..errors import AssemblyError
 from ..scoring import blend_weights
 from . import releases
+from .health import CANARY, Canary
 
 PROFILES = ("gpu", "hybrid", "cpu", "portable", "portable-gpu")
 #: Profiles whose bert and forest are Python models.
@@ -63,6 +64,25 @@ VERSION = "1"
 #: Dynamic-batching queue delay (microseconds) of each batching step.
 QUEUE_DELAY_US = {C.VALIDATE: 500, C.PREPROCESS: 1000, C.FEATURIZE: 1000, C.BERT: 2000, C.FOREST: 500,
                   C.POSTPROCESS: 500}
+
+
+#: How long a request may wait in each step's queue (seconds) before Triton refuses it with
+#: UNAVAILABLE "Request timeout expired" (an asynchronous REJECT; clients retry with
+#: backoff; a request may ask for less with the `timeout` parameter). Sized from the service
+#: times measured on 2 CPU cores with MiniLM: bert computes 25-75 ms per text (1.6-4.8 s per
+#: request of 64 texts), every other step under 10 ms per request. With the entrance's load
+#: shedding (below) at most ~8 requests wait at bert: 8 clients scoring 64 texts at a time
+#: waited 23 s on average there, inside 60 s, while work whose clients left cannot pile up
+#: for minutes. No step has a `max_queue_size`: Triton 2.51 refuses that synchronously,
+#: and combined with gRPC cancellations it left ensemble requests in flight for good
+#: (triton.admission).
+QUEUE_TIMEOUT_S = {C.VALIDATE: 30.0, C.FEATURIZE: 30.0, C.FOREST: 30.0, C.PREPROCESS: 30.0, C.BERT: 60.0,
+                   C.POSTPROCESS: 30.0}
+#: validate refuses new requests (UNAVAILABLE "busy ...") while this many requests wait in
+#: the queues of the steps after it: at one text per request bert still forms batches of
+#: up to 8-9 from such a queue, and at 64 texts per request 8 requests are 25-40 s of work
+#: on 2 cores.
+DEFAULT_MAX_PENDING_REQUESTS = 8
 #: Python backend file of each Python model, per profile (folder under backends/).
 PYTHON_BACKENDS = {C.VALIDATE: "validate", C.PREPROCESS: "preprocess", C.FEATURIZE: "featurize",
                    C.POSTPROCESS: "postprocess"}
@@ -108,7 +128,8 @@ def backend_file(model: str, profile: str) -> str | None:
 
 def _tensor(spec: C.TensorSpec) -> str:
     dims = ", ".join(str(d) for d in spec.dims)
-    return f'  {{\n    name: "{spec.name}"\n    data_type: {spec.data_type}\n    dims: [ {dims} ]\n  }}'
+    optional = "\n    optional: true" if spec.optional else ""
+    return f'  {{\n    name: "{spec.name}"\n    data_type: {spec.data_type}\n    dims: [ {dims} ]{optional}\n  }}'
 
 
 def _tensors(key: str, specs) -> str:
@@ -120,9 +141,9 @@ def _parameters(params: dict[str, str]) -> str:
                    for k, v in params.items())
 
 
-def ensemble_scheduling(wiring=C.ENSEMBLE_STEPS) -> str:
+def ensemble_scheduling(wiring=C.SERIAL_STEPS) -> str:
     """The `ensemble_scheduling` block of the ensemble's config for `wiring` (steps as in
-    `contracts.ENSEMBLE_STEPS`)."""
+    `contracts.PARALLEL_STEPS`)."""
     steps = []
     for model, inputs, outputs in wiring:
         maps = "".join(f'      input_map {{ key: "{k}" value: "{v}" }}\n' for k, v in inputs.items())
@@ -132,8 +153,8 @@ def ensemble_scheduling(wiring=C.ENSEMBLE_STEPS) -> str:
 
 
 _HEADERS = {
-    C.ENSEMBLE: "The readability ensemble: TEXT -> validate -> (BERT branch || feature/forest branch) -> "
-                "postprocess -> SCORE, BERT_SCORE, FOREST_SCORE.",
+    C.ENSEMBLE: "The readability ensemble: TEXT -> validate -> {wiring} -> postprocess -> SCORE, BERT_SCORE, "
+                "FOREST_SCORE.",
     C.VALIDATE: "The ensemble's first step: refuses what no later step may refuse (invalid UTF-8, a text "
                 "over MAX_TEXT_BYTES, a text without words); passes TEXT on as VALID_TEXT.",
     C.PREPROCESS: "BERT WordPiece tokenization: TEXT -> INPUT_IDS, ATTENTION_MASK (CuPy/cuDF on a GPU "
@@ -169,7 +190,8 @@ def render_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_
                   n_features: int = C.N_FEATURES, bert_weight: float = 0.5,
                   forest_weight: float = 0.5, max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
                   bert_format: str = DEFAULT_BERT_FORMAT, tensorrt: bool = False,
-                  tensorrt_cache: str = DEFAULT_TENSORRT_CACHE, triton_version: str = releases.TESTED) -> str:
+                  tensorrt_cache: str = DEFAULT_TENSORRT_CACHE, triton_version: str = releases.TESTED,
+                  max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS) -> str:
     """The `config.pbtxt` text of `model` in `profile` for Triton release `triton_version`
     (the BERT model in `bert_format`; with `tensorrt`, the onnxruntime backend builds a
     TensorRT FP16 engine for it)."""
@@ -179,7 +201,9 @@ def render_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_
     if tensorrt and not (model != C.BERT or (where.backend == "onnxruntime_onnx" and where.kind == "KIND_GPU")):
         raise AssemblyError(f"--tensorrt needs the ONNX model on a GPU (the gpu or hybrid profile with "
                             f"--bert-format onnx), not {profile} with {bert_format}")
-    header = _HEADERS[model].format(format=_BERT_FILES[bert_format])
+    wiring = ("(BERT branch || feature/forest branch)" if target.parallel_ensemble else
+              "feature/forest branch -> BERT branch (one after the other before Triton 26.02: core#466)")
+    header = _HEADERS[model].format(format=_BERT_FILES[bert_format], wiring=wiring)
     lines = [f"# {header}\n", f"# Profile: {profile}, for Triton {target.version}. Generated by "
              "readability_triton.repository.\n",
              f'name: "{model}"\n']
@@ -193,20 +217,25 @@ def render_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_
     lines.append(_tensors("input", contract.inputs))
     lines.append(_tensors("output", contract.outputs))
     if where.backend == "ensemble":
-        lines.append(ensemble_scheduling())
+        lines.append(ensemble_scheduling(C.ensemble_steps(target.parallel_ensemble)))
         return "".join(lines)
-    lines.append(f"dynamic_batching {{\n  max_queue_delay_microseconds: {QUEUE_DELAY_US[model]}\n}}\n")
+    lines.append(f"dynamic_batching {{\n  max_queue_delay_microseconds: {QUEUE_DELAY_US[model]}\n"
+                 "  default_queue_policy {\n    timeout_action: REJECT\n"
+                 f"    default_timeout_microseconds: {int(QUEUE_TIMEOUT_S[model] * 1e6)}\n"
+                 "    allow_timeout_override: true\n  }\n}\n")
     lines.append(f"instance_group [\n  {{\n    kind: {where.kind}\n    count: 1\n  }}\n]\n")
     if model == C.BERT and tensorrt:
         lines.append(tensorrt_block(max_length, C.MAX_BATCH_SIZE[C.BERT], tensorrt_cache))
     params: dict[str, str] = {}
     if model in (C.VALIDATE, C.PREPROCESS, C.FEATURIZE):  # one limit: validate refuses first
-        params["MAX_TEXT_BYTES"] = str(max_text_bytes)
+        params[C.MAX_TEXT_BYTES] = str(max_text_bytes)
+    if model == C.VALIDATE:
+        params[C.MAX_PENDING_REQUESTS] = str(max_pending_requests)
     if model == C.PREPROCESS:
-        params["MAX_LENGTH"] = str(max_length)
+        params[C.MAX_LENGTH] = str(max_length)
     if model == C.POSTPROCESS:
-        params["BERT_WEIGHT"] = repr(float(bert_weight))
-        params["FOREST_WEIGHT"] = repr(float(forest_weight))
+        params[C.BERT_WEIGHT] = repr(float(bert_weight))
+        params[C.FOREST_WEIGHT] = repr(float(forest_weight))
     if where.backend == "python" and where.kind == "KIND_GPU" and model in (C.POSTPROCESS, C.BERT, C.FOREST):
         # Let the outputs of the previous GPU steps arrive on the GPU (read via DLPack).
         params["FORCE_CPU_ONLY_INPUT_TENSORS"] = "no"
@@ -299,7 +328,29 @@ def assemble(artifacts: str, out: str, profile: str, bert_weight: float | None =
 
         folder = os.path.join(out, C.FOREST, VERSION)
         export_forest_arrays(os.path.join(folder, M.CHECKPOINT), os.path.join(folder, FOREST_ARRAYS))
+    record_canary(out, canary_tolerance(profile, tensorrt))
     return manifest
+
+
+def canary_tolerance(profile: str, tensorrt: bool = False) -> float:
+    """How far a served canary answer may be from the one computed here (float32 on the CPU)
+    and still be right: the same models on another runtime or device agree to ~1e-5
+    (ONNX Runtime vs TorchScript: 2.3e-7; CUDA kernels sum in another order); TensorRT runs
+    BERT in FP16, about 1e-2 on this scale. A config override that changes the answer
+    (e.g. the blend weights) moves it by far more."""
+    return 0.05 if tensorrt else 1e-3
+
+
+def record_canary(repo: str, tolerance: float):
+    """Score the canary text with the repository's own models, in process (the runners the
+    Python models run, Treelite's GTIL for the forest), and record the answers for `serve`'s
+    health check (`triton.health.Canary`)."""
+    result = repository_pipeline(repo)([CANARY])
+    expected = {C.SCORE: float(result["score"][0]), C.BERT_SCORE: float(result["bert"][0]),
+                C.FOREST_SCORE: float(result["forest"][0])}
+    canary = Canary(CANARY, expected, tolerance)
+    canary.save(repo)
+    return canary
 
 
 def cpu_dry_run(repo: str) -> None:

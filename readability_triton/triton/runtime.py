@@ -29,6 +29,7 @@ import numpy as np
 from .. import contracts
 from ..device import Device
 from ..texts import first_invalid_utf8
+from .admission import Admission
 
 #: A folder: every Python model writes where its inputs arrived to `<folder>/<model>.json`
 #: after each execute (the GPU kit and the tests set it; unset in production).
@@ -377,8 +378,9 @@ class PythonModel:
         self.device: Device = instance_device(args)
         self.folder = version_dir(args)
         self.require_words, self.finite = require_words, finite
+        # The ordering input (contracts.AFTER) only sequences the ensemble's steps: not read.
         self.inputs = [(spec["name"], spec["data_type"], tuple(int(d) for d in spec.get("dims", [])))
-                       for spec in self.config.get("input", [])]
+                       for spec in self.config.get("input", []) if spec["name"] != contracts.AFTER]
         self.output_names = [spec["name"] for spec in self.config.get("output", [])]
         self.text_input = len(self.inputs) == 1 and self.inputs[0][1] == "TYPE_STRING"
         self.max_text_bytes = self.int_parameter("MAX_TEXT_BYTES", contracts.DEFAULT_MAX_TEXT_BYTES)
@@ -389,6 +391,11 @@ class PythonModel:
                                                     if kind != "TYPE_STRING"}
         self._arrivals_file = (os.path.join(os.environ[ARRIVALS_ENV], f"{self.name}.json")
                                if os.environ.get(ARRIVALS_ENV) else None)
+        #: The entrance's load shedding (parameter MAX_PENDING_REQUESTS; see triton.admission).
+        limit = self.int_parameter(contracts.MAX_PENDING_REQUESTS, 0, minimum=0)
+        self.admission = Admission(limit, [m for m in contracts.STEP_MODELS if m != self.name],
+                                   url=self.params.get(contracts.METRICS_URL) or None,
+                                   log=lambda message: self.log(message, warn=True)) if limit else None
 
     # -- initialize-time helpers ---------------------------------------------------
     def int_parameter(self, name: str, default: int, minimum: int = 1) -> int:
@@ -453,8 +460,12 @@ class PythonModel:
                 json.dump({"model": self.name, "device": str(self.device), "inputs": self.arrivals}, handle)
 
     def execute(self, requests, runner) -> list:
-        """One response per request: `runner` once over the good requests' rows."""
+        """One response per request: `runner` once over the good requests' rows (or, while
+        the pipeline is full, UNAVAILABLE for every request: see `triton.admission`)."""
         pb = self.pb_utils
+        busy = self.admission.busy() if self.admission is not None else None
+        if busy is not None:
+            return [_error_response(pb, (busy, "UNAVAILABLE")) for _ in requests]
         if self.text_input:
             batch = read_text_requests(pb, requests, self.inputs[0][0], self.max_text_bytes, self.require_words)
             return run_batch(pb, batch, lambda texts: self._outputs(runner(texts)), logger=pb.Logger)

@@ -31,6 +31,8 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import resource
+import secrets
 import signal
 import socket
 import subprocess
@@ -44,6 +46,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import ServerError
+from .admission import METRICS_URL_ENV
 
 #: The Triton release of the tritonserver in the nvidia-pytriton 0.7 wheel.
 WHEEL_TRITON = "2.51.0 (24.10)"
@@ -138,6 +141,126 @@ def free_port() -> int:
 _instances = itertools.count()
 
 
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat after the command name: [state, ppid, pgrp, ...], or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (exists and is not a zombie)."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def python_stubs(server_pid: int) -> dict[int, str]:
+    """{pid: model instance name} of the python-backend stubs a tritonserver started: its
+    children running `triton_python_backend_stub`, whose 9th argument is the instance
+    (python_backend r24.10, stub_launcher.cc: `<stub> <model.py> <shm region> <size>
+    <growth> <parent pid> <backend dir> <ipc handle> <instance> <runtime>`)."""
+    stubs = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = _stat_fields(int(entry))
+        if fields is None or fields[0] == "Z" or int(fields[1]) != server_pid:
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                args = handle.read().decode("utf-8", "replace").split("\0")
+        except OSError:
+            continue
+        if args[0].endswith("triton_python_backend_stub") and len(args) > 8:
+            stubs[int(entry)] = args[8]
+    return stubs
+
+
+def instance_model(instance: str) -> str:
+    """The model of a model instance name (`featurize_0_0` -> `featurize`)."""
+    parts = instance.rsplit("_", 2)
+    return parts[0] if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit() else instance
+
+
+def become_subreaper() -> bool:
+    """Make this process adopt its orphaned descendants (Linux PR_SET_CHILD_SUBREAPER), so
+    that the stubs of a tritonserver that died come back to it to be ended and reaped
+    rather than to init. In a container where this process is PID 1 it is already so."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def reap_zombies(keep: tuple[int, ...] = ()) -> list[int]:
+    """Reap this process's zombie children (orphans adopted as a subreaper or as PID 1),
+    except `keep` (children a `subprocess.Popen` waits for itself); the PIDs reaped."""
+    me, reaped = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in keep:
+            continue
+        fields = _stat_fields(int(entry))
+        if fields is not None and fields[0] == "Z" and int(fields[1]) == me:
+            try:
+                os.waitpid(int(entry), os.WNOHANG)
+                reaped.append(int(entry))
+            except ChildProcessError:
+                pass
+    return reaped
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes (not zombies) of process group `pgid`, from /proc."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None and int(fields[2]) == pgid and fields[0] != "Z":
+                members.append(int(entry))
+    return members
+
+#: Default `TritonServer.shm_region_limit`: 64 MiB. The largest legitimate batch a Python
+#: model receives is 256 texts of MAX_TEXT_BYTES (100,000): 25.6 MB, plus its outputs.
+DEFAULT_SHM_REGION_LIMIT = 64 << 20
+
+#: The environment variable that holds the key of the restricted APIs (see `TritonServer`).
+ADMIN_KEY_ENV = "READABILITY_TRITON_ADMIN_KEY"
+#: The header that carries it: over HTTP as is, over gRPC as the metadata key
+#: `triton-grpc-protocol-<ADMIN_HEADER>` (Triton's --grpc-restricted-protocol convention).
+ADMIN_HEADER = "admin-key"
+#: The APIs only a holder of the key may call: the model-repository API (index, load with a
+#: config override or uploaded files, unload), the log and trace settings, and the
+#: registration of shared-memory regions (which would let a client map any /dev/shm file,
+#: the python backend's included, into the server). Inference, metadata, model
+#: configuration, health and statistics stay open.
+RESTRICTED_APIS = ("model-repository", "logging", "trace", "shared-memory")
+
+
+def admin_key_from_environment() -> str:
+    """The key of the restricted APIs: $READABILITY_TRITON_ADMIN_KEY, else a new random one."""
+    key = os.environ.get(ADMIN_KEY_ENV, "").strip()
+    if key and not all(c.isalnum() or c in "-_.~" for c in key):
+        raise ServerError(f"${ADMIN_KEY_ENV} may hold only letters, digits and -_.~ (it goes into a header "
+                          "and a command line)")
+    return key or secrets.token_urlsafe(24)
+
+
+def restricted_api_args(key: str, apis=RESTRICTED_APIS) -> list[str]:
+    """tritonserver's flags that close `apis` over HTTP and gRPC to clients without `key`."""
+    spec = f"{','.join(apis)}:{ADMIN_HEADER}={key}"
+    return ["--http-restricted-api", spec, "--grpc-restricted-protocol", spec]
+
+
+def admin_headers(key: str, protocol: str = "http") -> dict[str, str]:
+    """The headers (HTTP) or metadata (gRPC) that open the restricted APIs."""
+    return {ADMIN_HEADER if protocol == "http" else f"triton-grpc-protocol-{ADMIN_HEADER}": key}
+
+
 @dataclass
 class TritonServer:
     """One tritonserver process on 127.0.0.1; a context manager that stops it by PID."""
@@ -154,6 +277,13 @@ class TritonServer:
     process: subprocess.Popen | None = None  # set by start()
     shm_prefix: str = ""  # prefix of the python backend's /dev/shm segments (unique per server)
     last_stop: dict[str, Any] = field(default_factory=dict)  # what the last stop() did
+    admin_key: str = ""  # key of the restricted APIs (default: $READABILITY_TRITON_ADMIN_KEY or random)
+    #: The largest file tritonserver and its stubs may write, in bytes (0: no limit). It caps
+    #: each python-backend /dev/shm region, which grows to hold a request's inputs and never
+    #: shrinks (python_backend r24.10 has no setting for it): a larger request fails with
+    #: "Failed to increase the shared memory pool size" instead of growing a region for good.
+    shm_region_limit: int = DEFAULT_SHM_REGION_LIMIT
+    address: str = "127.0.0.1"  # where the endpoints listen ("0.0.0.0" in a container: serve --listen-all)
 
     def __post_init__(self):
         self.http_port = self.http_port or free_port()
@@ -163,6 +293,7 @@ class TritonServer:
             self.backend_dir = os.path.join(os.path.expanduser("~"), ".cache", "readability-triton",
                                             f"backends-py{sys.version_info.major}{sys.version_info.minor}")
         self.shm_prefix = self.shm_prefix or f"readability-triton-{os.getpid()}-{next(_instances)}-"
+        self.admin_key = self.admin_key or admin_key_from_environment()
 
     @property
     def http_url(self) -> str:
@@ -181,14 +312,15 @@ class TritonServer:
             os.path.join(triton_home(), "bin", "tritonserver"),
             "--model-repository", os.path.abspath(self.repository),
             "--backend-directory", os.path.abspath(self.backend_dir),
-            "--http-address", "127.0.0.1", "--http-port", str(self.http_port),
-            "--grpc-address", "127.0.0.1", "--grpc-port", str(self.grpc_port),
-            "--metrics-address", "127.0.0.1", "--metrics-port", str(self.metrics_port),
+            "--http-address", self.address, "--http-port", str(self.http_port),
+            "--grpc-address", self.address, "--grpc-port", str(self.grpc_port),
+            "--metrics-address", self.address, "--metrics-port", str(self.metrics_port),
             "--allow-gpu-metrics", "false",
             "--disable-auto-complete-config",
             "--model-control-mode", "explicit", "--load-model", "*",
             "--backend-config", f"python,shm-region-prefix-name={self.shm_prefix}",
             "--exit-timeout-secs", str(self.exit_timeout),
+            *restricted_api_args(self.admin_key),
             *self.extra_args,
         ]
 
@@ -199,14 +331,21 @@ class TritonServer:
         if problem:
             raise ServerError(problem)
         prepare_backends(self.backend_dir)
-        out = open(self.log_file, "ab") if self.log_file else None
+        env = server_environment()
+        env[METRICS_URL_ENV] = self.metrics_url  # validate's load shedding reads the pending requests there
+        limit = self.shm_region_limit
+
+        def limits() -> None:  # in the child, before exec: see `shm_region_limit`
+            if limit:
+                signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+                resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+        # The log goes through this process (a pipe), so that the file-size limit above,
+        # which holds for every file tritonserver writes, does not cut the log short.
         self.process = subprocess.Popen(
-            self.command(), env=server_environment(), stdout=out or subprocess.PIPE,
-            stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        if out is not None:
-            out.close()
-        else:
-            threading.Thread(target=self._forward_log, daemon=True).start()
+            self.command(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=limits)  # noqa: PLW1509 - setrlimit and a signal disposition only
+        threading.Thread(target=self._forward_log, args=(self.process,), daemon=True).start()
         self.wait_ready(timeout)
         return self
 
@@ -221,12 +360,21 @@ class TritonServer:
     def pid(self) -> int:
         return self.running.pid
 
-    def _forward_log(self) -> None:
-        stream = self.running.stdout
+    def _forward_log(self, process: subprocess.Popen) -> None:
+        """Copy the server's output, line by line, to `log_file` (else to our stderr)."""
+        stream = process.stdout
         assert stream is not None  # started with stdout=PIPE
-        for line in iter(stream.readline, b""):
-            sys.stderr.write(line.decode("utf-8", "replace"))
-        stream.close()
+        out = open(self.log_file, "ab", buffering=0) if self.log_file else None
+        try:
+            for line in iter(stream.readline, b""):
+                if out is not None:
+                    out.write(line)
+                else:
+                    sys.stderr.write(line.decode("utf-8", "replace"))
+        finally:
+            stream.close()
+            if out is not None:
+                out.close()
 
     def ready(self) -> bool:
         try:
@@ -253,7 +401,8 @@ class TritonServer:
     def _post(self, path: str, body: dict | None = None, timeout: float = 60.0) -> bytes:
         data = json.dumps(body or {}).encode()
         request = urllib.request.Request(f"http://{self.http_url}{path}", data=data, method="POST",
-                                         headers={"Content-Type": "application/json"})
+                                         headers={"Content-Type": "application/json",
+                                                  **admin_headers(self.admin_key)})
         try:
             with urllib.request.urlopen(request, timeout=timeout) as reply:
                 return reply.read()
@@ -285,45 +434,105 @@ class TritonServer:
     def _wait_unloaded(self, models, deadline: float) -> list[str]:
         """Wait until none of `models` is READY or UNLOADING; the ones still there."""
         pending = list(models)
-        while pending and time.monotonic() < deadline and self.running.poll() is None:
+        while pending and self.running.poll() is None:
             try:
                 states = self.model_states()
             except ServerError:
                 break
             pending = [m for m in pending if states.get(m) in ("READY", "UNLOADING")]
-            if pending:
-                time.sleep(0.1)
+            if not pending or time.monotonic() >= deadline:
+                break
+            time.sleep(0.1)
         return pending
 
-    def drain(self, timeout: float | None = None, ensembles=("readability",), models_timeout: float = 5.0) -> dict:
-        """Stop taking work and let the requests in flight finish: unload the ensembles
-        (new requests are refused with NOT_FOUND), wait for them to unload (their requests
-        in flight are answered; at most `timeout` s), then unload the other models (at
-        most `models_timeout` s more: with the ensembles gone they have little in flight,
-        and an instance whose stub died never finishes unloading on Triton 2.51)."""
+    def _get(self, path: str, timeout: float = 10.0) -> bytes:
+        try:
+            with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=timeout) as reply:
+                return reply.read()
+        except urllib.error.HTTPError as err:
+            raise ServerError(f"{path}: HTTP {err.code}: {err.read().decode('utf-8', 'replace')}") from None
+        except (urllib.error.URLError, OSError) as err:
+            raise ServerError(f"{path}: {err}") from None
+
+    def ensemble_steps(self, ensemble: str = "readability") -> list[str]:
+        """The composing models of `ensemble`, in the order its config lists its steps
+        (a topological order: each step after the steps whose outputs it reads)."""
+        config = json.loads(self._get(f"/v2/models/{ensemble}/config"))
+        steps = [step["model_name"] for step in config.get("ensemble_scheduling", {}).get("step", [])]
+        return list(dict.fromkeys(steps))
+
+    def execution_counts(self) -> dict[str, int]:
+        """{model: executions so far} from the statistics extension (it moves when an
+        execute has finished)."""
+        stats = json.loads(self._get("/v2/models/stats")).get("model_stats", [])
+        return {m["name"]: int(m.get("execution_count", 0)) for m in stats}
+
+    def pending_requests(self) -> dict[str, int]:
+        """{model: requests waiting in its queue} from the metrics endpoint."""
+        from .admission import pending_requests
+
+        try:
+            with urllib.request.urlopen(self.metrics_url, timeout=5) as reply:
+                return pending_requests(reply.read().decode("utf-8", "replace"))
+        except (urllib.error.URLError, OSError) as err:
+            raise ServerError(f"{self.metrics_url}: {err}") from None
+
+    def _idle(self, steps, quiet: float = 2.0, deadline: float = 0.0) -> bool:
+        """Whether no step has a request queued and none has finished an execute for
+        `quiet` seconds (checked until `deadline`)."""
+        try:
+            before = self.execution_counts()
+            time.sleep(min(quiet, max(0.0, deadline - time.monotonic())))
+            pending = self.pending_requests()
+            return self.execution_counts() == before and not any(pending.get(m, 0) for m in steps)
+        except ServerError:
+            return False
+
+    def drain(self, timeout: float | None = None, ensemble: str = "readability", abandon=()) -> dict:
+        """Stop taking work and let the requests in flight finish, at most `timeout` s: unload
+        the ensemble (new requests are refused with NOT_FOUND "has no available versions");
+        once its requests in flight are answered it unloads, and then its steps are unloaded.
+        An instance whose stub died never finishes unloading on Triton 2.51.
+
+        Triton 2.51 can also lose track of requests (a gRPC cancellation racing with the
+        answer: server#8078/#8220, fixed in 25.04 and 25.06); the ensemble then never
+        unloads, although nothing is left to do. When the ensemble has not unloaded and its
+        steps stay idle, the steps are unloaded one by one in the ensemble's order, each
+        once it has answered what it holds (a step goes only after every step that feeds it,
+        so no request in flight finds its next step gone), and `leaked` says that only such
+        lost requests remained. The models in `abandon` (a dead stub's) are not waited for."""
         timeout = self.drain_timeout if timeout is None else timeout
         started = time.monotonic()
         deadline = started + timeout
         report: dict[str, Any] = {"drained": False}
         try:
             states = self.model_states()
-        except ServerError as err:
-            report["error"] = str(err)
-            return report
-        loaded = [m for m, state in states.items() if state == "READY"]
-        first = [m for m in loaded if m in ensembles]
-        try:
-            for model in first:
-                self.unload(model)
-            stuck = self._wait_unloaded(first, deadline)
-            for model in loaded:
-                if model not in first:
+            steps = self.ensemble_steps(ensemble) if states.get(ensemble) == "READY" else []
+            others = [m for m in steps if m != ensemble] + sorted(m for m in states if m not in steps + [ensemble])
+            if states.get(ensemble) == "READY":
+                self.unload(ensemble)
+            leftover = [ensemble] if ensemble in states else []
+            while leftover and time.monotonic() < deadline:
+                leftover = self._wait_unloaded(leftover, min(deadline, time.monotonic() + 1.0))
+                if leftover and self._idle(others, deadline=deadline):
+                    leftover = self._wait_unloaded(leftover, time.monotonic())
+                    break
+            stuck: list[str] = []
+            loaded = [m for m in others if self.model_states().get(m) in ("READY", "UNLOADING") and m not in abandon]
+            if not leftover:  # nothing in flight: unload the steps together
+                for model in loaded:
                     self.unload(model)
-            stuck += self._wait_unloaded([m for m in loaded if m not in first], time.monotonic() + models_timeout)
+                stuck = self._wait_unloaded(loaded, deadline)
+            else:  # in the ensemble's order, each once it has answered what it holds
+                for model in loaded:
+                    self.unload(model)
+                    stuck += self._wait_unloaded([model], deadline)
+                leftover = self._wait_unloaded(leftover, time.monotonic())
         except ServerError as err:
             report["error"] = str(err)
             return report
-        report.update(drained=not stuck, still_loaded=stuck, seconds=round(time.monotonic() - started, 2))
+        report.update(drained=not stuck, still_loaded=stuck + leftover, leaked=bool(leftover and not stuck),
+                      seconds=round(time.monotonic() - started, 2))
         return report
 
     def leftover_shm(self) -> list[str]:
@@ -333,30 +542,37 @@ class TritonServer:
         except OSError:
             return []
 
-    def stop(self, timeout: float | None = None, drain: bool = True) -> int | None:
-        """Drain (see `drain`), SIGTERM the server (by PID), SIGKILL it if it has not exited
-        `timeout` s later (default: its exit timeout + 10 s), end straggling stubs and
-        remove this server's /dev/shm segments. Returns the exit status; `last_stop`
-        says what happened."""
+    def stop(self, timeout: float | None = None, drain: bool = True, drain_timeout: float | None = None,
+             abandon=()) -> int | None:
+        """Drain (see `drain`; at most `drain_timeout` s, default the server's), SIGTERM the
+        server (by PID), SIGKILL it if it has not exited `timeout` s later (default: its exit
+        timeout + 10 s), end its whole process group (the python-backend stubs: a stub of a
+        server that died is otherwise left behind, adopted by init, holding its memory and
+        segment) and remove this server's /dev/shm segments. Also when the server has died on
+        its own. Returns the exit status; `last_stop` says what happened."""
         process = self.process
-        if process is None or process.poll() is not None:
-            return None if process is None else process.returncode
-        report: dict[str, Any] = self.drain() if drain and self.ready() else {"drained": False}
+        if process is None:
+            return None
+        report: dict[str, Any] = {"drained": False}
         started = time.monotonic()
-        process.send_signal(signal.SIGTERM)
-        try:
-            code = process.wait(timeout if timeout is not None else self.exit_timeout + 10)
-            report["killed"] = False
-        except subprocess.TimeoutExpired:
-            process.kill()
-            code = process.wait()
-            report["killed"] = True
-        finally:
-            # The python backend's stub processes are in the server's session: end stragglers.
+        if process.poll() is None:
+            if drain and self.ready():
+                report = self.drain(drain_timeout, abandon=abandon)
+            # The ensemble still holds requests Triton lost (see `drain`), or a model whose stub
+            # died can never unload: tritonserver would wait its whole exit timeout for them and
+            # then exit 1. Drained, nothing is left to lose: end it at once.
+            process.send_signal(signal.SIGKILL if report.get("leaked") or abandon else signal.SIGTERM)
             try:
-                os.killpg(process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+                code = process.wait(timeout if timeout is not None else self.exit_timeout + 10)
+                report["killed"] = False
+            except subprocess.TimeoutExpired:
+                process.kill()
+                code = process.wait()
+                report["killed"] = True
+        else:
+            code = process.returncode
+            report.update(killed=False, died=True)
+        report["orphans"] = self.kill_process_group(process.pid)
         left = self.leftover_shm()
         for name in left:
             try:
@@ -366,6 +582,22 @@ class TritonServer:
         report.update(exit_status=code, exit_seconds=round(time.monotonic() - started, 2), removed_shm=left)
         self.last_stop = report
         return code
+
+    @staticmethod
+    def kill_process_group(pgid: int) -> list[int]:
+        """SIGKILL what is left of the process group `pgid` (the server started it, as its
+        session leader; its stubs are members) and wait until it is gone (at most 5 s);
+        the PIDs that were still there."""
+        left = group_members(pgid)
+        if left:
+            try:
+                os.killpg(pgid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            deadline = time.monotonic() + 5
+            while group_members(pgid) and time.monotonic() < deadline:
+                time.sleep(0.05)
+        return left
 
     def __enter__(self) -> "TritonServer":
         return self.start()

@@ -1,0 +1,172 @@
+"""The supervisor's judgement, without a server: what is evidence (a dead process, a stub
+gone, a step that makes no progress with work queued, a wrong canary, a model gone) and
+what is not (a slow or shed canary under load). The real server runs it in
+test_supervision_served.py."""
+from __future__ import annotations
+
+import pytest
+
+from readability_triton import contracts as C
+from readability_triton.triton import health as H
+from readability_triton.triton import server as S
+
+CANARY = H.Canary("a text", {C.SCORE: 1.0, C.BERT_SCORE: 1.1, C.FOREST_SCORE: -0.2}, 1e-3)
+
+
+class FakeProcess:
+    def __init__(self, pid=100):
+        self.pid, self.returncode = pid, None
+
+    def poll(self):
+        return self.returncode
+
+
+class FakeServer:
+    http_url = grpc_url = "127.0.0.1:1"
+
+    def __init__(self):
+        self.process = FakeProcess()
+        self.executions = {"bert": 5, "validate": 9}
+        self.pending = {"bert": 0}
+        self.stops, self.starts = [], 0
+
+    @property
+    def pid(self):
+        return self.process.pid
+
+    def execution_counts(self):
+        return dict(self.executions)
+
+    def pending_requests(self):
+        return dict(self.pending)
+
+    def stop(self, **kw):
+        self.stops.append(kw)
+
+    def start(self, timeout):
+        self.starts += 1
+        self.process = FakeProcess(pid=200 + self.starts)
+
+
+@pytest.fixture
+def world(monkeypatch):
+    """A fake server, its stubs (pid -> instance; `dead` holds the gone ones) and the
+    canary's next answers."""
+    state = {"stubs": {11: "featurize_0_0", 12: "bert_0_0"}, "dead": set(), "answers": []}
+    monkeypatch.setattr(S, "python_stubs", lambda pid: dict(state["stubs"]))
+    monkeypatch.setattr(S, "alive", lambda pid: pid not in state["dead"])
+    monkeypatch.setattr(S, "reap_zombies", lambda keep=(): [])
+
+    def fake_check(url, protocol="http", timeout=10.0, canary=None, model=C.ENSEMBLE):
+        return state["answers"].pop(0) if state["answers"] else H.Probe("ok", "fine", 0.01)
+
+    monkeypatch.setattr(H, "check", fake_check)
+    server = FakeServer()
+    supervisor = H.Supervisor(server, interval=0.01, canary=CANARY, stall_timeout=10.0)
+    supervisor.started()
+    return server, supervisor, state
+
+
+def rounds(supervisor, n=2):
+    """Checks until the canary sent in the first round has been judged; what was repaired."""
+    done = []
+    for _ in range(n):
+        done.append(supervisor.check_once())
+        if supervisor._probe_thread is not None:
+            supervisor._probe_thread.join()
+    done.append(supervisor.check_once())
+    return [d for d in done if d]
+
+
+def test_a_slow_or_shed_canary_under_load_is_not_evidence(world):
+    server, supervisor, state = world
+    state["answers"] = [H.Probe("busy", "in ensemble 'readability', Request timeout expired", 60.0),
+                        H.Probe(H.classify("busy: 9 requests are waiting"), "busy: 9 requests are waiting", 0.01),
+                        H.Probe(H.classify("[StatusCode.DEADLINE_EXCEEDED] Deadline Exceeded"), "deadline", 60.0)]
+    server.pending = {"bert": 40}
+    for _ in range(3):
+        assert rounds(supervisor) == []
+        server.executions["bert"] += 1  # work moves on
+        status = supervisor.status()
+        assert status["live"] and status["ready"], status
+    assert server.stops == [] and server.starts == 0
+
+
+def test_a_dead_stub_is_evidence_and_the_restart_drains_without_waiting_for_it(world):
+    server, supervisor, state = world
+    state["dead"].add(11)
+    state["stubs"] = {21: "featurize_0_0", 22: "bert_0_0"}  # what the new server starts (old ones noted)
+    assert supervisor.check_once() == "restart"
+    assert supervisor.check_once() is None
+    assert server.starts == 1
+    assert server.stops == [{"drain": True, "drain_timeout": supervisor.drain_timeout, "timeout": 5,
+                             "abandon": ["featurize"]}]
+    assert supervisor.status()["ready"] and supervisor.restarts == 1
+    assert [kind for _, kind, _ in supervisor.events][:2] == ["unhealthy", "restart"]
+
+
+def test_a_step_that_makes_no_progress_with_work_queued_is_stuck(world, monkeypatch):
+    server, supervisor, _ = world
+    clock = [1000.0]
+    monkeypatch.setattr(H.time, "monotonic", lambda: clock[0])
+    server.pending = {"bert": 3}
+    assert supervisor.stalled() == []
+    clock[0] += 9.0
+    assert supervisor.stalled() == []
+    server.executions["bert"] += 1  # progress: the clock starts again
+    clock[0] += 9.0
+    assert supervisor.stalled() == []
+    clock[0] += 10.5
+    assert supervisor.stalled() == ["bert"]
+    server.pending = {"bert": 0}  # nothing queued: idle, not stuck
+    assert supervisor.stalled() == []
+
+
+def test_a_wrong_answer_is_healed_and_a_wrong_repository_is_not_restarted_in_a_loop(world):
+    server, supervisor, state = world
+    wrong = CANARY.judge({C.SCORE: -0.24, C.BERT_SCORE: 1.1, C.FOREST_SCORE: -0.2})
+    assert wrong and "SCORE -0.24" in wrong
+    state["answers"] = [H.Probe("wrong", wrong, 0.1), H.Probe("ok", "fine", 0.1)]
+    assert rounds(supervisor) == ["restart"]
+    assert supervisor.status()["ready"] and server.starts == 1
+    # the repository's own files answer wrong: the restart does not help; no restart loop
+    state["answers"] = [H.Probe("wrong", wrong, 0.1)] * 10
+    assert rounds(supervisor) == ["restart"]
+    assert not supervisor.status()["ready"] and "still fails" in supervisor.status()["problem"]
+    assert rounds(supervisor, 3) == []  # backing off
+    assert supervisor.status()["live"]
+
+
+def test_a_server_that_died_is_restarted_without_a_drain(world):
+    server, supervisor, _ = world
+    server.process.returncode = -9
+    assert supervisor.check_once() == "restart"
+    assert server.stops[0]["drain"] is False and server.starts == 1
+
+
+@pytest.mark.parametrize("message, kind", [
+    ("in ensemble 'readability', Stub process 'featurize_0_0' is not healthy.", "dead"),
+    ("Request for unknown model: 'readability' is not found", "missing"),
+    ("in ensemble 'readability', Request timeout expired", "busy"),
+    ("in ensemble 'readability', busy: 9 requests are waiting inside the pipeline", "busy"),
+    ("[StatusCode.DEADLINE_EXCEEDED] Deadline Exceeded", "busy"),
+    ("failed to connect to all addresses; connection refused", "down"),
+])
+def test_what_a_failed_canary_means(message, kind):
+    assert H.classify(message) == kind
+    assert H.Probe(kind, message, 0.0).evidence == (kind in ("dead", "missing"))
+
+
+def test_the_canary_round_trips_through_the_repository(tmp_path):
+    (tmp_path / C.ENSEMBLE / "1").mkdir(parents=True)
+    assert H.Canary.load(str(tmp_path)) is None
+    CANARY.save(str(tmp_path))
+    assert H.Canary.load(str(tmp_path)) == CANARY
+    assert CANARY.judge({C.SCORE: 1.0004, C.BERT_SCORE: 1.1, C.FOREST_SCORE: -0.2}) is None
+    assert "nan" in CANARY.judge({C.SCORE: float("nan"), C.BERT_SCORE: 1.1, C.FOREST_SCORE: -0.2})
+
+
+def test_instance_names_map_to_models():
+    assert S.instance_model("featurize_0_0") == "featurize"
+    assert S.instance_model("bert_portable_x_1_3") == "bert_portable_x"
+    assert S.instance_model("postprocess") == "postprocess"
