@@ -1,27 +1,32 @@
-"""Soak: N clients, S seconds of mixed good and bad requests against a served portable
-repository, on the real tritonserver.
+"""Soak: N clients, S seconds of mixed good and bad requests against `readability-triton
+serve` (the default supervised server, as users run it) on a portable repository.
 
-Prints the failures of good requests (and wrong scores: every good text's score is known
-before the load starts), the bad requests accepted, p50/p99 of good requests in the first
-and in the last 15 s, and the resident memory of the server and of every stub at start,
-after the warm-up and at the end. Then it stops the server (drain, SIGTERM) and reports
-how. Examples:
+Each request carries 1 to 64 texts (`--texts-per-request`); 1 request in `--bad-every` holds
+an invalid text and must be refused; a request refused as busy is sent again with backoff
+(as `ReadabilityClient` does). Every good text's score is known before the load starts.
+Prints the restarts serve made, good requests lost (failed after their retries) or answered
+wrong, bad requests accepted, texts/s and p99 per minute, and the resident memory of the
+server and of every stub at start, after the warm-up, every `--rss-every` s and at the end.
+Then it stops serve (SIGTERM: drain, stop) and reports how. Examples:
 
-    python benchmarks/soak.py --clients 16 --seconds 120 --protocol grpc
-    python benchmarks/soak.py --clients 16 --seconds 60 --protocol http --bad-every 9 --json soak.json
+    python benchmarks/soak.py --artifacts .cache/demo-artifacts          # 8 clients, 5 min, 1-64 texts
+    python benchmarks/soak.py --clients 16 --seconds 60 --texts-per-request 1 --protocol http --json soak.json
 
-Without --artifacts it builds the small test artifact set (random 2-layer BERT); with
---artifacts DIR (e.g. .cache/demo-artifacts after `make demo`) it serves that set.
+Without --artifacts it builds the small test artifact set (random 2-layer BERT).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.error
+import urllib.request
 
 import numpy as np
 
@@ -29,7 +34,7 @@ from readability_triton import contracts as C
 from readability_triton.data import COMMONLIT_CSV, read_table
 from readability_triton.triton import load, repository
 from readability_triton.triton.client import ReadabilityClient
-from readability_triton.triton.server import TritonServer
+from readability_triton.triton.server import free_port
 
 BAD = [b"broken \xff\xfe utf-8", b"", b"   \t  ", b"\xed\xa0\x80 surrogate", b"\xc3"]
 
@@ -42,18 +47,29 @@ def good_texts(n: int = 200) -> list[str]:
     return generate_corpus(n)[0]
 
 
+def _health(port: int) -> dict:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as reply:
+            return json.loads(reply.read())
+    except urllib.error.HTTPError as err:
+        return json.loads(err.read())
+    except OSError:
+        return {}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--artifacts", help="artifact set to serve (default: build the small test set)")
-    parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=300.0)
     parser.add_argument("--warmup", type=float, default=15.0, help="seconds after which RSS is the baseline")
-    parser.add_argument("--bad-every", type=int, default=9, help="1 bad request per N-1 good ones (0: none)")
+    parser.add_argument("--bad-every", type=int, default=10, help="1 bad request per N-1 good ones (0: none)")
     parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
     parser.add_argument("--rss-every", type=float, default=15.0, help="seconds between RSS samples (default 15)")
-    parser.add_argument("--unsafe", action="store_true",
-                        help="serve the graph without the validate step (each branch refuses bad text itself), "
-                             "to see what the validate step prevents")
+    parser.add_argument("--texts-per-request", default="1-64", help="texts per request: N or LOW-HIGH (default 1-64)")
+    parser.add_argument("--busy-patience", type=float, default=60.0,
+                        help="seconds a request refused as busy is retried before it counts as lost (default 60)")
+    parser.add_argument("--health-interval", type=float, default=5.0, help="serve's --health-interval (default 5)")
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args(argv)
 
@@ -67,37 +83,52 @@ def main(argv=None) -> int:
             build_demo(artifacts, bert="tiny", max_length=64, folds=2, corpus_size=240,
                        forest_params={"n_estimators": 12, "max_depth": 8})
         repo = os.path.join(tmp, "repository")
-        if args.unsafe:
-            from bench_validation import make_variant
-
-            make_variant(artifacts, repo, "unsafe")
-        else:
-            repository.assemble(artifacts, repo, "portable")
-        server = TritonServer(repo, log_file=os.path.join(tmp, "server.log"))
-        server.start(timeout=300)
+        repository.assemble(artifacts, repo, "portable")
+        low, _, high = args.texts_per_request.partition("-")
+        sizes = (int(low), int(high or low))
+        ports = [free_port() for _ in range(4)]
+        serve_log = open(os.path.join(tmp, "serve.log"), "w+", encoding="utf-8")
+        serve = subprocess.Popen(
+            [sys.executable, "-m", "readability_triton.cli", "serve", "--repository", repo, "--http-port",
+             str(ports[0]), "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2]), "--health-port",
+             str(ports[3]), "--health-interval", str(args.health_interval), "--log-file",
+             os.path.join(tmp, "tritonserver.log")], stdout=serve_log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 300
+        while not _health(ports[3]).get("ready"):
+            if serve.poll() is not None or time.monotonic() > deadline:
+                serve_log.seek(0)
+                raise SystemExit(f"serve did not become ready:\n{serve_log.read()[-3000:]}")
+            time.sleep(0.5)
+        grpc_url, http_url = f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[0]}"
         texts = good_texts()
-        with ReadabilityClient(server.grpc_url, "grpc") as client:
-            expected = np.array([client.score([t], outputs=(C.SCORE,))[0].score for t in texts])
-        rss = {"start": load.rss_by_process(server.process.pid)}
+        with ReadabilityClient(grpc_url, "grpc") as client:
+            expected = np.array([s.score for s in client.score(texts, outputs=(C.SCORE,))])
+
+        def server_pid() -> int:
+            return _health(ports[3]).get("pid") or 0
+
+        rss = {"start": load.rss_by_process(server_pid())}
         series: list[tuple[float, dict]] = []
         done = threading.Event()
 
         def sample_after_warmup():
             if not done.wait(args.warmup):
-                rss["after_warmup"] = load.rss_by_process(server.process.pid)
+                rss["after_warmup"] = load.rss_by_process(server_pid())
 
         def sample_every():
             begin = time.monotonic()
             while not done.wait(args.rss_every):
-                series.append((round(time.monotonic() - begin, 1), load.rss_by_process(server.process.pid)))
+                series.append((round(time.monotonic() - begin, 1), load.rss_by_process(server_pid())))
 
         samplers = [threading.Thread(target=f, daemon=True) for f in (sample_after_warmup, sample_every)]
         for sampler in samplers:
             sampler.start()
-        url = server.grpc_url if args.protocol == "grpc" else server.http_url
-        work, close = load.mixed_worker(url, args.protocol, texts, expected, BAD, bad_every=args.bad_every)
-        print(f"{args.clients} {args.protocol} clients for {args.seconds:g} s (1 bad request per "
-              f"{max(args.bad_every - 1, 0)} good) ...", file=sys.stderr, flush=True)
+        url = grpc_url if args.protocol == "grpc" else http_url
+        work, close = load.mixed_worker(url, args.protocol, texts, expected, BAD, bad_every=args.bad_every,
+                                        sizes=sizes, busy_patience=args.busy_patience)
+        print(f"{args.clients} {args.protocol} clients for {args.seconds:g} s, {args.texts_per_request} texts per "
+              f"request, 1 bad request per {max(args.bad_every - 1, 0)} good, against readability-triton serve ...",
+              file=sys.stderr, flush=True)
         try:
             outcomes = load.closed_loop(work, args.clients, args.seconds)
         finally:
@@ -105,28 +136,41 @@ def main(argv=None) -> int:
         done.set()
         for sampler in samplers:
             sampler.join()
-        rss["end"] = load.rss_by_process(server.process.pid)
-        alive = server.process.poll() is None
-        with open(server.log_file, encoding="utf-8", errors="replace") as handle:
+        rss["end"] = load.rss_by_process(server_pid())
+        health = _health(ports[3])
+        alive = serve.poll() is None and bool(health.get("live"))
+        with open(os.path.join(tmp, "tritonserver.log"), encoding="utf-8", errors="replace") as handle:
             log = handle.read()
         crashes = [s for s in ("Signal (11)", "terminate called", "not healthy", "incomplete string data",
                                "error_already_set") if s in log]
-        code = server.stop()
+        stopped = time.monotonic()
+        serve.send_signal(signal.SIGTERM)
+        code = serve.wait(timeout=300)
+        serve_log.seek(0)
+        serve_said = serve_log.read()
         report = {"clients": args.clients, "seconds": args.seconds, "protocol": args.protocol,
-                  "bad_every": args.bad_every, **load.summarize(outcomes, args.seconds),
-                  "server_alive_at_end": alive, "crash_signs": crashes, "stop": server.last_stop,
-                  "stop_status": code, "rss_kib": rss, "rss_series_kib": series}
+                  "texts_per_request": args.texts_per_request, "bad_every": args.bad_every,
+                  **load.summarize(outcomes, args.seconds), "restarts": health.get("restarts"),
+                  "serve_alive_at_end": alive, "crash_signs": crashes, "serve_status": code,
+                  "stop_seconds": round(time.monotonic() - stopped, 1),
+                  "serve_said": [line for line in serve_said.splitlines() if "serve:" in line or "stopped" in line],
+                  "rss_kib": rss, "rss_series_kib": series}
     print(f"\nrequests {report['requests']} ({report['requests_per_s']:.1f}/s): good {report['good']}, "
-          f"bad {report['bad']}")
-    print(f"good failed {report['good_failed']}, good with a wrong score {report['good_wrong']}, "
+          f"bad {report['bad']}; texts scored {report['texts_scored']}; serve restarted tritonserver "
+          f"{report['restarts']} time(s)")
+    print(f"good lost (failed after retries) {report['good_failed']}, good with a wrong score {report['good_wrong']}, "
           f"bad accepted {report['bad_accepted']}" + (f"; errors: {report['good_errors']}" if report['good_errors']
                                                        else ""))
     first, last = report["latency_first_ms"], report["latency_last_ms"]
     print(f"good latency, first 15 s: p50 {first['p50']:.0f} ms, p99 {first['p99']:.0f} ms; last 15 s: "
           f"p50 {last['p50']:.0f} ms, p99 {last['p99']:.0f} ms")
-    print(f"server alive at the end: {alive}; crash signs in its log: {crashes or 'none'}; stop: status {code}, "
-          f"drained {server.last_stop.get('drained')}, {server.last_stop.get('exit_seconds')} s after SIGTERM, "
-          f"/dev/shm segments removed {len(server.last_stop.get('removed_shm', []))}")
+    print("per minute: " + ", ".join(f"{m['texts_per_s']:.1f} texts/s (p99 {m['p99_ms']:.0f} ms)"
+                                     for m in report["per_minute"]))
+    print(f"serve alive at the end: {report['serve_alive_at_end']}; crash signs in the server log: "
+          f"{report['crash_signs'] or 'none'}; SIGTERM: serve exited {report['serve_status']} in "
+          f"{report['stop_seconds']} s")
+    for line in report["serve_said"][-4:]:
+        print(f"  {line}")
     print(f"\n{'process':<22} {'start MiB':>10} {'warm MiB':>10} {'end MiB':>10} {'growth':>8}")
     warm = rss.get("after_warmup", rss["start"])
     for name in rss["start"]:
@@ -142,7 +186,8 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(report, handle, indent=2)
-    ok = report["good_failed"] == 0 and report["good_wrong"] == 0 and report["bad_accepted"] == 0 and alive
+    ok = (report["good_failed"] == 0 and report["good_wrong"] == 0 and report["bad_accepted"] == 0
+          and report["serve_alive_at_end"] and report["restarts"] == 0 and report["serve_status"] == 0)
     return 0 if ok else 1
 
 

@@ -59,8 +59,10 @@ MAX_TEXT_BYTES = "MAX_TEXT_BYTES"
 MAX_LENGTH = "MAX_LENGTH"
 BERT_WEIGHT = "BERT_WEIGHT"
 FOREST_WEIGHT = "FOREST_WEIGHT"
-#: validate's load shedding: refuse new requests while this many wait in the later steps' queues.
+#: validate's load shedding: refuse new requests while this many wait in the later steps'
+#: queues, or while requests have lately waited this many seconds in one of them.
 MAX_PENDING_REQUESTS = "MAX_PENDING_REQUESTS"
+MAX_QUEUE_SECONDS = "MAX_QUEUE_SECONDS"
 #: Where validate reads the pending-request gauge (default: $READABILITY_TRITON_METRICS_URL).
 METRICS_URL = "METRICS_URL"
 

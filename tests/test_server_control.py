@@ -101,13 +101,17 @@ def test_the_restricted_apis_are_closed_with_one_key(tmp_path, monkeypatch):
         S.TritonServer(str(tmp_path))
 
 
-def test_the_gate_reads_the_pending_requests_of_the_later_steps():
+def _metrics(pending: dict, queue_us: dict, success: dict) -> str:
+    lines = [f'nv_inference_pending_request_count{{model="{m}",version="1"}} {v}' for m, v in pending.items()]
+    lines += [f'nv_inference_queue_duration_us{{model="{m}",version="1"}} {v}' for m, v in queue_us.items()]
+    lines += [f'nv_inference_request_success{{model="{m}",version="1"}} {v}' for m, v in success.items()]
+    return "\n".join(lines + ['nv_inference_count{model="bert",version="1"} 99']) + "\n"
+
+
+def test_the_gate_counts_the_requests_waiting_in_the_later_steps():
     from readability_triton.triton.admission import Admission, pending_requests
 
-    text = ('nv_inference_pending_request_count{model="validate",version="1"} 3\n'
-            'nv_inference_pending_request_count{model="bert",version="1"} 6\n'
-            'nv_inference_pending_request_count{model="forest",version="1"} 1\n'
-            'nv_inference_request_success{model="bert",version="1"} 99\n')
+    text = _metrics({"validate": 3, "bert": 6, "forest": 1}, {}, {})
     assert pending_requests(text) == {"validate": 3, "bert": 6, "forest": 1}
     clock, reads, logged = [0.0], [], []
 
@@ -117,14 +121,38 @@ def test_the_gate_reads_the_pending_requests_of_the_later_steps():
             raise OSError("connection refused")
         return text
 
-    gate = Admission(7, ["bert", "forest"], url="http://m", fetch=fetch, clock=lambda: clock[0], refresh=0.05)
+    gate = Admission(7, 0, ["bert", "forest"], url="http://m", fetch=fetch, clock=lambda: clock[0], refresh=0.05)
     assert "busy: 7 requests are waiting" in gate.busy()
     clock[0] += 0.01
     gate.busy()
     assert len(reads) == 1  # cached within `refresh`
-    assert Admission(8, ["bert", "forest"], url="http://m", fetch=fetch).busy() is None
-    assert Admission(0, ["bert"], url="http://m", fetch=fetch).busy() is None  # off
-    off = Admission(1, ["bert"], url="down", fetch=fetch, log=logged.append)
+    assert Admission(8, 0, ["bert", "forest"], url="http://m", fetch=fetch).busy() is None
+    assert Admission(0, 0, ["bert"], url="http://m", fetch=fetch).busy() is None  # off
+    off = Admission(1, 0, ["bert"], url="down", fetch=fetch, log=logged.append)
     assert off.busy() is None and off.busy() is None  # open while the metrics cannot be read
     assert len(logged) == 1 and "load shedding is off" in logged[0]
 
+
+def test_the_gate_measures_how_long_requests_have_lately_waited():
+    from readability_triton.triton.admission import Admission
+
+    clock, state = [0.0], {"pending": 2, "queue_us": 0, "success": 0}
+    gate = Admission(0, 10.0, ["bert"], url="http://m", refresh=0.0, clock=lambda: clock[0],
+                     fetch=lambda url: _metrics({"bert": state["pending"]}, {"bert": state["queue_us"]},
+                                                {"bert": state["success"]}))
+    assert gate.busy() is None
+    for _ in range(4):  # 1-text requests: 5 answered a second after waiting 0.4 s each
+        clock[0] += 1.0
+        state["success"] += 5
+        state["queue_us"] += 5 * 400_000
+        assert gate.busy() is None
+    for _ in range(4):  # 64-text requests: one answered every 4 s after waiting 12 s
+        clock[0] += 4.0
+        state["success"] += 1
+        state["queue_us"] += 12_000_000
+    assert "requests wait 12.0 s in the queue of bert" in gate.busy()
+    clock[0] += 11.0  # nothing answered for 11 s while requests wait: stuck that long at least
+    assert "wait 11.0 s" in gate.busy()
+    state["pending"] = 0
+    clock[0] += 1.0
+    assert gate.busy() is None  # idle

@@ -52,8 +52,10 @@ class FakeServer:
 def world(monkeypatch):
     """A fake server, its stubs (pid -> instance; `dead` holds the gone ones) and the
     canary's next answers."""
-    state = {"stubs": {11: "featurize_0_0", 12: "bert_0_0"}, "dead": set(), "answers": []}
-    monkeypatch.setattr(S, "python_stubs", lambda pid: dict(state["stubs"]))
+    state = {"stubs": {100: {11: "featurize_0_0", 12: "bert_0_0"}, 201: {21: "featurize_0_0", 22: "bert_0_0"}},
+             "dead": set(), "answers": []}
+    monkeypatch.setattr(S, "python_stubs", lambda pid: {p: i for p, i in state["stubs"].get(pid, {}).items()
+                                                        if p not in state["dead"]})
     monkeypatch.setattr(S, "alive", lambda pid: pid not in state["dead"])
     monkeypatch.setattr(S, "reap_zombies", lambda keep=(): [])
 
@@ -95,7 +97,6 @@ def test_a_slow_or_shed_canary_under_load_is_not_evidence(world):
 def test_a_dead_stub_is_evidence_and_the_restart_drains_without_waiting_for_it(world):
     server, supervisor, state = world
     state["dead"].add(11)
-    state["stubs"] = {21: "featurize_0_0", 22: "bert_0_0"}  # what the new server starts (old ones noted)
     assert supervisor.check_once() == "restart"
     assert supervisor.check_once() is None
     assert server.starts == 1
@@ -135,6 +136,15 @@ def test_a_wrong_answer_is_healed_and_a_wrong_repository_is_not_restarted_in_a_l
     assert not supervisor.status()["ready"] and "still fails" in supervisor.status()["problem"]
     assert rounds(supervisor, 3) == []  # backing off
     assert supervisor.status()["live"]
+
+
+def test_a_model_loaded_again_replaces_its_stub_and_that_is_not_death(world):
+    server, supervisor, state = world
+    state["dead"].add(11)
+    state["stubs"][100][31] = "featurize_0_0"  # the model-control API started a new stub for it
+    assert supervisor.check_once() is None and supervisor.dead_stubs() == []
+    state["dead"].add(31)  # and that one dies
+    assert supervisor.check_once() == "restart"
 
 
 def test_a_server_that_died_is_restarted_without_a_drain(world):

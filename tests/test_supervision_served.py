@@ -194,8 +194,6 @@ def test_an_override_that_changes_the_answers_is_detected_and_healed(repo, tmp_p
             headers={"admin-key": KEY})
         with urllib.request.urlopen(request, timeout=60) as reply:
             assert reply.status == 200
-        score = float(_score_grpc(serve.grpc, [canary.text])[0, 0])
-        assert abs(score - canary.expected[C.SCORE]) > 10 * canary.tolerance  # the override took
         deadline = time.monotonic() + 60
         while serve.status()["restarts"] < 1 or serve.probe("readyz") != 200:
             assert time.monotonic() < deadline, serve.status()

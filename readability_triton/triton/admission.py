@@ -13,6 +13,19 @@ endpoint) and refuses the requests of an execute with UNAVAILABLE while that num
 `MAX_PENDING_REQUESTS` or more. A refusal by the first step is answered and released like
 any other error of a request with one step in flight.
 
+Two readings of Triton's own metrics, from the server's metrics endpoint, decide it:
+
+- the requests waiting in the queues of the steps after it
+  (`nv_inference_pending_request_count`): at `MAX_PENDING_REQUESTS` or more it refuses;
+- how long the requests that recently left each of those queues waited (the growth of
+  `nv_inference_queue_duration_us` over that of `nv_inference_request_success`, over the
+  last few seconds; while a step with requests queued finishes none, the time since it
+  last did): at `MAX_QUEUE_SECONDS` or more at any step it refuses.
+
+The first bounds the backlog in requests, the second in time, whatever a request carries
+(1 text or 64). A refusal by the first step is answered and released like any other error
+of a request with one step in flight.
+
 The metrics are read at most every `refresh` seconds (one local HTTP GET of ~10 KB, about
 0.4 ms), only while requests arrive. Where the endpoint cannot be read (metrics off, another
 port), the gate stays open and says so once in the log; `serve` tells the stubs where its
@@ -20,6 +33,7 @@ metrics are (`READABILITY_TRITON_METRICS_URL`).
 """
 from __future__ import annotations
 
+import collections
 import os
 import re
 import time
@@ -32,14 +46,26 @@ METRICS_URL_ENV = "READABILITY_TRITON_METRICS_URL"
 DEFAULT_METRICS_URL = "http://127.0.0.1:8002/metrics"
 #: How long the gate trusts an unreadable endpoint to stay unreadable before it tries again.
 RETRY_AFTER_FAILURE = 5.0
+#: The span (seconds) over which the recent queue wait is measured.
+WINDOW = 3.0
 
-_PENDING = re.compile(r'^nv_inference_pending_request_count\{model="([^"]+)",version="[^"]*"\} ([0-9.e+]+)$',
-                      re.MULTILINE)
+_SAMPLE = re.compile(r'^(nv_inference_pending_request_count|nv_inference_queue_duration_us|'
+                     r'nv_inference_request_success)\{model="([^"]+)",version="[^"]*"\} ([0-9.e+]+)$', re.MULTILINE)
+
+
+def read_metrics(metrics_text: str) -> dict[str, dict[str, float]]:
+    """{model: {"pending": n, "queue_us": total, "success": total}} from Triton's metrics text."""
+    names = {"nv_inference_pending_request_count": "pending", "nv_inference_queue_duration_us": "queue_us",
+             "nv_inference_request_success": "success"}
+    out: dict[str, dict[str, float]] = {}
+    for metric, model, value in _SAMPLE.findall(metrics_text):
+        out.setdefault(model, {})[names[metric]] = float(value)
+    return out
 
 
 def pending_requests(metrics_text: str) -> dict[str, int]:
     """{model: requests waiting in its queue} from Triton's metrics text."""
-    return {model: int(float(value)) for model, value in _PENDING.findall(metrics_text)}
+    return {model: int(v["pending"]) for model, v in read_metrics(metrics_text).items() if "pending" in v}
 
 
 def _fetch(url: str) -> str:
@@ -48,47 +74,72 @@ def _fetch(url: str) -> str:
 
 
 class Admission:
-    """The gate: `busy()` is None while fewer than `limit` requests wait in the queues of
-    `models`, else why the caller should refuse new work."""
+    """The gate: `busy()` is None while fewer than `max_pending` requests wait in the queues
+    of `models` and none of them has lately made requests wait `max_queue_s` or more; else
+    why the caller should refuse new work (0 turns a bound off)."""
 
-    def __init__(self, limit: int, models: Iterable[str], url: str | None = None, refresh: float = 0.05,
-                 fetch: Callable[[str], str] = _fetch, clock: Callable[[], float] = time.monotonic,
-                 log: Callable[[str], None] | None = None):
-        self.limit = limit
+    def __init__(self, max_pending: int, max_queue_s: float, models: Iterable[str], url: str | None = None,
+                 refresh: float = 0.05, fetch: Callable[[str], str] = _fetch,
+                 clock: Callable[[], float] = time.monotonic, log: Callable[[str], None] | None = None):
+        self.max_pending, self.max_queue_s = max_pending, max_queue_s
         self.models = tuple(models)
         self.url = url or os.environ.get(METRICS_URL_ENV) or DEFAULT_METRICS_URL
         self.refresh = refresh
         self._fetch, self._clock, self._log = fetch, clock, log or (lambda message: None)
         self._read_at = -float("inf")
-        self._pending: int | None = None
         self._failed = False
+        self._verdict: str | None = None
+        #: per model: (time, queue_us, success) samples of the last WINDOW s, and when its
+        #: success count last moved
+        self._history: dict[str, collections.deque] = {m: collections.deque() for m in self.models}
+        self._moved: dict[str, float] = {}
 
-    def pending(self) -> int | None:
-        """Requests waiting in the watched queues (read at most every `refresh` s), or None
-        when the metrics cannot be read."""
+    def _judge(self, metrics: dict[str, dict[str, float]], now: float) -> str | None:
+        waiting = int(sum(metrics.get(m, {}).get("pending", 0) for m in self.models))
+        if self.max_pending and waiting >= self.max_pending:
+            return (f"busy: {waiting} requests are waiting inside the pipeline (the limit is {self.max_pending}, "
+                    "parameter MAX_PENDING_REQUESTS); retry in a moment")
+        worst, where = 0.0, ""
+        for model in self.models:
+            m = metrics.get(model, {})
+            history = self._history[model]
+            sample = (now, m.get("queue_us", 0.0), m.get("success", 0.0))
+            if not history or sample[2] != history[-1][2]:
+                self._moved[model] = now
+            history.append(sample)
+            while len(history) > 2 and now - history[1][0] >= WINDOW:
+                history.popleft()
+            done = sample[2] - history[0][2]
+            if done > 0:
+                wait = (sample[1] - history[0][1]) / done / 1e6
+            elif m.get("pending", 0) > 0:
+                wait = now - self._moved.get(model, now)
+            else:
+                wait = 0.0
+            if wait > worst:
+                worst, where = wait, model
+        if self.max_queue_s and worst >= self.max_queue_s:
+            return (f"busy: requests wait {worst:.1f} s in the queue of {where} (the limit is {self.max_queue_s:g} s, "
+                    "parameter MAX_QUEUE_SECONDS); retry in a moment")
+        return None
+
+    def busy(self) -> str | None:
+        if not (self.max_pending or self.max_queue_s):
+            return None
         now = self._clock()
         if now - self._read_at < (RETRY_AFTER_FAILURE if self._failed else self.refresh):
-            return self._pending
+            return self._verdict
         self._read_at = now
         try:
-            counts = pending_requests(self._fetch(self.url))
+            metrics = read_metrics(self._fetch(self.url))
         except OSError as err:
             if not self._failed:
                 self._log(f"cannot read the server's metrics at {self.url} ({err}): load shedding is off "
                           f"until they can be read (set {METRICS_URL_ENV} to the metrics endpoint)")
-            self._failed, self._pending = True, None
+            self._failed, self._verdict = True, None
             return None
         if self._failed:
             self._log(f"reading the server's metrics at {self.url} again: load shedding is on")
         self._failed = False
-        self._pending = sum(counts.get(model, 0) for model in self.models)
-        return self._pending
-
-    def busy(self) -> str | None:
-        if self.limit <= 0:
-            return None
-        waiting = self.pending()
-        if waiting is None or waiting < self.limit:
-            return None
-        return (f"busy: {waiting} requests are waiting inside the pipeline (the limit is {self.limit}, parameter "
-                "MAX_PENDING_REQUESTS); retry in a moment")
+        self._verdict = self._judge(metrics, now)
+        return self._verdict

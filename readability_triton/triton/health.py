@@ -237,10 +237,19 @@ class Supervisor:
         self._set("serving", "")
 
     def dead_stubs(self) -> list[str]:
-        """The instances whose stub process is gone or a zombie."""
-        from .server import alive
+        """The instances whose stub process is gone or a zombie, and that no new stub serves
+        (a model loaded again through the model-control API replaces its stubs)."""
+        from .server import alive, python_stubs
 
-        return sorted(instance for pid, instance in self._stubs.items() if not alive(pid))
+        gone = {pid: instance for pid, instance in self._stubs.items() if not alive(pid)}
+        if not gone:
+            return []
+        now = python_stubs(self.server.pid)
+        replaced = set(now.values())
+        for pid in gone:
+            del self._stubs[pid]
+        self._stubs.update({pid: instance for pid, instance in now.items() if instance in gone.values()})
+        return sorted(set(gone.values()) - replaced)
 
     def stalled(self, now: float | None = None) -> list[str]:
         """The steps with requests queued that have finished no execute for `stall_timeout` s."""

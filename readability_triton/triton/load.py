@@ -34,6 +34,7 @@ class Outcome:
     ok: bool  # the server answered (False: it refused or failed)
     error: str | None = None
     wrong: bool = False  # an answer that differs from the known one
+    texts: int = 1  # texts the request carried
 
 
 def closed_loop(work: Callable[[int, int], Outcome], clients: int, seconds: float,
@@ -82,19 +83,25 @@ def _client(protocol: str, url: str):
 
 def mixed_worker(url: str, protocol: str, texts: Sequence[str], expected: np.ndarray,
                  bad: Sequence[bytes], bad_every: int = 9, tolerance: float = 1e-4,
-                 model: str = C.ENSEMBLE):
+                 model: str = C.ENSEMBLE, sizes: tuple[int, int] = (1, 1), busy_patience: float = 0.0):
     """A `work` function for `closed_loop`: request i of a client is bad when
-    (i + client) % bad_every == bad_every - 1, else good; a good one sends
-    texts[j] and its SCORE must equal expected[j] within `tolerance`; a bad one must be
-    refused. Returns (work, close) where close() closes the clients."""
+    (i + client) % bad_every == bad_every - 1, else good. A request carries between
+    `sizes[0]` and `sizes[1]` texts (varying from request to request); a good one sends
+    consecutive texts[j:] and every SCORE must equal expected[j:] within `tolerance`; a bad
+    one carries one bad payload among good texts and must be refused. A request refused as
+    busy (a full server) is sent again with backoff, as clients do, for at most
+    `busy_patience` seconds. Returns (work, close) where close() closes the clients."""
+    from .client import is_busy
+
     local = threading.local()
     opened = []
     lock = threading.Lock()
+    low, high = sizes
 
-    def request(module, payload: bytes):
-        tensor = module.InferInput(C.TEXT, [1, 1], "BYTES")
-        rows = np.empty((1, 1), dtype=np.object_)
-        rows[0, 0] = payload
+    def request(module, payloads: list[bytes]):
+        tensor = module.InferInput(C.TEXT, [len(payloads), 1], "BYTES")
+        rows = np.empty((len(payloads), 1), dtype=np.object_)
+        rows[:, 0] = payloads
         tensor.set_data_from_numpy(rows)
         return [tensor], [module.InferRequestedOutput(C.SCORE)]
 
@@ -104,20 +111,31 @@ def mixed_worker(url: str, protocol: str, texts: Sequence[str], expected: np.nda
             with lock:
                 opened.append(local.client)
         is_bad = bad_every > 0 and (i + client) % bad_every == bad_every - 1
-        j = (client * 7919 + i) % (len(bad) if is_bad else len(texts))
-        payload = bad[j] if is_bad else texts[j].encode("utf-8")
-        inputs, outputs = request(local.module, payload)
+        n = low + (client * 31 + i * 17) % (high - low + 1)
+        j = (client * 7919 + i) % len(texts)
+        rows = [(j + k) % len(texts) for k in range(n)]
+        payloads = [texts[r].encode("utf-8") for r in rows]
+        if is_bad:
+            payloads[(client + i) % n] = bad[(client * 7919 + i) % len(bad)]
+        inputs, outputs = request(local.module, payloads)
         started = time.perf_counter()
-        try:
-            result = local.client.infer(model, inputs, outputs=outputs)
-        except Exception as exc:  # noqa: BLE001 - refusals and transport errors alike
-            return Outcome(started, time.perf_counter() - started, "bad" if is_bad else "good", False,
-                           str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
+        tries = 0
+        while True:
+            try:
+                result = local.client.infer(model, inputs, outputs=outputs)
+                break
+            except Exception as exc:  # noqa: BLE001 - refusals and transport errors alike
+                if is_busy(exc) and time.perf_counter() - started < busy_patience:
+                    time.sleep(min(2.0, 0.1 * 2 ** tries))
+                    tries += 1
+                    continue
+                return Outcome(started, time.perf_counter() - started, "bad" if is_bad else "good", False,
+                               str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__, texts=n)
         latency = time.perf_counter() - started
         score = result.as_numpy(C.SCORE)
-        wrong = (not is_bad) and (score is None or score.shape != (1, 1)
-                                  or not abs(float(score[0, 0]) - float(expected[j])) <= tolerance)
-        return Outcome(started, latency, "bad" if is_bad else "good", True, None, bool(wrong))
+        wrong = (not is_bad) and (score is None or score.shape != (n, 1)
+                                  or not np.all(np.abs(score[:, 0] - expected[rows]) <= tolerance))
+        return Outcome(started, latency, "bad" if is_bad else "good", True, None, bool(wrong), texts=n)
 
     def close():
         for client in opened:
@@ -203,5 +221,12 @@ def summarize(outcomes: Sequence[Outcome], seconds: float, window: float = 15.0)
         "bad_accepted": sum(1 for o in bad if o.ok),
         "good_errors": dict(sorted(errors.items(), key=lambda kv: -kv[1])[:5]),
         "requests_per_s": len(outcomes) / seconds if seconds else float("nan"),
+        "texts_scored": sum(o.texts for o in good if o.ok),
         "latency_first_ms": percentiles(first), "latency_last_ms": percentiles(last),
+        "latency_ms": percentiles([o.latency for o in good if o.ok]),
+        "per_minute": [{"minute": m, "texts_per_s": round(sum(o.texts for o in good if o.ok and m * 60 <= o.start
+                                                               < (m + 1) * 60) / min(60.0, seconds - m * 60), 2),
+                        "p99_ms": round(percentiles([o.latency for o in good if o.ok and m * 60 <= o.start
+                                                     < (m + 1) * 60])["p99"], 1)}
+                       for m in range(int(np.ceil(seconds / 60)))],
     }

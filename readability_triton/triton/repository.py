@@ -68,21 +68,20 @@ QUEUE_DELAY_US = {C.VALIDATE: 500, C.PREPROCESS: 1000, C.FEATURIZE: 1000, C.BERT
 
 #: How long a request may wait in each step's queue (seconds) before Triton refuses it with
 #: UNAVAILABLE "Request timeout expired" (an asynchronous REJECT; clients retry with
-#: backoff; a request may ask for less with the `timeout` parameter). Sized from the service
-#: times measured on 2 CPU cores with MiniLM: bert computes 25-75 ms per text (1.6-4.8 s per
-#: request of 64 texts), every other step under 10 ms per request. With the entrance's load
-#: shedding (below) at most ~8 requests wait at bert: 8 clients scoring 64 texts at a time
-#: waited 23 s on average there, inside 60 s, while work whose clients left cannot pile up
-#: for minutes. No step has a `max_queue_size`: Triton 2.51 refuses that synchronously,
-#: and combined with gRPC cancellations it left ensemble requests in flight for good
-#: (triton.admission).
+#: backoff; a request may ask for less with the `timeout` parameter): the last bound, for
+#: when the entrance's load shedding (below) is off or slow to see a burst. bert computes
+#: 25-75 ms per text on 2 CPU cores (MiniLM), 1.6-4.8 s per request of 64 texts; every other
+#: step under 10 ms per request. No step has a `max_queue_size`: Triton 2.51 refuses that
+#: synchronously, and combined with gRPC cancellations it left ensemble requests in flight
+#: for good (triton.admission).
 QUEUE_TIMEOUT_S = {C.VALIDATE: 30.0, C.FEATURIZE: 30.0, C.FOREST: 30.0, C.PREPROCESS: 30.0, C.BERT: 60.0,
                    C.POSTPROCESS: 30.0}
-#: validate refuses new requests (UNAVAILABLE "busy ...") while this many requests wait in
-#: the queues of the steps after it: at one text per request bert still forms batches of
-#: up to 8-9 from such a queue, and at 64 texts per request 8 requests are 25-40 s of work
-#: on 2 cores.
-DEFAULT_MAX_PENDING_REQUESTS = 8
+#: validate refuses new requests (UNAVAILABLE "busy ...") while requests have lately waited
+#: this long in a later step's queue: a wait clients notice, well inside the queue timeouts;
+#: 8 clients sending 64 texts at a time reach it on 2 cores, 16 sending 1 text do not.
+DEFAULT_MAX_QUEUE_SECONDS = 10.0
+#: ... or while this many requests wait there, whatever they carry.
+DEFAULT_MAX_PENDING_REQUESTS = 64
 #: Python backend file of each Python model, per profile (folder under backends/).
 PYTHON_BACKENDS = {C.VALIDATE: "validate", C.PREPROCESS: "preprocess", C.FEATURIZE: "featurize",
                    C.POSTPROCESS: "postprocess"}
@@ -191,7 +190,8 @@ def render_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_
                   forest_weight: float = 0.5, max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
                   bert_format: str = DEFAULT_BERT_FORMAT, tensorrt: bool = False,
                   tensorrt_cache: str = DEFAULT_TENSORRT_CACHE, triton_version: str = releases.TESTED,
-                  max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS) -> str:
+                  max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
+                  max_queue_seconds: float = DEFAULT_MAX_QUEUE_SECONDS) -> str:
     """The `config.pbtxt` text of `model` in `profile` for Triton release `triton_version`
     (the BERT model in `bert_format`; with `tensorrt`, the onnxruntime backend builds a
     TensorRT FP16 engine for it)."""
@@ -231,6 +231,7 @@ def render_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_
         params[C.MAX_TEXT_BYTES] = str(max_text_bytes)
     if model == C.VALIDATE:
         params[C.MAX_PENDING_REQUESTS] = str(max_pending_requests)
+        params[C.MAX_QUEUE_SECONDS] = repr(float(max_queue_seconds))
     if model == C.PREPROCESS:
         params[C.MAX_LENGTH] = str(max_length)
     if model == C.POSTPROCESS:

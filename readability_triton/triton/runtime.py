@@ -392,10 +392,11 @@ class PythonModel:
         self._arrivals_file = (os.path.join(os.environ[ARRIVALS_ENV], f"{self.name}.json")
                                if os.environ.get(ARRIVALS_ENV) else None)
         #: The entrance's load shedding (parameter MAX_PENDING_REQUESTS; see triton.admission).
-        limit = self.int_parameter(contracts.MAX_PENDING_REQUESTS, 0, minimum=0)
-        self.admission = Admission(limit, [m for m in contracts.STEP_MODELS if m != self.name],
+        pending = self.int_parameter(contracts.MAX_PENDING_REQUESTS, 0, minimum=0)
+        queue_s = self.float_parameter(contracts.MAX_QUEUE_SECONDS, 0.0)
+        self.admission = Admission(pending, queue_s, [m for m in contracts.STEP_MODELS if m != self.name],
                                    url=self.params.get(contracts.METRICS_URL) or None,
-                                   log=lambda message: self.log(message, warn=True)) if limit else None
+                                   log=lambda message: self.log(message, warn=True)) if pending or queue_s else None
 
     # -- initialize-time helpers ---------------------------------------------------
     def int_parameter(self, name: str, default: int, minimum: int = 1) -> int:
