@@ -5,14 +5,14 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 # CPU environment: the pinned CPU build of PyTorch (see constraints/cpu.txt).
 CONSTRAINTS := -c constraints/cpu.txt
-EXTRAS := serve,portable,onnx,server,train,demo,plot,test
+EXTRAS := serve,portable,torchscript,onnx,server,client,train,demo,plot,test
 STAMP  := $(VENV)/.installed-$(shell cat setup.cfg constraints/cpu.txt | cksum | cut -d' ' -f1)
 TOOLS  := .venv-tools
 TOOLS_STAMP := $(TOOLS)/.installed-$(shell cksum < constraints/tools.txt | cut -d' ' -f1)
 DEMO_ARTIFACTS := .cache/demo-artifacts
 DEMO_REPO      := .cache/demo-repository
 
-.PHONY: demo test lint deploy-check venv clean gpu-check
+.PHONY: demo test lint deploy-check venv clean gpu-check image
 
 venv: $(STAMP)
 
@@ -57,6 +57,13 @@ test: lint deploy-check
 
 gpu-check:
 	bash scripts/gpu-check.sh
+
+# The image (scripts/image.sh): `make image PROFILE=portable` -> readability-triton:24.10-portable,
+# on a stand-in for NVIDIA's base where nvcr.io cannot be reached (BASE_IMAGE=... to choose).
+PROFILE ?= portable
+TRITON_VERSION ?= 24.10
+image: $(STAMP)
+	PROFILE=$(PROFILE) TRITON_VERSION=$(TRITON_VERSION) PY=$(PY) bash scripts/image.sh
 
 clean:
 	rm -rf $(VENV) $(TOOLS) .cache .pytest_cache .hypothesis

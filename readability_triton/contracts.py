@@ -54,6 +54,10 @@ INPUT_0 = "input__0"
 INPUT_1 = "input__1"
 OUTPUT_0 = "output__0"
 
+#: The health check's canary text (plain English, well inside every limit): `assemble`
+#: records what the repository's own models answer it, `serve` compares.
+CANARY_TEXT = "The cat sat on the mat. It was a warm day, and the cat was happy."
+
 # Config parameters the Python models read.
 MAX_TEXT_BYTES = "MAX_TEXT_BYTES"
 MAX_LENGTH = "MAX_LENGTH"

@@ -44,7 +44,9 @@ def test_only_the_gpu_profile_installs_cuda_wheels(version):
     gpu = r.requirements("gpu") + r.optional("gpu")
     assert any(w.startswith(f"cupy-cuda{r.cuda_major}x") for w in gpu)
     assert any(w.startswith(f"cudf-cu{r.cuda_major}") for w in gpu)
-    assert r.extras("portable") == "serve,portable" and r.extras("gpu") == "serve"
+    assert r.extras("portable") == "serve,portable,client" and r.extras("gpu") == "serve,client"
+    assert "torch" not in " ".join(r.constraints("portable") + r.constraints("cpu") + r.constraints("gpu"))
+    assert any(c.startswith("onnxruntime") for c in r.constraints("portable"))
 
 
 def test_the_build_check_refuses_what_the_stub_cannot_take():
@@ -58,9 +60,26 @@ def test_the_build_check_refuses_what_the_stub_cannot_take():
     assert "CUDA 13" in problem and "cupy-cuda13x" in problem
     (problem,) = releases.problems(new, "gpu", "3.12", "2.3.0", None)
     assert "CuPy" in problem
-    (problem,) = releases.problems(old, "cpu", "3.12", "1.26.4", None)
-    assert "3.12" in problem and "3.10" in problem
     assert releases.problems(old, "cpu", "3.10", None, None) == ["numpy is not installed"]
+
+
+def test_the_build_check_reads_the_stub_in_the_image(tmp_path):
+    """What matters is the stub the image holds and the libpython it links, not a table:
+    the stand-in base pairs Triton 2.51 with Python 3.11."""
+    old = releases.release("24.10")
+    assert releases.problems(old, "cpu", "3.11", "1.26.4", None, ("3.11", True)) == []
+    (problem,) = releases.problems(old, "cpu", "3.12", "1.26.4", None, ("3.11", True))
+    assert "links libpython3.11" in problem and "3.12" in problem
+    (problem,) = releases.problems(old, "cpu", "3.11", "1.26.4", None, ("3.11", False))
+    assert "does not find" in problem
+    (problem,) = releases.problems(old, "cpu", "3.11", "1.26.4", None, (None, False), "/nowhere/stub")
+    assert "/nowhere/stub" in problem and "BASE_IMAGE" in problem
+    assert releases.stub_libpython(str(tmp_path / "missing")) == (None, False)
+    from readability_triton.triton.server import triton_home
+
+    version = "%d.%d" % sys.version_info[:2]
+    real = os.path.join(triton_home(), "python_backend_stubs", version, "triton_python_backend_stub")
+    assert releases.stub_libpython(real)[0] == version  # the wheel's stub for this Python links its libpython
 
 
 def _module(*args, cwd=ROOT):
@@ -85,8 +104,8 @@ def test_what_the_dockerfile_asks_runs_on_the_standard_library_alone(version, pr
 def test_the_module_refuses_with_a_message():
     result = _module("requirements", "--triton-version", "22.01")
     assert result.returncode == 2 and "oldest release supported is 24.10" in result.stderr
-    result = _module("check", "--triton-version", "24.10", "--profile", "cpu")
-    assert result.returncode == 1 and "stub is built for 3.10" in result.stderr  # this Python is 3.11
+    result = _module("check", "--triton-version", "24.10", "--profile", "cpu", "--stub", "/nowhere/stub")
+    assert result.returncode == 1 and "no python-backend stub linking a libpython at /nowhere/stub" in result.stderr
 
 
 def test_the_readme_table_is_the_one_the_rules_give():

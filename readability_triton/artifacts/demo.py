@@ -266,6 +266,14 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
         seconds = round(time.perf_counter() - started, 1)
         info = {"built_by": "readability-triton build-demo", "build_key": key, "seconds": seconds,
                 "data": source, "bert": bert_info, "forest": forest, "blend": blend}
+        M.write_manifest(building, max_length, contracts.N_FEATURES, info)
+        # The canary's branch scores, for `assemble` where no BERT runtime is installed (an
+        # image of a native profile) to record what the health check must get back.
+        from .pipeline import Pipeline
+
+        canary = Pipeline.from_folder(building)([contracts.CANARY_TEXT])
+        info["canary"] = {"text": contracts.CANARY_TEXT, "bert": float(canary["bert"][0]),
+                          "forest": float(canary["forest"][0])}
         manifest = M.write_manifest(building, max_length, contracts.N_FEATURES, info)  # last: over every file
         M.check_artifacts(building, max_length=max_length)
         _swap_in(building, out)

@@ -71,18 +71,24 @@ def register(subparsers) -> None:
                     "logging, trace and shared-memory APIs closed to clients without the admin key, forward "
                     "its log, restart it (drained) on evidence that it is dead, stuck or answering wrong, "
                     "answer liveness and readiness probes, and drain it then stop it on Ctrl-C or SIGTERM.")
+    env = os.environ.get
     p.add_argument("--repository", required=True, metavar="REPO")
-    p.add_argument("--http-port", type=int, default=8000)
-    p.add_argument("--grpc-port", type=int, default=8001)
-    p.add_argument("--metrics-port", type=int, default=8002)
-    p.add_argument("--listen-all", action="store_true",
-                   help="listen on every interface (in a container), not only 127.0.0.1")
+    p.add_argument("--http-port", type=int, default=int(env("READABILITY_TRITON_HTTP_PORT", "8000")))
+    p.add_argument("--grpc-port", type=int, default=int(env("READABILITY_TRITON_GRPC_PORT", "8001")))
+    p.add_argument("--metrics-port", type=int, default=int(env("READABILITY_TRITON_METRICS_PORT", "8002")))
+    p.add_argument("--address", default=env("READABILITY_TRITON_ADDRESS", "127.0.0.1"),
+                   help="where the endpoints listen (default 127.0.0.1; 0.0.0.0 in a container). Each port and "
+                        "this default to $READABILITY_TRITON_<HTTP_PORT|GRPC_PORT|METRICS_PORT|HEALTH_PORT|ADDRESS>")
+    p.add_argument("--tritonserver", default=None, metavar="HOME",
+                   help="an installed tritonserver (HOME/bin/tritonserver, HOME/backends; an NGC image's "
+                        "/opt/tritonserver; default $READABILITY_TRITON_HOME, else the one in the nvidia-pytriton "
+                        "wheel)")
     p.add_argument("--log-file", default=None, help="write the server log here instead of stderr")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness")
     p.add_argument("--health-interval", type=float, default=5.0,
                    help="seconds between checks of the processes, the queues' progress and a canary "
                         "inference (0: no supervision; default 5)")
-    p.add_argument("--health-port", type=int, default=None,
+    p.add_argument("--health-port", type=int, default=int(env("READABILITY_TRITON_HEALTH_PORT", "0")) or None,
                    help="answer GET /livez, /readyz and /healthz on this port (liveness never fails "
                         "because of load; readiness: serving right answers)")
     p.add_argument("--stall-timeout", type=float, default=120.0,
@@ -184,8 +190,8 @@ def cmd_serve(args) -> int:
     # container does so anyway.
     become_subreaper()
     server = TritonServer(args.repository, args.http_port, args.grpc_port, args.metrics_port,
-                          log_file=args.log_file, drain_timeout=args.drain_timeout,
-                          address="0.0.0.0" if args.listen_all else "127.0.0.1")
+                          log_file=args.log_file, drain_timeout=args.drain_timeout, address=args.address,
+                          home=args.tritonserver or "")
     stopping = []
 
     def on_signal(signum, _frame):
@@ -202,7 +208,7 @@ def cmd_serve(args) -> int:
     health_server = None
     try:
         if args.health_port:
-            health_server = _health_endpoint(args.health_port, supervisor, args.listen_all)
+            health_server = _health_endpoint(args.health_port, supervisor, args.address)
         server.start(timeout=args.timeout)
         supervisor.started()
         print(f"tritonserver ready (pid {server.pid}): http {server.http_url}, grpc {server.grpc_url}, "
@@ -251,7 +257,7 @@ def cmd_serve(args) -> int:
     return 0 if report.get("drained") else 1
 
 
-def _health_endpoint(port: int, supervisor, listen_all: bool = False):
+def _health_endpoint(port: int, supervisor, address: str = "127.0.0.1"):
     """A small HTTP server for probes: GET /livez (200 while serve supervises a running or
     restarting server; load never fails it), /readyz (200 while the server answers right:
     no repair under way, no dead stub, the last canary right or merely busy) and /healthz
@@ -284,7 +290,7 @@ def _health_endpoint(port: int, supervisor, listen_all: bool = False):
         def log_message(self, *args):  # quiet: probes come every few seconds
             pass
 
-    httpd = ThreadingHTTPServer(("0.0.0.0" if listen_all else "127.0.0.1", port), Handler)
+    httpd = ThreadingHTTPServer((address, port), Handler)
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     return httpd
 

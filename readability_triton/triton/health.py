@@ -47,8 +47,7 @@ from typing import Any, Callable
 from .. import contracts as C
 from ..errors import ClientError
 
-#: The canary text: plain English, well inside every limit.
-CANARY = "The cat sat on the mat. It was a warm day, and the cat was happy."
+CANARY = C.CANARY_TEXT
 #: Where `assemble` records the canary's expected answers: in the ensemble's version folder.
 CANARY_FILE = "canary.json"
 _DEAD_STUB = re.compile(r"Stub process '(.+?)_\d+_\d+' is not healthy")
@@ -209,9 +208,14 @@ class Supervisor:
 
     def status(self) -> dict[str, Any]:
         """What the health endpoints answer: live, ready, and why."""
+        from .server import alive
+
         with self._lock:
             phase, problem, probe = self.phase, self.problem, self.last_probe
         running = self.server.process is not None and self.server.process.poll() is None
+        gone = sorted(instance for pid, instance in list(self._stubs.items()) if not alive(pid))
+        if gone and not problem:  # seen at once, before the next round repairs it
+            problem = f"the python-backend stub of {', '.join(gone)} is gone"
         live = phase != "failed" and (running or phase in ("starting", "repairing", "stopping"))
         ready = phase == "serving" and running and not problem and (probe is None or probe.kind in ("ok", "busy"))
         return {"live": live, "ready": ready, "phase": phase, "problem": problem or None,

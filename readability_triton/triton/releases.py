@@ -25,6 +25,7 @@ Facts (NVIDIA's release notes and this project's checks, `../shared/design.md`):
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from dataclasses import dataclass
@@ -87,22 +88,36 @@ class Release:
         return "cudf-cu13>=25.10" if self.cuda_major >= 13 else "cudf-cu12>=25.04"
 
     def requirements(self, profile: str) -> list[str]:
-        """pip requirements for the image's python3, besides the package's `serve` extra:
-        numpy the stub can take, and for the `gpu` profile (KIND_GPU Python steps) CuPy for
-        the image's CUDA. cuDF is installed separately and may be missing (see `optional`)."""
+        """pip requirements for the image's python3, besides the package's extras: numpy the
+        stub can take, and for the profiles with Python steps on the GPU CuPy for the image's
+        CUDA. cuDF is installed separately and may be missing (see `optional`)."""
         reqs = [self.numpy]
-        if profile == "gpu":
+        if profile in ("gpu", "portable-gpu"):
             reqs.append(self.cupy)
         return reqs
 
     def optional(self, profile: str) -> list[str]:
         """What the image installs if pip has it for this Python (WordPiece on the GPU)."""
-        return [self.cudf] if profile == "gpu" else []
+        return [self.cudf] if profile in ("gpu", "portable-gpu") else []
 
     def extras(self, profile: str) -> str:
-        """The package's extras for `profile` in this image (CuPy/cuDF come from
-        `requirements`/`optional`, which pin what `gpu_extra` holds)."""
-        return "serve,portable" if profile == "portable" else "serve"
+        """The package's extras for `profile` in this image: what its Python models run, and
+        the client `serve`'s health check uses. The native profiles (gpu, hybrid, cpu) run
+        BERT and the forest in Triton's own backends: no ONNX Runtime, Treelite or torch."""
+        return {"portable": "serve,portable,client",
+                "portable-gpu": "serve,portable,torchscript,client"}.get(profile, "serve,client")
+
+    def constraints(self, profile: str) -> list[str]:
+        """The pins the image installs `profile` under (a pip constraints file): every heavy
+        dependency bounded to the versions this project runs (numpy for the stub; ONNX
+        Runtime 1.18+ reads the exported opset-18, IR-10 model; Treelite 4.x reads the
+        checkpoints FIL reads; torch for the image's CUDA comes from PIP_EXTRA_INDEX_URL)."""
+        pins = [self.numpy, "tokenizers>=0.19,<1", "tritonclient>=2.41,<3", "protobuf>=4,<7"]
+        if profile in ("portable", "portable-gpu"):
+            pins += ["onnxruntime>=1.18,<2", "treelite>=4,<5"]
+        if profile == "portable-gpu":
+            pins.append("torch>=2.5,<3")
+        return pins + self.requirements(profile)[1:]
 
     @property
     def gpu_extra(self) -> str:
@@ -155,12 +170,44 @@ def markdown_table() -> str:
     return "\n".join(rows)
 
 
-def problems(r: Release, profile: str, python: str, numpy_version: str | None, cupy: str | None) -> list[str]:
+#: Where the python backend's stub is in an NGC tritonserver image (and the stand-in).
+IMAGE_STUB = "/opt/tritonserver/backends/python/triton_python_backend_stub"
+
+
+def stub_libpython(stub: str) -> tuple[str | None, bool]:
+    """(X.Y of the libpython the stub links, whether the loader finds it), from `ldd`;
+    (None, False) when the stub does not exist or links no libpython."""
+    import subprocess
+
+    if not os.path.isfile(stub):
+        return None, False
+    try:
+        out = subprocess.run(["ldd", stub], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None, False
+    match = re.search(r"libpython(\d+\.\d+)\S*\s*=>\s*(\S+)", out)
+    if not match:
+        return None, False
+    return match.group(1), match.group(2) != "not"
+
+
+def problems(r: Release, profile: str, python: str, numpy_version: str | None, cupy: str | None,
+             stub: tuple[str | None, bool] = ("", True), stub_path: str = IMAGE_STUB) -> list[str]:
     """Why a Python with these packages cannot host `profile`'s Python models under release
-    `r` (empty: it can). `cupy`: the CuPy distribution installed (cupy-cuda12x, ...), if any."""
+    `r` (empty: it can). `cupy`: the CuPy distribution installed (cupy-cuda12x, ...), if any.
+    `stub`: `stub_libpython` of the image's stub: it must link this Python's libpython, and
+    the loader must find it ("" for the version: not checked)."""
     out = []
-    if python != r.python:
-        out.append(f"python3 is {python}, Triton {r.version}'s python backend stub is built for {r.python}")
+    stub_python, found = stub
+    if stub_python is None:
+        out.append(f"no python-backend stub linking a libpython at {stub_path}: build FROM a tritonserver image "
+                   "(BASE_IMAGE)")
+    elif stub_python and stub_python != python:
+        out.append(f"python3 is {python}, but the image's python-backend stub links libpython{stub_python}: "
+                   f"install the packages into Python {stub_python}")
+    elif stub_python and not found:
+        out.append(f"the image's python-backend stub links libpython{stub_python}, which the loader does not find "
+                   f"(install the shared libpython{stub_python})")
     if numpy_version is None:
         out.append("numpy is not installed")
     elif int(numpy_version.split(".")[0]) >= 2 and not r.stub_numpy2:
@@ -175,9 +222,10 @@ def problems(r: Release, profile: str, python: str, numpy_version: str | None, c
     return out
 
 
-def check_image(version: str, profile: str) -> list[str]:
-    """`problems` of the running Python. Run inside the image at build time, so that a wrong
-    numpy fails the build, not the first BYTES request."""
+def check_image(version: str, profile: str, stub_path: str = IMAGE_STUB) -> list[str]:
+    """`problems` of the running Python and the image's stub. Run inside the image at build
+    time, so that a Python the stub cannot load or a wrong numpy fails the build, not the
+    first BYTES request."""
     from importlib import metadata
 
     def installed(name: str) -> str | None:
@@ -187,16 +235,18 @@ def check_image(version: str, profile: str) -> list[str]:
             return None
 
     cupy = next((name for name in ("cupy-cuda12x", "cupy-cuda13x", "cupy-cuda11x") if installed(name)), None)
-    return problems(release(version), profile, "%d.%d" % sys.version_info[:2], installed("numpy"), cupy)
+    return problems(release(version), profile, "%d.%d" % sys.version_info[:2], installed("numpy"), cupy,
+                    stub_libpython(stub_path), stub_path)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m readability_triton.triton.releases")
     sub = parser.add_subparsers(dest="what", required=True)
-    for name in ("numpy", "requirements", "optional", "extras", "check"):
+    for name in ("numpy", "requirements", "optional", "extras", "constraints", "check"):
         p = sub.add_parser(name)
         p.add_argument("--triton-version", default=TESTED)
         p.add_argument("--profile", default="gpu")
+        p.add_argument("--stub", default=IMAGE_STUB, help="check: the image's python-backend stub")
     sub.add_parser("table")
     args = parser.parse_args(argv)
     try:
@@ -212,8 +262,10 @@ def main(argv: list[str] | None = None) -> int:
             print(" ".join(r.optional(args.profile)))
         elif args.what == "extras":
             print(r.extras(args.profile))
+        elif args.what == "constraints":
+            print("\n".join(r.constraints(args.profile)))
         else:
-            problems = check_image(args.triton_version, args.profile)
+            problems = check_image(args.triton_version, args.profile, args.stub)
             for problem in problems:
                 print(f"error: {problem}", file=sys.stderr)
             if problems:

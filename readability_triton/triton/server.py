@@ -122,12 +122,17 @@ def prepare_backends(directory: str) -> str:
     return directory
 
 
-def server_environment(base: dict | None = None) -> dict:
+def server_environment(base: dict | None = None, home: str = "") -> dict:
+    """The environment tritonserver runs in: the wheel's libraries and this Python's
+    LIBDIR and `bin` first; for a tritonserver installed at `home` (an NGC image's
+    /opt/tritonserver), its `lib`."""
     env = dict(os.environ if base is None else base)
-    home = triton_home()
-    libs = os.path.normpath(os.path.join(home, "..", "..", "nvidia_pytriton.libs"))
-    paths = [libs, _python_libdir()] + [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p]
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(paths)
+    if home:
+        libs = [os.path.join(home, "lib")]
+    else:
+        libs = [os.path.normpath(os.path.join(triton_home(), "..", "..", "nvidia_pytriton.libs")), _python_libdir()]
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(libs + [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep)
+                                                     if p])
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     return env
 
@@ -224,6 +229,9 @@ def group_members(pgid: int) -> list[int]:
                 members.append(int(entry))
     return members
 
+#: Where an installed tritonserver lives (an NGC image: /opt/tritonserver); unset: the wheel's.
+TRITON_HOME_ENV = "READABILITY_TRITON_HOME"
+
 #: Default `TritonServer.shm_region_limit`: 64 MiB. The largest legitimate batch a Python
 #: model receives is 256 texts of MAX_TEXT_BYTES (100,000): 25.6 MB, plus its outputs.
 DEFAULT_SHM_REGION_LIMIT = 64 << 20
@@ -269,7 +277,11 @@ class TritonServer:
     http_port: int = 0
     grpc_port: int = 0
     metrics_port: int = 0
-    backend_dir: str = ""  # default: a folder under ~/.cache/readability-triton
+    #: An installed tritonserver (`<home>/bin/tritonserver`, `<home>/backends`, `<home>/lib`:
+    #: an NGC image's /opt/tritonserver); default $READABILITY_TRITON_HOME, else the one in
+    #: the nvidia-pytriton wheel.
+    home: str = ""
+    backend_dir: str = ""  # default: <home>/backends, or (the wheel) a folder under ~/.cache/readability-triton
     log_file: str | None = None  # None: forward the server's log to our stderr
     extra_args: list[str] = field(default_factory=list)
     exit_timeout: int = 10  # seconds tritonserver waits for in-flight work after SIGTERM
@@ -289,7 +301,10 @@ class TritonServer:
         self.http_port = self.http_port or free_port()
         self.grpc_port = self.grpc_port or free_port()
         self.metrics_port = self.metrics_port or free_port()
-        if not self.backend_dir:
+        self.home = self.home or os.environ.get(TRITON_HOME_ENV, "")
+        if not self.backend_dir and self.home:
+            self.backend_dir = os.path.join(self.home, "backends")
+        elif not self.backend_dir:
             self.backend_dir = os.path.join(os.path.expanduser("~"), ".cache", "readability-triton",
                                             f"backends-py{sys.version_info.major}{sys.version_info.minor}")
         self.shm_prefix = self.shm_prefix or f"readability-triton-{os.getpid()}-{next(_instances)}-"
@@ -309,13 +324,17 @@ class TritonServer:
 
     def command(self) -> list[str]:
         return [
-            os.path.join(triton_home(), "bin", "tritonserver"),
+            os.path.join(self.home or triton_home(), "bin", "tritonserver"),
             "--model-repository", os.path.abspath(self.repository),
             "--backend-directory", os.path.abspath(self.backend_dir),
             "--http-address", self.address, "--http-port", str(self.http_port),
             "--grpc-address", self.address, "--grpc-port", str(self.grpc_port),
             "--metrics-address", self.address, "--metrics-port", str(self.metrics_port),
-            "--allow-gpu-metrics", "false",
+            # GPU metrics from an installed tritonserver (an NGC image on a GPU); the wheel's
+            # on these CPU machines has none to give
+            "--allow-gpu-metrics", "true" if self.home else "false",
+            # the p50/p90/p99 latency summaries the Grafana dashboard and the HPA read
+            "--metrics-config=summary_latencies=true",
             "--disable-auto-complete-config",
             "--model-control-mode", "explicit", "--load-model", "*",
             "--backend-config", f"python,shm-region-prefix-name={self.shm_prefix}",
@@ -327,11 +346,12 @@ class TritonServer:
     def start(self, timeout: float = 180.0) -> "TritonServer":
         if not os.path.isdir(self.repository):
             raise ServerError(f"{self.repository}: no such model repository")
-        problem = stub_numpy_problem()
+        problem = None if self.home else stub_numpy_problem()  # an image's stub: `releases check`
         if problem:
             raise ServerError(problem)
-        prepare_backends(self.backend_dir)
-        env = server_environment()
+        if not self.home:
+            prepare_backends(self.backend_dir)
+        env = server_environment(home=self.home)
         env[METRICS_URL_ENV] = self.metrics_url  # validate's load shedding reads the pending requests there
         limit = self.shm_region_limit
 
