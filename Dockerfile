@@ -34,6 +34,7 @@
 #   Docker's 64 MiB default is too small for six of them under load: give 1g.
 ARG TRITON_VERSION=24.10
 ARG BASE_IMAGE=nvcr.io/nvidia/tritonserver:${TRITON_VERSION}-py3
+# checkov:skip=CKV_DOCKER_7: the base is BASE_IMAGE, by default NVIDIA's image tagged with the release
 FROM ${BASE_IMAGE}
 
 ARG TRITON_VERSION
@@ -95,7 +96,7 @@ STOPSIGNAL SIGTERM
 # serve's readiness: right answers now (a dead stub, a wrong answer or a restart in progress
 # make it fail; load does not). Liveness for an orchestrator: /livez on the same port.
 HEALTHCHECK --interval=10s --timeout=5s --start-period=120s --retries=2 \
-    CMD readability-triton health --serve "127.0.0.1:${READABILITY_TRITON_HEALTH_PORT}" --check ready || exit 1
+    CMD ["/bin/sh", "-c", "readability-triton health --serve \"127.0.0.1:${READABILITY_TRITON_HEALTH_PORT}\" --check ready || exit 1"]
 # serve runs as PID 1: it drains and stops tritonserver on SIGTERM, reaps what a dying server
 # leaves, and restarts tritonserver on evidence that it is dead, stuck or answering wrong.
 CMD ["readability-triton", "serve", "--repository", "/models"]

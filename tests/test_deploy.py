@@ -58,13 +58,14 @@ def resources() -> dict[str, dict]:
     out: dict[str, dict] = {}
     for path in paths:
         for doc in load_all(path):
-            assert doc["kind"] not in out, f"two {doc['kind']} objects: tests expect one of each"
-            out[doc["kind"]] = doc
+            key = doc["kind"] if doc["kind"] not in out else f"{doc['kind']}/{doc['metadata']['name']}"
+            assert key not in out, f"two {key} objects"
+            out[key] = doc
     return out
 
 
 BUILTIN = ("ServiceAccount", "PersistentVolumeClaim", "Deployment", "Service", "NetworkPolicy",
-           "HorizontalPodAutoscaler")
+           "HorizontalPodAutoscaler", "Ingress", "Ingress/readability-triton-grpc")
 CUSTOM = ("ServiceMonitor", "ServingRuntime", "InferenceService")
 
 
@@ -77,6 +78,11 @@ def dockerfile_cmd() -> list[str]:
     text = dockerfile().replace("\\\n", " ")
     (cmd,) = re.findall(r"^CMD (\[.*\])\s*$", text, flags=re.M)
     return json.loads(cmd)
+
+
+def dockerfile_env(name: str) -> str:
+    (value,) = re.findall(rf"\b{name}=(\S+)", dockerfile().split("\nENV ", 1)[1])
+    return value
 
 
 def dockerfile_arg(name: str) -> str:
@@ -172,16 +178,26 @@ def test_manifests_agree_with_each_other_and_with_the_image():
         assert container["securityContext"]["allowPrivilegeEscalation"] is False
         assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
     assert main["resources"]["limits"]["nvidia.com/gpu"] == 1
-    # Probes: Triton's own health endpoints, the startup probe long enough to load models.
-    assert main["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
-    assert main["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
+    # Probes: serve's liveness and readiness on its health port (the image's), the startup
+    # probe long enough to load models; the admin key from a Secret, never from the image.
+    assert main["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "health"}
+    assert main["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "health"}
     startup = main["startupProbe"]
-    assert startup["httpGet"]["path"] == "/v2/health/ready"
+    assert startup["httpGet"]["path"] == "/readyz"
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 300
+    assert pod["terminationGracePeriodSeconds"] >= 30 + 10  # serve's drain, then the exit
+    (key,) = [e for e in main["env"] if e["name"] == "READABILITY_TRITON_ADMIN_KEY_FILE"]
+    (mount,) = [m for m in main["volumeMounts"] if key["value"].startswith(m["mountPath"] + "/")]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == mount["name"]]
+    assert volume["secret"]["secretName"] == "readability-admin-key"
+    assert "READABILITY_TRITON_ADMIN_KEY" not in dockerfile().split("\nENV ", 1)[1]  # never baked into the image
     assert {m["mountPath"] for m in main["volumeMounts"]} >= {"/models", "/dev/shm", "/tmp"}
-    # Service, ServiceMonitor, NetworkPolicy: the container's named ports.
+    # Service, ServiceMonitor, NetworkPolicy: the container's named ports (the health port
+    # is the kubelet's, not the Service's).
     ports = {p["name"]: p["containerPort"] for p in main["ports"]}
-    assert ports == {"http": 8000, "grpc": 8001, "metrics": 8002}
+    assert ports == {"http": 8000, "grpc": 8001, "metrics": 8002, "health": 8003}
+    assert ports["health"] == int(dockerfile_env("READABILITY_TRITON_HEALTH_PORT"))
+    ports.pop("health")
     service = r["Service"]
     assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {n: n for n in ports}
     assert service["spec"]["selector"].items() <= pod_labels(r).items()
@@ -202,6 +218,10 @@ def test_manifests_agree_with_each_other_and_with_the_image():
     assert (entry["name"], entry["newTag"]) == (image, tag)
     runtime = r["ServingRuntime"]
     assert runtime["spec"]["containers"][0]["image"] == main["image"]
+    assert runtime["spec"]["containers"][0]["args"][:2] == ["readability-triton", "serve"]
+    # The ingress keeps the body limit the gateway template has.
+    for ingress in load_all(os.path.join(K8S, "ingress.yaml")):
+        assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-body-size"] == "16m"
     model = r["InferenceService"]["spec"]["predictor"]["model"]
     assert model["runtime"] == runtime["metadata"]["name"]
     assert model["runtimeVersion"] == tag
@@ -218,15 +238,20 @@ def adapter_rules() -> list[dict]:
     return load(os.path.join(K8S, "prometheus-adapter", "values.yaml"))["rules"]["custom"]
 
 
-def test_compose_wires_server_prometheus_and_grafana():
+def test_compose_wires_server_gateway_prometheus_and_grafana():
     compose = load(os.path.join(DEPLOY, "compose.yaml"))
     services = compose["services"]
-    assert sorted(services) == ["grafana", "prometheus", "triton"]
+    assert sorted(services) == ["gateway", "grafana", "prometheus", "triton"]
     triton = services["triton"]
     assert os.path.isfile(os.path.join(DEPLOY, triton["build"]["context"], "Dockerfile"))
     assert set(triton["build"]["args"]) == {"TRITON_VERSION", "PROFILE", "ARTIFACTS"}
-    assert triton["shm_size"] == "1gb"
-    assert [p.split(":")[0] for p in triton["ports"]] == ["8000", "8001", "8002"]
+    assert triton["shm_size"] == "1gb" and triton["stop_grace_period"] == "60s"
+    assert "ports" not in triton  # clients come through the gateway and its body limit
+    assert "READABILITY_TRITON_ADMIN_KEY" in triton["environment"]
+    gateway = services["gateway"]
+    assert [p.split(":")[0] for p in gateway["ports"]] == ["8000", "8001"]
+    assert gateway["environment"]["TRITON_HOST"] == "triton" and gateway["environment"]["MAX_BODY_SIZE"] == "16m"
+    assert "./nginx/templates:/etc/nginx/templates:ro" in gateway["volumes"]
     # Every bind mount's host side exists (relative to deploy/).
     for name, service in services.items():
         for volume in service.get("volumes", []):
@@ -304,7 +329,10 @@ def test_the_dockerfile_defaults_to_the_tested_release_and_checks_its_stub():
     assert dockerfile_arg("PROFILE") == "gpu"
     assert int(dockerfile_arg("UID")) >= 10000
     assert re.search(r"^USER \$\{UID\}$", text, flags=re.M)
-    assert "HEALTHCHECK" in text and "/v2/health/ready" in text
-    assert "releases check --triton-version" in text  # the build fails on a numpy the stub cannot take
-    for command in re.findall(r"release (\w+)", text):
-        assert command in ("numpy", "requirements", "optional", "extras"), command
+    # The health check asks serve's readiness on the port serve listens on.
+    assert re.search(r'HEALTHCHECK .*\n.*health --serve \\"127\.0\.0\.1:\$\{READABILITY_TRITON_HEALTH_PORT\}\\" --check ready',
+                     text)
+    assert dockerfile_cmd()[:2] == ["readability-triton", "serve"]
+    assert "releases check --triton-version" in text  # the build fails on a stub or numpy it cannot use
+    for command in re.findall(r"release (\w+)(?:\)| >)", text):
+        assert command in ("numpy", "requirements", "optional", "extras", "constraints"), command

@@ -96,6 +96,13 @@ def test_the_restricted_apis_are_closed_with_one_key(tmp_path, monkeypatch):
     assert S.admin_headers("k", "grpc") == {"triton-grpc-protocol-admin-key": "k"}
     monkeypatch.setenv(S.ADMIN_KEY_ENV, "from-the-environment")
     assert S.TritonServer(str(tmp_path)).admin_key == "from-the-environment"
+    monkeypatch.delenv(S.ADMIN_KEY_ENV)
+    (tmp_path / "key").write_text("from-a-secret-file\n")
+    monkeypatch.setenv(S.ADMIN_KEY_ENV + "_FILE", str(tmp_path / "key"))
+    assert S.TritonServer(str(tmp_path)).admin_key == "from-a-secret-file"
+    monkeypatch.setenv(S.ADMIN_KEY_ENV + "_FILE", str(tmp_path / "missing"))
+    with pytest.raises(S.ServerError, match="cannot read"):
+        S.TritonServer(str(tmp_path))
     monkeypatch.setenv(S.ADMIN_KEY_ENV, "no spaces; or quotes")
     with pytest.raises(S.ServerError, match="letters, digits"):
         S.TritonServer(str(tmp_path))

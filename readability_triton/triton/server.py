@@ -250,8 +250,17 @@ RESTRICTED_APIS = ("model-repository", "logging", "trace", "shared-memory")
 
 
 def admin_key_from_environment() -> str:
-    """The key of the restricted APIs: $READABILITY_TRITON_ADMIN_KEY, else a new random one."""
+    """The key of the restricted APIs: $READABILITY_TRITON_ADMIN_KEY, or the contents of the
+    file $READABILITY_TRITON_ADMIN_KEY_FILE names (a Kubernetes Secret mounted as a file),
+    else a new random one."""
     key = os.environ.get(ADMIN_KEY_ENV, "").strip()
+    if not key and os.environ.get(ADMIN_KEY_ENV + "_FILE"):
+        path = os.environ[ADMIN_KEY_ENV + "_FILE"]
+        try:
+            with open(path, encoding="utf-8") as handle:
+                key = handle.read().strip()
+        except OSError as err:
+            raise ServerError(f"${ADMIN_KEY_ENV}_FILE: cannot read {path} ({err.strerror})") from None
     if key and not all(c.isalnum() or c in "-_.~" for c in key):
         raise ServerError(f"${ADMIN_KEY_ENV} may hold only letters, digits and -_.~ (it goes into a header "
                           "and a command line)")
