@@ -12,7 +12,7 @@ TOOLS_STAMP := $(TOOLS)/.installed-$(shell cksum < constraints/tools.txt | cut -
 DEMO_ARTIFACTS := .cache/demo-artifacts
 DEMO_REPO      := .cache/demo-repository
 
-.PHONY: demo test lint deploy-check venv clean gpu-check image
+.PHONY: demo test lint deploy-check venv clean gpu-check image native-backends
 
 venv: $(STAMP)
 
@@ -52,7 +52,13 @@ deploy-check: $(TOOLS_STAMP)
 	$(CHECKOV) --framework dockerfile --file Dockerfile
 	$(CHECKOV) --framework kubernetes --directory deploy
 
-test: lint deploy-check
+# Triton's own PyTorch and ONNX Runtime backends (r24.10) for the test server, built from
+# ../shared/third_party and cached by a hash of their inputs (scripts/native_backends.sh);
+# where sources or build tools are missing it says so and the tests that need them skip.
+native-backends: $(STAMP)
+	PY=$(PY) bash scripts/native_backends.sh
+
+test: lint deploy-check native-backends
 	$(PY) -m pytest -q
 
 gpu-check:

@@ -273,10 +273,13 @@ def test_docker_stop_under_load_drains_and_exits_0(image):
 def test_the_cpu_profile_renders_and_parses_in_the_image(image):
     """The stand-in has no native backends, so the cpu profile cannot be served in it; its
     repository is assembled in the image and every config parsed with Triton's proto."""
-    script = ("from readability_triton.triton import repository as r; import os; "
-              "r.assemble('/opt/readability-triton/artifacts', '/tmp/cpu', 'cpu'); "
-              "print(' '.join(f'{m}:{r.read_config(os.path.join(\"/tmp/cpu\", m, \"config.pbtxt\")).platform or "
-              "r.read_config(os.path.join(\"/tmp/cpu\", m, \"config.pbtxt\")).backend}' for m in sorted(os.listdir('/tmp/cpu'))))")
+    script = "\n".join([
+        "import os",
+        "from readability_triton.triton import repository as r",
+        "r.assemble('/opt/readability-triton/artifacts', '/tmp/cpu', 'cpu')",
+        "for m in sorted(os.listdir('/tmp/cpu')):",
+        "    c = r.read_config(os.path.join('/tmp/cpu', m, 'config.pbtxt'))",
+        "    print(f'{m}:{c.platform or c.backend}')"])
     out = _docker("run", "--rm", "--network", "host", "--read-only", "--tmpfs", "/tmp", "--entrypoint", "python3",
                   image, "-c", script).stdout
     assert "bert:onnxruntime_onnx" in out and "forest:fil" in out and "readability:ensemble" in out, out

@@ -407,6 +407,43 @@ def repository_pipeline(repo: str):
                     forest=GTILRunner.from_folder(folder(C.FOREST)), weights=weights)
 
 
+def backends_needed(repo: str) -> dict[str, str]:
+    """{model: the backend its config names} of an assembled repository (a platform such as
+    onnxruntime_onnx counts as the backend that serves it)."""
+    platforms = {"onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "pytorch", "ensemble": ""}
+    out = {}
+    for model in C.ALL_MODELS:
+        config = read_config(os.path.join(repo, model, "config.pbtxt"))
+        out[model] = config.backend or platforms.get(config.platform, config.platform)
+    return out
+
+
+def python_forest_view(repo: str, out: str) -> str:
+    """A view of `repo` whose forest runs as the Python model of the portable profile
+    (Treelite's GTIL on `checkpoint.tl`, the checkpoint FIL would read), for a server without
+    the FIL backend: `out` links every other model of `repo` and holds the forest's config
+    and model.py. Returns `out`."""
+    os.makedirs(out, exist_ok=True)
+    for model in C.ALL_MODELS:
+        target = os.path.join(out, model)
+        if os.path.lexists(target):
+            shutil.rmtree(target) if os.path.isdir(target) and not os.path.islink(target) else os.remove(target)
+        if model != C.FOREST:
+            os.symlink(os.path.abspath(os.path.join(repo, model)), target)
+    fil = read_config(os.path.join(repo, C.FOREST, "config.pbtxt"))
+    n_features = int(fil.input[0].dims[0])
+    folder = os.path.join(out, C.FOREST, VERSION)
+    os.makedirs(folder)
+    with open(os.path.join(out, C.FOREST, "config.pbtxt"), "w", encoding="utf-8") as handle:
+        handle.write(render_config(C.FOREST, "portable", n_features=n_features))
+    shutil.copyfile(os.path.join(backends_root(), PORTABLE_BACKENDS[C.FOREST], "model.py"),
+                    os.path.join(folder, "model.py"))
+    source = os.path.join(repo, C.FOREST, VERSION)
+    for name in os.listdir(source):
+        os.symlink(os.path.abspath(os.path.join(source, name)), os.path.join(folder, name))
+    return out
+
+
 def write_canonical(root: str) -> None:
     """Rewrite the configs of the source tree's `model_repository/` (the `gpu` profile)."""
     for model in C.ALL_MODELS:

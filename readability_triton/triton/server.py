@@ -96,8 +96,33 @@ def _python_libdir() -> str:
     return sysconfig.get_config_var("LIBDIR")
 
 
-def prepare_backends(directory: str) -> str:
-    """Fill `directory/python/` with the python backend for this interpreter; returns `directory`."""
+#: Triton's own backends built here (`make native-backends`): backends/<name>/.
+NATIVE_BACKENDS_ENV = "READABILITY_TRITON_NATIVE_BACKENDS"
+
+
+def native_backends() -> str | None:
+    """The folder `make native-backends` built (PyTorch and ONNX Runtime backends for the
+    wheel's Triton 2.51), or None: $READABILITY_TRITON_NATIVE_BACKENDS, else
+    ~/.cache/readability-triton/native-backends."""
+    path = os.environ.get(NATIVE_BACKENDS_ENV) or os.path.join(os.path.expanduser("~"), ".cache",
+                                                               "readability-triton", "native-backends")
+    return path if os.path.isfile(os.path.join(path, ".complete")) else None
+
+
+def available_backends(backend_dir: str) -> set[str]:
+    """The backends a server with `--backend-directory backend_dir` can load."""
+    try:
+        return {name for name in os.listdir(backend_dir) if os.path.isdir(os.path.join(backend_dir, name))}
+    except OSError:
+        return set()
+
+
+def prepare_backends(directory: str, native: str | None = None) -> str:
+    """Fill `directory/python/` with the python backend for this interpreter, and link the
+    native backends in `native` (`make native-backends`) beside it; returns `directory`."""
+    if native:
+        for name in sorted(os.listdir(os.path.join(native, "backends"))):
+            _link(os.path.join(native, "backends", name), os.path.join(directory, name))
     home = triton_home()
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     stub = os.path.join(home, "python_backend_stubs", version, "triton_python_backend_stub")
@@ -113,19 +138,24 @@ def prepare_backends(directory: str) -> str:
         "triton_python_backend_stub": stub,
     }
     for name, source in sources.items():
-        destination = os.path.join(target, name)
-        if os.path.islink(destination) or os.path.exists(destination):
-            if os.path.realpath(destination) == os.path.realpath(source):
-                continue
-            os.remove(destination)
-        os.symlink(source, destination)
+        _link(source, os.path.join(target, name))
     return directory
+
+
+def _link(source: str, destination: str) -> None:
+    os.makedirs(os.path.dirname(destination), exist_ok=True)
+    if os.path.islink(destination) or os.path.exists(destination):
+        if os.path.realpath(destination) == os.path.realpath(source):
+            return
+        os.remove(destination)
+    os.symlink(source, destination)
 
 
 def server_environment(base: dict | None = None, home: str = "") -> dict:
     """The environment tritonserver runs in: the wheel's libraries and this Python's
     LIBDIR and `bin` first; for a tritonserver installed at `home` (an NGC image's
-    /opt/tritonserver), its `lib`."""
+    /opt/tritonserver), its `lib`. (The native backends find their libraries through their
+    RPATH, beside them.)"""
     env = dict(os.environ if base is None else base)
     if home:
         libs = [os.path.join(home, "lib")]
@@ -291,6 +321,9 @@ class TritonServer:
     #: the nvidia-pytriton wheel.
     home: str = ""
     backend_dir: str = ""  # default: <home>/backends, or (the wheel) a folder under ~/.cache/readability-triton
+    #: With the wheel's tritonserver: Triton's PyTorch and ONNX Runtime backends built here
+    #: (`make native-backends`), loaded beside the python backend; default `native_backends()`.
+    native: str | None = None
     log_file: str | None = None  # None: forward the server's log to our stderr
     extra_args: list[str] = field(default_factory=list)
     exit_timeout: int = 10  # seconds tritonserver waits for in-flight work after SIGTERM
@@ -311,11 +344,14 @@ class TritonServer:
         self.grpc_port = self.grpc_port or free_port()
         self.metrics_port = self.metrics_port or free_port()
         self.home = self.home or os.environ.get(TRITON_HOME_ENV, "")
+        if self.native is None and not self.home:
+            self.native = native_backends()
         if not self.backend_dir and self.home:
             self.backend_dir = os.path.join(self.home, "backends")
         elif not self.backend_dir:
             self.backend_dir = os.path.join(os.path.expanduser("~"), ".cache", "readability-triton",
-                                            f"backends-py{sys.version_info.major}{sys.version_info.minor}")
+                                            f"backends-py{sys.version_info.major}{sys.version_info.minor}"
+                                            + ("-native" if self.native else ""))
         self.shm_prefix = self.shm_prefix or f"readability-triton-{os.getpid()}-{next(_instances)}-"
         self.admin_key = self.admin_key or admin_key_from_environment()
 
@@ -358,8 +394,9 @@ class TritonServer:
         problem = None if self.home else stub_numpy_problem()  # an image's stub: `releases check`
         if problem:
             raise ServerError(problem)
+        native = None if self.home else self.native
         if not self.home:
-            prepare_backends(self.backend_dir)
+            prepare_backends(self.backend_dir, native)
         env = server_environment(home=self.home)
         env[METRICS_URL_ENV] = self.metrics_url  # validate's load shedding reads the pending requests there
         limit = self.shm_region_limit
