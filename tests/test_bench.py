@@ -9,6 +9,7 @@ clients sent in the row), and the PNG is checked for being an image with somethi
 from __future__ import annotations
 
 import contextlib
+import os
 import io
 import json
 
@@ -177,3 +178,24 @@ def test_statistics_are_read_once_the_counts_stop_moving():
     got = bench.settled_statistics("u", "grpc", interval=0.001, timeout=0.02,
                                    read=lambda url, protocol: {C.PREPROCESS: {"inference_count": next(moving)}})
     assert got[C.PREPROCESS]["inference_count"] > 1  # it stopped at the timeout, still moving
+
+
+@pytest.mark.parametrize("profile", ["portable", "cpu"])
+@pytest.mark.parametrize("bert_format", [None, "onnx", "torchscript"])
+def test_the_in_process_row_runs_the_served_bert_format(tiny_artifacts, tmp_path, profile, bert_format):
+    """bench compares like with like: its in-process pipeline runs the BERT file the served
+    repository holds (portable now serves ONNX by default), with the served thread plan."""
+    from readability_triton.bert.runner import OnnxRunner, TorchScriptRunner
+    from readability_triton.triton import repository
+
+    repo = str(tmp_path / "repository")
+    repository.assemble(tiny_artifacts, repo, profile, bert_format=bert_format)
+    served = os.listdir(os.path.join(repo, "bert", "1"))
+    expected = "model.pt" if bert_format == "torchscript" else "model.onnx"
+    assert expected in served and ({"model.pt", "model.onnx"} - {expected}).isdisjoint(served)
+    pipeline = repository.repository_pipeline(repo)
+    assert isinstance(pipeline.bert, TorchScriptRunner if bert_format == "torchscript" else OnnxRunner)
+    assert repository.served_bert(repo).startswith(expected)
+    assert isinstance(pipeline.forest.threads, int)
+    if profile == "portable":
+        assert pipeline.forest.threads == 1  # the cheap steps' one thread, as served

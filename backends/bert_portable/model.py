@@ -17,7 +17,7 @@ class TritonPythonModel:
         self.model = PythonModel(pb_utils, args)
         self.model.expect_inputs((C.INPUT_0, C.INPUT_1))
         folder = self.model.artifacts((), optional=BERT_FORMATS.values())
-        self.runner = self.model.build(bert_runner, folder, self.model.device)
+        self.runner = self.model.build(bert_runner, folder, self.model.device, threads=self.model.threads)
         self.model.log(self.runner.describe())
 
     def execute(self, requests):

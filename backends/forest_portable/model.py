@@ -15,7 +15,7 @@ class TritonPythonModel:
     def initialize(self, args):
         self.model = PythonModel(pb_utils, args)
         folder = self.model.artifacts(GTILRunner.FILES)
-        self.runner = self.model.build(forest_runner, folder, self.model.device)
+        self.runner = self.model.build(forest_runner, folder, self.model.device, threads=self.model.threads)
         self.model.expect_dims({C.INPUT_0: (self.runner.n_features,)}, "checkpoint.tl")
         self.model.log(self.runner.describe())
 

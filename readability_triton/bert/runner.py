@@ -41,24 +41,32 @@ class TorchScriptRunner:
 
     FILES = (MODEL_PT,)
 
-    def __init__(self, module, device: Device | str | None = None):
+    def __init__(self, module, device: Device | str | None = None, threads: int = 0):
         import torch
 
         self.torch = torch
         self.device = as_device(device)
+        if threads > 0:  # the thread plan (`threads`): intra-op pool; no inter-op parallelism to share cores with
+            torch.set_num_threads(threads)
+            try:
+                torch.set_num_interop_threads(1)
+            except RuntimeError:  # already started (torch allows setting it once)
+                pass
+        self.threads = torch.get_num_threads()
         self.module = module.eval()
         if self.device.is_gpu:
             self.module = self.module.to(f"cuda:{self.device.device_id}")
         self.vocab_size = embedding_rows(self.module)
 
     @classmethod
-    def from_folder(cls, folder: str, device: Device | str | None = None) -> "TorchScriptRunner":
+    def from_folder(cls, folder: str, device: Device | str | None = None, threads: int = 0) -> "TorchScriptRunner":
         import torch
 
-        return cls(torch.jit.load(os.path.join(folder, MODEL_PT), map_location="cpu"), device)
+        return cls(torch.jit.load(os.path.join(folder, MODEL_PT), map_location="cpu"), device, threads)
 
     def describe(self) -> str:
-        where = f"torch on {self.device}, DLPack in and out" if self.device.is_gpu else "the CPU"
+        where = f"torch on {self.device}, DLPack in and out" if self.device.is_gpu else \
+            f"the CPU, {self.threads} thread(s)"
         return f"TorchScript model.pt on {where} (vocabulary of {self.vocab_size} ids)"
 
     def __call__(self, ids, mask):
@@ -82,7 +90,7 @@ class OnnxRunner:
 
     FILES = (MODEL_ONNX,)
 
-    def __init__(self, path: str, device: Device | str | None = None):
+    def __init__(self, path: str, device: Device | str | None = None, threads: int = 0):
         if as_device(device).is_gpu:
             raise ValueError("the ONNX Runtime runner runs on the CPU (KIND_CPU); on a GPU use the gpu or hybrid "
                              "profile, where the onnxruntime backend serves model.onnx (optionally with TensorRT)")
@@ -93,17 +101,23 @@ class OnnxRunner:
                              "pip install 'readability-triton[portable]'") from None
         options = onnxruntime.SessionOptions()
         options.log_severity_level = 3
+        if threads > 0:  # the thread plan: the intra-op pool; one inference at a time per session
+            options.intra_op_num_threads = threads
+            options.inter_op_num_threads = 1
+            options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+        self.threads = threads or (os.cpu_count() or 1)
         self.session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         declared = self.session.get_modelmeta().custom_metadata_map.get("vocab_size")
         self.vocab_size = int(declared) if declared else None
         self.version = onnxruntime.__version__
 
     @classmethod
-    def from_folder(cls, folder: str, device: Device | str | None = None) -> "OnnxRunner":
-        return cls(os.path.join(folder, MODEL_ONNX), device)
+    def from_folder(cls, folder: str, device: Device | str | None = None, threads: int = 0) -> "OnnxRunner":
+        return cls(os.path.join(folder, MODEL_ONNX), device, threads)
 
     def describe(self) -> str:
-        return f"ONNX model.onnx with ONNX Runtime {self.version} on the CPU (vocabulary of {self.vocab_size} ids)"
+        return (f"ONNX model.onnx with ONNX Runtime {self.version} on the CPU, {self.threads} thread(s) (vocabulary "
+                f"of {self.vocab_size} ids)")
 
     def __call__(self, ids, mask):
         check_token_ids(ids, mask, self.vocab_size)
@@ -116,7 +130,8 @@ RUNNERS: dict[str, type[OnnxRunner] | type[TorchScriptRunner]] = {"onnx": OnnxRu
                                                                     "torchscript": TorchScriptRunner}
 
 
-def bert_runner(folder: str, device: Device | str | None = None, bert_format: str | None = None):
+def bert_runner(folder: str, device: Device | str | None = None, bert_format: str | None = None,
+                threads: int = 0):
     """The runner of the BERT model in `folder`: `bert_format`'s, or the one present (ONNX
-    when both are)."""
-    return RUNNERS[choose_bert_format(folder, bert_format)].from_folder(folder, device)
+    when both are), its intra-op pool sized to `threads` (0: the runtime's default, all cores)."""
+    return RUNNERS[choose_bert_format(folder, bert_format)].from_folder(folder, device, threads)

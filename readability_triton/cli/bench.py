@@ -73,7 +73,7 @@ def _texts(path: str | None, column: str) -> list[str]:
 def cmd_bench(args) -> int:
     from ..artifacts.pipeline import Pipeline
     from ..triton import bench
-    from ..triton.repository import repository_pipeline
+    from ..triton.repository import repository_pipeline, servable, served_bert
     from ..triton.server import TritonServer
 
     concurrency = _ints(args.concurrency, "--concurrency")
@@ -86,12 +86,19 @@ def cmd_bench(args) -> int:
     if args.artifacts and args.repository:
         raise CommandError("--artifacts goes with --url: with --repository the in-process row runs the "
                            "repository's own artifacts")
-    server = None
+    server, view = None, args.repository
     try:
         if args.repository:
             pipeline = repository_pipeline(args.repository)
             server = TritonServer(args.repository, log_file=os.path.join(args.repository.rstrip("/") + ".bench.log"))
+            try:
+                server.repository = view = servable(server, args.repository,
+                                                    lambda line: print(line, file=sys.stderr, flush=True))
+            except ValueError as err:
+                raise CommandError(str(err)) from None
             print(f"starting tritonserver on {args.repository} (log {server.log_file})", file=sys.stderr, flush=True)
+            print(f"served bert: {served_bert(args.repository)}; in process: {pipeline.bert.describe()}",
+                  file=sys.stderr, flush=True)
             server.start(timeout=300)
             url = server.grpc_url if args.protocol == "grpc" else server.http_url
         else:
@@ -115,6 +122,10 @@ def cmd_bench(args) -> int:
     finally:
         if server is not None:
             server.stop()
+            if view != args.repository:
+                import shutil
+
+                shutil.rmtree(view, ignore_errors=True)
     print(f"\nbench: {args.protocol} at {url}, {len(texts)} distinct texts, {args.duration:g} s per row, "
           f"{os.cpu_count()} CPUs\n")
     bench.print_rows(rows, sys.stdout)

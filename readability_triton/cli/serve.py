@@ -201,7 +201,12 @@ def cmd_serve(args) -> int:
         print(f"readability-triton serve: {message}", file=sys.stderr, flush=True)
 
     canary = Canary.load(args.repository) if os.path.isdir(args.repository) else None
-    served = _servable(server, args.repository, say)
+    from ..triton.repository import servable
+
+    try:
+        served = servable(server, args.repository, say)
+    except ValueError as err:
+        raise CommandError(str(err)) from None
     if served != args.repository:
         server.repository = served
     previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -262,36 +267,6 @@ def cmd_serve(args) -> int:
     ) + ")"
     print(f"tritonserver stopped (status {code}){detail}", file=sys.stderr)
     return 0 if report.get("drained") else 1
-
-
-def _servable(server, repo: str, say) -> str:
-    """The repository to hand `server`: `repo`, or a view of it whose forest runs as a Python
-    model when the server has no FIL backend (RAPIDS' FIL is not built here); says what it
-    serves where. A backend that is missing otherwise is an error that says how to get it."""
-    import tempfile
-
-    from ..triton.repository import backends_needed, python_forest_view
-    from ..triton.server import available_backends, prepare_backends
-
-    if not os.path.isfile(os.path.join(repo, contracts.ENSEMBLE, "config.pbtxt")):
-        return repo
-    if not server.home:
-        prepare_backends(server.backend_dir, server.native)
-    have = available_backends(server.backend_dir)
-    needed = backends_needed(repo)
-    missing = {model: backend for model, backend in needed.items() if backend and backend not in have}
-    if missing.get(contracts.FOREST) == "fil":
-        missing.pop(contracts.FOREST)
-        repo = python_forest_view(repo, tempfile.mkdtemp(prefix="readability-triton-view-"))
-        say("this tritonserver has no FIL backend: the forest runs as a Python model (Treelite's GTIL on the same "
-            "checkpoint.tl), as in the portable profile")
-        needed = backends_needed(repo)
-    if missing:
-        raise CommandError(f"this tritonserver has no backend for {', '.join(f'{m} ({b})' for m, b in missing.items())}"
-                           " (in " + server.backend_dir + "): build Triton's own with `make native-backends`, serve "
-                           "an NGC image's tritonserver with --tritonserver, or assemble --profile portable")
-    say("backends: " + ", ".join(f"{m} on {b}" for m, b in needed.items() if b))
-    return repo
 
 
 def _health_endpoint(port: int, supervisor, address: str = "127.0.0.1"):

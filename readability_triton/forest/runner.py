@@ -15,18 +15,19 @@ class GTILRunner:
 
     FILES = (CHECKPOINT,)
 
-    def __init__(self, model, device: Device | str | None = None, path: str = CHECKPOINT):
+    def __init__(self, model, device: Device | str | None = None, path: str = CHECKPOINT, threads: int = 0):
         if as_device(device).is_gpu:
             raise ValueError("the Treelite (GTIL) forest runs on the CPU; GPU deployments serve the checkpoint "
                              "with Triton's FIL backend (the gpu and hybrid profiles)")
         self.model = model
         self.path = path
+        self.threads = threads  # GTIL's OpenMP threads (0: all cores)
         self._gtil = treelite_module().gtil
 
     @classmethod
-    def from_folder(cls, folder: str, device: Device | str | None = None) -> "GTILRunner":
+    def from_folder(cls, folder: str, device: Device | str | None = None, threads: int = 0) -> "GTILRunner":
         path = os.path.join(folder, CHECKPOINT)
-        return cls(treelite_module().Model.deserialize(path), device, path)
+        return cls(treelite_module().Model.deserialize(path), device, path, threads)
 
     @property
     def n_features(self) -> int:
@@ -39,14 +40,16 @@ class GTILRunner:
         features = np.ascontiguousarray(features, dtype=np.float32)
         if features.ndim != 2 or features.shape[1] != self.n_features:
             raise ValueError(f"the forest takes {self.n_features} features per text, got shape {list(features.shape)}")
-        return self._gtil.predict(self.model, features).reshape(-1, 1).astype(np.float32)
+        out = self._gtil.predict(self.model, features, nthread=self.threads if self.threads > 0 else -1)
+        return out.reshape(-1, 1).astype(np.float32)
 
 
-def forest_runner(folder: str, device: Device | str | None = None):
+def forest_runner(folder: str, device: Device | str | None = None, threads: int = 0):
     """The forest of `folder`: the array tree walk where the repository holds
-    `forest_arrays.npz` (the portable-gpu profile; NumPy or CuPy by `device`), else GTIL."""
+    `forest_arrays.npz` (the portable-gpu profile; NumPy or CuPy by `device`), else GTIL
+    (with `threads` OpenMP threads; 0: all cores)."""
     from .arrays import FOREST_ARRAYS, ArrayForestRunner
 
     if os.path.isfile(os.path.join(folder, FOREST_ARRAYS)):
         return ArrayForestRunner.from_folder(folder, device)
-    return GTILRunner.from_folder(folder, device)
+    return GTILRunner.from_folder(folder, device, threads)

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from .. import contracts as C
+from .. import threads
 from ..artifacts import manifest as M
 from ..errors import AssemblyError
 from ..scoring import blend_weights
@@ -234,6 +235,8 @@ def render_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_
         params[C.MAX_QUEUE_SECONDS] = repr(float(max_queue_seconds))
     if model == C.PREPROCESS:
         params[C.MAX_LENGTH] = str(max_length)
+    if where.backend == "python":  # the thread plan (readability_triton.threads)
+        params[threads.THREADS] = "0" if model == C.BERT else "1"
     if model == C.POSTPROCESS:
         params[C.BERT_WEIGHT] = repr(float(bert_weight))
         params[C.FOREST_WEIGHT] = repr(float(forest_weight))
@@ -385,6 +388,19 @@ def read_config(path: str):
         return text_format.Parse(handle.read(), model_config_pb2.ModelConfig())
 
 
+def served_bert(repo: str) -> str:
+    """What serves BERT in an assembled repository, in one line: the backend, the file and
+    the thread plan."""
+    config = read_config(os.path.join(repo, C.BERT, "config.pbtxt"))
+    folder = os.path.join(repo, C.BERT, VERSION)
+    model = M.MODEL_ONNX if os.path.isfile(os.path.join(folder, M.MODEL_ONNX)) else M.MODEL_PT
+    if config.backend == "python":
+        value = config.parameters[threads.THREADS].string_value if threads.THREADS in config.parameters else "1"
+        count = sum(group.count or 1 for group in config.instance_group) or 1
+        return f"{model} in a Python model, {threads.resolve(int(value), count)} thread(s)"
+    return f"{model} on Triton's {config.platform} backend (its default threads)"
+
+
 def repository_pipeline(repo: str):
     """The in-process `Pipeline` of an assembled repository: the runners on the artifacts
     in its version folders, and SCORE's weights from postprocess's config. On the CPU."""
@@ -399,12 +415,20 @@ def repository_pipeline(repo: str):
 
     if not os.path.isfile(os.path.join(repo, C.ENSEMBLE, "config.pbtxt")):
         raise AssemblyError(f"{repo}: not a readability repository (no {C.ENSEMBLE}/config.pbtxt)")
+    def planned(model):  # the thread plan the served model runs under (0 for a native backend's: its own)
+        config = read_config(os.path.join(repo, model, "config.pbtxt"))
+        value = config.parameters[threads.THREADS].string_value if threads.THREADS in config.parameters else ""
+        count = sum(group.count or 1 for group in config.instance_group) or 1
+        return threads.resolve(int(value), count) if value else 0
+
     post = read_config(os.path.join(repo, C.POSTPROCESS, "config.pbtxt"))
     weights = (float(post.parameters["BERT_WEIGHT"].string_value), float(post.parameters["FOREST_WEIGHT"].string_value))
     max_length = M.load_manifest(folder(C.PREPROCESS)).max_length
+    bert_format = "onnx" if os.path.isfile(os.path.join(folder(C.BERT), M.MODEL_ONNX)) else "torchscript"
     return Pipeline(tokenizer=TokenizerRunner.from_folder(folder(C.PREPROCESS), max_length),
-                    bert=bert_runner(folder(C.BERT)), features=FeatureRunner.from_folder(folder(C.FEATURIZE)),
-                    forest=GTILRunner.from_folder(folder(C.FOREST)), weights=weights)
+                    bert=bert_runner(folder(C.BERT), bert_format=bert_format, threads=planned(C.BERT)),
+                    features=FeatureRunner.from_folder(folder(C.FEATURIZE)),
+                    forest=GTILRunner.from_folder(folder(C.FOREST), threads=planned(C.FOREST)), weights=weights)
 
 
 def backends_needed(repo: str) -> dict[str, str]:
@@ -442,6 +466,36 @@ def python_forest_view(repo: str, out: str) -> str:
     for name in os.listdir(source):
         os.symlink(os.path.abspath(os.path.join(source, name)), os.path.join(folder, name))
     return out
+
+
+def servable(server, repo: str, say=lambda message: None) -> str:
+    """The repository to hand `server` (a `TritonServer`): `repo`, or a view of it whose
+    forest runs as a Python model when the server has no FIL backend (RAPIDS' FIL is not
+    built here), in a temporary folder the caller removes; `say` gets one line on what runs
+    where. A backend that is missing otherwise is a ValueError that says how to get it."""
+    import tempfile
+
+    from .server import available_backends, prepare_backends
+
+    if not os.path.isfile(os.path.join(repo, C.ENSEMBLE, "config.pbtxt")):
+        return repo
+    if not server.home:
+        prepare_backends(server.backend_dir, server.native)
+    have = available_backends(server.backend_dir)
+    needed = backends_needed(repo)
+    missing = {model: backend for model, backend in needed.items() if backend and backend not in have}
+    if missing.get(C.FOREST) == "fil":
+        missing.pop(C.FOREST)
+        repo = python_forest_view(repo, tempfile.mkdtemp(prefix="readability-triton-view-"))
+        say("this tritonserver has no FIL backend: the forest runs as a Python model (Treelite's GTIL on the same "
+            "checkpoint.tl), as in the portable profile")
+        needed = backends_needed(repo)
+    if missing:
+        raise ValueError(f"this tritonserver has no backend for {', '.join(f'{m} ({b})' for m, b in missing.items())} "
+                         f"(in {server.backend_dir}): build Triton's own with `make native-backends`, serve an NGC "
+                         "image's tritonserver with --tritonserver, or assemble --profile portable")
+    say("backends: " + ", ".join(f"{m} on {b}" for m, b in needed.items() if b))
+    return repo
 
 
 def write_canonical(root: str) -> None:

@@ -399,6 +399,7 @@ class TritonServer:
             prepare_backends(self.backend_dir, native)
         env = server_environment(home=self.home)
         env[METRICS_URL_ENV] = self.metrics_url  # validate's load shedding reads the pending requests there
+        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (readability_triton.threads)
         limit = self.shm_region_limit
 
         def limits() -> None:  # in the child, before exec: see `shm_region_limit`
