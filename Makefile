@@ -20,6 +20,7 @@ $(STAMP): setup.cfg constraints/cpu.txt pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet $(CONSTRAINTS) -e ".[$(EXTRAS)]"
+	PY=$(PY) bash scripts/perf_analyzer.sh
 	rm -f $(VENV)/.installed-*
 	touch $@
 

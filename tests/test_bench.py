@@ -9,9 +9,9 @@ clients sent in the row), and the PNG is checked for being an image with somethi
 from __future__ import annotations
 
 import contextlib
-import os
 import io
 import json
+import os
 
 import numpy as np
 import pytest

@@ -42,6 +42,9 @@ def register(subparsers) -> None:
                    help="texts to send (default: the shared CommonLit excerpts, else a generated corpus)")
     p.add_argument("--column", default="excerpt", help="text column of --data (default: excerpt)")
     p.add_argument("--artifacts", metavar="DIR", help="with --url: the artifact set, for the in-process row")
+    p.add_argument("--engine", choices=("bench", "both"), default="bench",
+                   help="both: Triton's perf_analyzer (.venv/bin/perf_analyzer, `make` puts it there) also measures "
+                        "every row of one text per request, right after bench, with the same texts")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw throughput, latency and the per-model time")
     p.set_defaults(func=cmd_bench)
@@ -117,8 +120,26 @@ def cmd_bench(args) -> int:
             def advance(seconds):
                 bar.update(seconds - bar.n)
 
-            rows = bench.run(url, args.protocol, texts, concurrency, per_request, args.duration, pipeline,
-                             args.warmup, progress=advance)
+            perf_input = None
+            if args.engine == "both":
+                import shutil
+                import tempfile
+
+                binary = shutil.which("perf_analyzer") or os.path.join(os.path.dirname(sys.executable),
+                                                                       "perf_analyzer")
+                if not os.path.isfile(binary):
+                    raise CommandError("--engine both: no perf_analyzer (scripts/perf_analyzer.sh puts it into the "
+                                       "venv)")
+                descriptor, perf_input = tempfile.mkstemp(prefix="perf-input-", suffix=".json")
+                with os.fdopen(descriptor, "w", encoding="utf-8") as document:
+                    json.dump(bench.perf_input(texts), document, ensure_ascii=False)
+            try:
+                rows = bench.run(url, args.protocol, texts, concurrency, per_request, args.duration, pipeline,
+                                 args.warmup, progress=advance, perf_analyzer_input=perf_input,
+                                 perf_analyzer_binary=binary if perf_input else "perf_analyzer")
+            finally:
+                if perf_input:
+                    os.remove(perf_input)
     finally:
         if server is not None:
             server.stop()
@@ -142,8 +163,8 @@ def cmd_bench(args) -> int:
 
 
 def cmd_perf_input(args) -> int:
-    from .. import contracts as C
     from ..texts import as_utf8
+    from ..triton import bench
 
     texts = _texts(args.data, args.column)
     if args.limit is not None:
@@ -154,7 +175,7 @@ def cmd_perf_input(args) -> int:
         as_utf8(texts)
     except ValueError as err:
         raise CommandError(f"{args.data}: {err}") from None
-    document = {"data": [{C.TEXT: {"content": [text], "shape": [1]}} for text in texts]}
+    document = bench.perf_input(texts)
     with open(args.out, "w", encoding="utf-8") as handle:
         json.dump(document, handle, ensure_ascii=False)
     print(f"wrote {args.out}: {len(texts)} excerpts for perf_analyzer --input-data (TEXT, BYTES, shape [1])",

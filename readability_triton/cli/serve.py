@@ -61,6 +61,9 @@ def register(subparsers) -> None:
     p.add_argument("--triton-version", default=None, metavar="YY.MM",
                    help="the Triton release that will serve the repository (default 24.10, the release the "
                         "tests run): its configs differ, e.g. FIL's is_classifier from 25.09")
+    p.add_argument("--response-cache", action="store_true",
+                   help="let Triton's response cache keep bert's answers, so that texts seen before skip BERT "
+                        "(serve it with `serve --cache-size`)")
     p.add_argument("--force", action="store_true", help="replace REPO if it exists")
     p.set_defaults(func=cmd_assemble)
 
@@ -94,6 +97,9 @@ def register(subparsers) -> None:
     p.add_argument("--stall-timeout", type=float, default=120.0,
                    help="a step with requests queued that finishes nothing for this long counts as stuck "
                         "(default 120 s)")
+    p.add_argument("--cache-size", type=int, default=0, metavar="BYTES",
+                   help="the response cache's size (Triton's local cache) for a repository assembled with "
+                        "--response-cache (default 0: no cache)")
     p.add_argument("--drain-timeout", type=float, default=30.0,
                    help="on SIGTERM, seconds to let requests in flight finish before the server is stopped "
                         "(default 30)")
@@ -160,7 +166,7 @@ def cmd_assemble(args) -> int:
                         max_text_bytes=args.max_text_bytes or contracts.DEFAULT_MAX_TEXT_BYTES, force=args.force,
                         bert_format=args.bert_format, tensorrt=args.tensorrt,
                         tensorrt_cache=args.tensorrt_cache or DEFAULT_TENSORRT_CACHE,
-                        triton_version=triton_version)
+                        triton_version=triton_version, response_cache=args.response_cache)
     chosen = pick_bert_format(args.artifacts, args.profile, args.bert_format)
     from ..scoring import blend_weights
 
@@ -191,7 +197,7 @@ def cmd_serve(args) -> int:
     become_subreaper()
     server = TritonServer(args.repository, args.http_port, args.grpc_port, args.metrics_port,
                           log_file=args.log_file, drain_timeout=args.drain_timeout, address=args.address,
-                          home=args.tritonserver or "")
+                          home=args.tritonserver or "", cache_size=args.cache_size)
     stopping = []
 
     def on_signal(signum, _frame):

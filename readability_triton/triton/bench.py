@@ -12,6 +12,7 @@ in the same run, which gives the served/in-process ratio.
 """
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ class Row:
     latency_ms: dict[str, float]
     models: dict[str, dict] = field(default_factory=dict)  # the per-model breakdown
     in_process_texts_per_s: float | None = None
+    #: perf_analyzer's measurement of the same row, right after bench's (`--engine both`)
+    perf_analyzer: dict | None = None
 
     @property
     def served_vs_in_process(self) -> float | None:
@@ -187,8 +190,11 @@ def _offset(progress, base: float):
 
 
 def run(url: str, protocol: str, texts, concurrency=(1, 4, 16), texts_per_request=(1,), duration: float = 10.0,
-        pipeline=None, warmup: float = 2.0, progress=None) -> list[Row]:
-    """All rows (see the module doc); `progress(seconds_done)` is called as the load runs."""
+        pipeline=None, warmup: float = 2.0, progress=None, perf_analyzer_input: str | None = None,
+        perf_analyzer_binary: str = "perf_analyzer") -> list[Row]:
+    """All rows (see the module doc); `progress(seconds_done)` is called as the load runs.
+    With `perf_analyzer_input` (a perf-input file of the same texts), perf_analyzer measures
+    each row of one text per request right after bench does (`Row.perf_analyzer`)."""
     rows = []
     done = 0.0
     in_process = {}
@@ -210,7 +216,51 @@ def run(url: str, protocol: str, texts, concurrency=(1, 4, 16), texts_per_reques
             rows.append(Row(per_request, clients, duration, len(outcomes), len(outcomes) - len(ok),
                             len(ok) * per_request / duration, percentiles([o.latency for o in ok], (50, 95, 99)),
                             breakdown(before, after), in_process.get(per_request)))
+            if perf_analyzer_input and per_request == 1:
+                rows[-1].perf_analyzer = perf_analyzer(url, protocol, perf_analyzer_input, clients, duration,
+                                                       perf_analyzer_binary)
     return rows
+
+
+def perf_input(texts) -> dict:
+    """perf_analyzer's --input-data document: one entry per text, the ensemble's TEXT as a
+    BYTES tensor of shape [1] (its documented layout)."""
+    return {"data": [{C.TEXT: {"content": [text], "shape": [1]}} for text in texts]}
+
+
+def perf_analyzer(url: str, protocol: str, input_data: str, clients: int, duration: float,
+                  binary: str = "perf_analyzer") -> dict:
+    """One measurement by Triton's perf_analyzer: `clients` concurrent requests of one text
+    each (taken in turn from the `input_data` file) for windows of `duration` s, until two
+    agree within 25 % (at most 5; its default 10 % is rarely met on 2 shared cores).
+    {"texts_per_s", "p50_ms", "p99_ms", "requests", "errors"} (from its CSV report)."""
+    import csv
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="perf-analyzer-") as tmp:
+        report = f"{tmp}/report.csv"
+        command = [binary, "-m", C.ENSEMBLE, "-u", url, "-i", protocol, "--input-data", input_data,
+                   "--concurrency-range", f"{clients}:{clients}", "--measurement-interval",
+                   str(int(duration * 1000)), "--stability-percentage", "25", "--max-trials", "5",
+                   "--percentile", "99", "-f", report]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=duration * 12 + 120)
+        if done.returncode != 0 or not os.path.isfile(report):
+            tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
+            raise RuntimeError(f"perf_analyzer exited with status {done.returncode}: {' | '.join(tail)}")
+        with open(report, encoding="utf-8") as handle:
+            (row,) = list(csv.DictReader(handle))
+    requests = _count(done.stdout, "Request count")
+    return {"texts_per_s": float(row["Inferences/Second"]), "p50_ms": float(row["p50 latency"]) / 1e3,
+            "p99_ms": float(row["p99 latency"]) / 1e3, "requests": requests,
+            "errors": _count(done.stdout, "Failed") if "Failed" in done.stdout else 0, "command": " ".join(command)}
+
+
+def _count(text: str, label: str) -> int:
+    import re
+
+    found = re.findall(rf"{label}: (\d+)", text)
+    return int(found[-1]) if found else 0
 
 
 def print_rows(rows: list[Row], out) -> None:
@@ -221,6 +271,15 @@ def print_rows(rows: list[Row], out) -> None:
         ratio = f"{r.served_vs_in_process:>17.2f}" if r.served_vs_in_process else f"{'-':>17}"
         print(f"{r.texts_per_request:>9} {r.concurrency:>7} {r.texts_per_s:>8.1f} {r.latency_ms['p50']:>8.1f} "
               f"{r.latency_ms['p95']:>8.1f} {r.latency_ms['p99']:>8.1f} {r.errors:>6} {inproc} {ratio}", file=out)
+    measured = [r for r in rows if r.perf_analyzer]
+    if measured:
+        print("\nperf_analyzer, the same rows right after (one text per request):", file=out)
+        print(f"{'clients':>7} {'texts/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} {'bench texts/s':>13} "
+              f"{'perf_analyzer/bench':>19}", file=out)
+        for r in measured:
+            pa = r.perf_analyzer or {}
+            print(f"{r.concurrency:>7} {pa['texts_per_s']:>8.1f} {pa['p50_ms']:>8.1f} {pa['p99_ms']:>8.1f} "
+                  f"{pa['errors']:>6} {r.texts_per_s:>13.1f} {pa['texts_per_s'] / r.texts_per_s:>19.2f}", file=out)
     for r in rows:
         print(f"\nper model, {r.texts_per_request} text(s) per request, {r.concurrency} client(s): requests, texts, "
               "executions, average batch (texts); ms per request: queue | compute input / infer / output; "

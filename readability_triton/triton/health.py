@@ -35,6 +35,7 @@ repository) is the one repair.
 """
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import os
@@ -51,6 +52,7 @@ CANARY = C.CANARY_TEXT
 #: Where `assemble` records the canary's expected answers: in the ensemble's version folder.
 CANARY_FILE = "canary.json"
 _DEAD_STUB = re.compile(r"Stub process '(.+?)_\d+_\d+' is not healthy")
+_probes = itertools.count(int(time.time()))
 #: Answers that mean "busy, not broken": a queue timeout, validate's load shedding, a
 #: deadline that passed while the canary waited behind real work.
 _BUSY = ("timeout expired", "busy:", "deadline exceeded", "timed out", "timeout")
@@ -146,10 +148,13 @@ def check(url: str, protocol: str = "http", timeout: float = 10.0, canary: Canar
 
     text = canary.text if canary else CANARY
     names = tuple(canary.expected) if canary else (C.SCORE,)
+    # A second text of its own with every probe: no response cache can answer the request
+    # from an earlier one (Triton's is keyed by the inputs), so the models compute it.
+    texts = [text, f"A probe of the health check, number {next(_probes)}, with a few plain words."]
     started = time.perf_counter()
     try:
         with ReadabilityClient(url, protocol, model=model, timeout=timeout, retries=0) as client:
-            got, _ = client.infer_batch([text], names)
+            got, _ = client.infer_batch(texts, names)
     except ClientError as err:
         message = str(err)
         return Probe(classify(message), message, time.perf_counter() - started, dead_stubs=dead_stub_models(message))

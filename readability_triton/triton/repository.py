@@ -77,6 +77,13 @@ QUEUE_DELAY_US = {C.VALIDATE: 500, C.PREPROCESS: 1000, C.FEATURIZE: 1000, C.BERT
 #: for good (triton.admission).
 QUEUE_TIMEOUT_S = {C.VALIDATE: 30.0, C.FEATURIZE: 30.0, C.FOREST: 30.0, C.PREPROCESS: 30.0, C.BERT: 60.0,
                    C.POSTPROCESS: 30.0}
+#: The steps whose answers Triton's response cache keeps with `assemble --response-cache`
+#: (`serve --cache-size`): bert, where the time goes. A request of texts seen before skips
+#: it. Not the ensemble itself: Triton keys a cached answer by the inputs alone, not by the
+#: outputs asked for, so an ensemble hit returns the outputs the first request asked for
+#: (SCORE alone, or all three) whatever the next one asks (tests/test_cache.py shows it);
+#: bert's requests always ask for its one output. Errors are never cached.
+CACHED_STEPS = (C.BERT,)
 #: validate refuses new requests (UNAVAILABLE "busy ...") while requests have lately waited
 #: this long in a later step's queue: a wait clients notice, well inside the queue timeouts;
 #: 8 clients sending 64 texts at a time reach it on 2 cores, 16 sending 1 text do not.
@@ -192,7 +199,7 @@ def render_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_
                   bert_format: str = DEFAULT_BERT_FORMAT, tensorrt: bool = False,
                   tensorrt_cache: str = DEFAULT_TENSORRT_CACHE, triton_version: str = releases.TESTED,
                   max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
-                  max_queue_seconds: float = DEFAULT_MAX_QUEUE_SECONDS) -> str:
+                  max_queue_seconds: float = DEFAULT_MAX_QUEUE_SECONDS, response_cache: bool = False) -> str:
     """The `config.pbtxt` text of `model` in `profile` for Triton release `triton_version`
     (the BERT model in `bert_format`; with `tensorrt`, the onnxruntime backend builds a
     TensorRT FP16 engine for it)."""
@@ -227,6 +234,8 @@ def render_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_
     lines.append(f"instance_group [\n  {{\n    kind: {where.kind}\n    count: 1\n  }}\n]\n")
     if model == C.BERT and tensorrt:
         lines.append(tensorrt_block(max_length, C.MAX_BATCH_SIZE[C.BERT], tensorrt_cache))
+    if model in CACHED_STEPS and response_cache:
+        lines.append("response_cache {\n  enable: true\n}\n")
     params: dict[str, str] = {}
     if model in (C.VALIDATE, C.PREPROCESS, C.FEATURIZE):  # one limit: validate refuses first
         params[C.MAX_TEXT_BYTES] = str(max_text_bytes)
@@ -289,7 +298,8 @@ def pick_bert_format(artifacts: str, profile: str, wanted: str | None = None) ->
 def assemble(artifacts: str, out: str, profile: str, bert_weight: float | None = None,
              forest_weight: float | None = None, max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
              force: bool = False, bert_format: str | None = None, tensorrt: bool = False,
-             tensorrt_cache: str = DEFAULT_TENSORRT_CACHE, triton_version: str = releases.TESTED) -> M.Manifest:
+             tensorrt_cache: str = DEFAULT_TENSORRT_CACHE, triton_version: str = releases.TESTED,
+             response_cache: bool = False) -> M.Manifest:
     """Build a complete model repository for `profile` from an artifact set (its BERT model
     in `bert_format`, see `pick_bert_format`; SCORE's weights as given, both or none, by
     default the set's fitted weights (`train-blend`, `build-demo`), else 0.5 each), in the
@@ -322,7 +332,7 @@ def assemble(artifacts: str, out: str, profile: str, bert_weight: float | None =
     write_configs(out, profile, max_length=manifest.max_length, n_features=manifest.n_features,
                   bert_weight=bert_weight, forest_weight=forest_weight, max_text_bytes=max_text_bytes,
                   bert_format=bert_format, tensorrt=tensorrt, tensorrt_cache=tensorrt_cache,
-                  triton_version=triton_version)
+                  triton_version=triton_version, response_cache=response_cache)
     for model, names in {**M.MODEL_FILES, C.BERT: (M.BERT_FORMATS[bert_format],)}.items():
         target = os.path.join(out, model, VERSION)
         for name in list(names) + M.present(artifacts, M.OPTIONAL_FILES.get(model, ())) + [M.MANIFEST]:

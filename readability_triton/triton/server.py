@@ -337,6 +337,8 @@ class TritonServer:
     #: shrinks (python_backend r24.10 has no setting for it): a larger request fails with
     #: "Failed to increase the shared memory pool size" instead of growing a region for good.
     shm_region_limit: int = DEFAULT_SHM_REGION_LIMIT
+    #: Triton's local response cache, in bytes (0: none), for the models whose config enables it.
+    cache_size: int = 0
     address: str = "127.0.0.1"  # where the endpoints listen ("0.0.0.0" in a container: serve --listen-all)
 
     def __post_init__(self):
@@ -385,8 +387,17 @@ class TritonServer:
             "--backend-config", f"python,shm-region-prefix-name={self.shm_prefix}",
             "--exit-timeout-secs", str(self.exit_timeout),
             *restricted_api_args(self.admin_key),
+            *self.cache_args(),
             *self.extra_args,
         ]
+
+    def cache_args(self) -> list[str]:
+        """The local response cache of `cache_size` bytes (the cache library in the wheel's
+        caches/ or the installation's)."""
+        if not self.cache_size:
+            return []
+        return ["--cache-config", f"local,size={self.cache_size}",
+                "--cache-directory", os.path.join(self.home or triton_home(), "caches")]
 
     def start(self, timeout: float = 180.0) -> "TritonServer":
         if not os.path.isdir(self.repository):

@@ -1,0 +1,122 @@
+"""The served repository's speed by profile, BERT runtime and thread plan, in one run.
+
+Each variant is an assembled repository of the same artifact set, served by the test
+server in turn and measured by `bench` (one text per request, gRPC, closed loop) at 1 and 4
+clients, beside the same runners in process (the served BERT file and thread plan, one
+thread of calls):
+
+- `portable, TorchScript, no thread plan`: what `portable` served before (model.pt in a
+  Python model; every runtime sized to all cores, OpenMP spinning);
+- `portable, TorchScript`: the same with the thread plan;
+- `portable, ONNX` (the default): model.onnx with ONNX Runtime in a Python model, thread plan;
+- `cpu, onnxruntime_onnx` / `cpu, pytorch_libtorch`: bert on Triton's own backends (built by
+  `make native-backends`), the forest as a Python model (no FIL here).
+
+    python benchmarks/bench_profiles.py --artifacts .cache/demo-artifacts --duration 20 --json profiles.json
+
+Prints texts/s, p50 and the served/in-process ratio per row, and bert's compute (infer) per
+request and per execution from Triton's statistics.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+from readability_triton import contracts as C
+from readability_triton.data import COMMONLIT_CSV, read_table
+from readability_triton.threads import THREADS
+from readability_triton.triton import bench, repository
+from readability_triton.triton.server import TritonServer, native_backends
+
+VARIANTS = (
+    ("portable, TorchScript, no thread plan", "portable", "torchscript", False),
+    ("portable, TorchScript", "portable", "torchscript", True),
+    ("portable, ONNX (default)", "portable", "onnx", True),
+    ("cpu, onnxruntime_onnx", "cpu", "onnx", True),
+    ("cpu, pytorch_libtorch", "cpu", "torchscript", True),
+)
+
+
+def without_thread_plan(repo: str) -> None:
+    """Every Python model's runtimes sized to all cores (THREADS 0), as before the plan; the
+    caller also lets OpenMP spin (OMP_WAIT_POLICY=ACTIVE in the server's environment)."""
+    for model in C.STEP_MODELS:
+        path = os.path.join(repo, model, "config.pbtxt")
+        with open(path, encoding="utf-8") as handle:
+            text = handle.read()
+        text = text.replace(f'key: "{THREADS}"\n  value: {{ string_value: "1" }}',
+                            f'key: "{THREADS}"\n  value: {{ string_value: "0" }}')
+        with open(path, "w", encoding="utf-8") as handle:
+            handle.write(text)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--artifacts", required=True)
+    parser.add_argument("--concurrency", default="1,4")
+    parser.add_argument("--duration", type=float, default=20.0)
+    parser.add_argument("--warmup", type=float, default=3.0)
+    parser.add_argument("--variants", default="", help="comma-separated indexes of VARIANTS (default all)")
+    parser.add_argument("--json")
+    args = parser.parse_args(argv)
+    concurrency = tuple(int(c) for c in args.concurrency.split(","))
+    texts = read_table(COMMONLIT_CSV).texts if os.path.isfile(COMMONLIT_CSV) else None
+    if texts is None:
+        from readability_triton.artifacts.corpus import generate_corpus
+
+        texts = generate_corpus(400)[0]
+    chosen = [VARIANTS[int(i)] for i in args.variants.split(",")] if args.variants else list(VARIANTS)
+    results = []
+    with tempfile.TemporaryDirectory(prefix="bench-profiles-") as tmp:
+        for name, profile, fmt, plan in chosen:
+            if profile == "cpu" and native_backends() is None:
+                print(f"{name}: skipped (no native backends: make native-backends)", file=sys.stderr)
+                continue
+            repo = os.path.join(tmp, name.replace(" ", "_").replace(",", ""))
+            repository.assemble(args.artifacts, repo, profile, bert_format=fmt)
+            if not plan:
+                without_thread_plan(repo)
+            pipeline = repository.repository_pipeline(repo)
+            server = TritonServer(repo, log_file=os.path.join(tmp, "server.log"))
+            served = repository.servable(server, repo)
+            server.repository = served
+            print(f"{name}: served bert {repository.served_bert(repo)}; in process {pipeline.bert.describe()}",
+                  file=sys.stderr, flush=True)
+            if plan:
+                os.environ.pop("OMP_WAIT_POLICY", None)
+            else:
+                os.environ["OMP_WAIT_POLICY"] = "ACTIVE"  # OpenMP's default: idle threads spin
+            server.start(timeout=300)
+            try:
+                rows = bench.run(server.grpc_url, "grpc", texts, concurrency, (1,), args.duration, pipeline,
+                                 args.warmup)
+            finally:
+                server.stop()
+                if served != repo:
+                    shutil.rmtree(served, ignore_errors=True)
+            for row in rows:
+                bert = row.models.get(C.BERT, {})
+                results.append({"variant": name, "clients": row.concurrency, "texts_per_s": row.texts_per_s,
+                                "p50_ms": row.latency_ms["p50"], "in_process": row.in_process_texts_per_s,
+                                "served_vs_in_process": row.served_vs_in_process,
+                                "bert_infer_ms_per_request": bert.get("compute_infer_ms_per_request"),
+                                "bert_average_batch": bert.get("average_batch")})
+    print(f"\n{'variant':<40} {'clients':>7} {'texts/s':>8} {'p50 ms':>7} {'in proc':>8} {'ratio':>6} "
+          f"{'bert infer ms/req':>17} {'batch':>6}")
+    for r in results:
+        infer = r["bert_infer_ms_per_request"]
+        print(f"{r['variant']:<40} {r['clients']:>7} {r['texts_per_s']:>8.1f} {r['p50_ms']:>7.1f} "
+              f"{r['in_process'] or 0:>8.1f} {r['served_vs_in_process'] or 0:>6.2f} "
+              f"{infer if infer is not None else float('nan'):>17.1f} {r['bert_average_batch'] or 0:>6.1f}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"cpus": os.cpu_count(), "duration": args.duration, "rows": results}, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
