@@ -38,7 +38,18 @@ VARIANTS = (
     ("portable, ONNX (default)", "portable", "onnx", True),
     ("cpu, onnxruntime_onnx", "cpu", "onnx", True),
     ("cpu, pytorch_libtorch", "cpu", "torchscript", True),
+    ("portable, ONNX, 2 bert instances", "portable", "onnx", "2x"),
 )
+
+
+def two_bert_instances(repo: str) -> None:
+    """bert as two instances of one thread each: requests in parallel instead of one
+    request over both cores."""
+    path = os.path.join(repo, C.BERT, "config.pbtxt")
+    with open(path, encoding="utf-8") as handle:
+        text = handle.read()
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(text.replace("count: 1", "count: 2"))
 
 
 def without_thread_plan(repo: str) -> None:
@@ -62,6 +73,7 @@ def main(argv=None) -> int:
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--variants", default="", help="comma-separated indexes of VARIANTS (default all)")
     parser.add_argument("--json")
+    parser.add_argument("--logs", default=None, help="keep the servers' logs in this folder")
     args = parser.parse_args(argv)
     concurrency = tuple(int(c) for c in args.concurrency.split(","))
     texts = read_table(COMMONLIT_CSV).texts if os.path.isfile(COMMONLIT_CSV) else None
@@ -76,12 +88,16 @@ def main(argv=None) -> int:
             if profile == "cpu" and native_backends() is None:
                 print(f"{name}: skipped (no native backends: make native-backends)", file=sys.stderr)
                 continue
-            repo = os.path.join(tmp, name.replace(" ", "_").replace(",", ""))
+            repo = os.path.join(tmp, "".join(c if c.isalnum() else "-" for c in name).strip("-"))
             repository.assemble(args.artifacts, repo, profile, bert_format=fmt)
-            if not plan:
+            if plan == "2x":
+                two_bert_instances(repo)
+            elif not plan:
                 without_thread_plan(repo)
             pipeline = repository.repository_pipeline(repo)
-            server = TritonServer(repo, log_file=os.path.join(tmp, "server.log"))
+            logs = args.logs or tmp
+            os.makedirs(logs, exist_ok=True)
+            server = TritonServer(repo, log_file=os.path.join(logs, f"{os.path.basename(repo)}.log"))
             served = repository.servable(server, repo)
             server.repository = served
             print(f"{name}: served bert {repository.served_bert(repo)}; in process {pipeline.bert.describe()}",

@@ -44,7 +44,7 @@ def repo(tiny_artifacts, tmp_path_factory):
     for model in (C.PREPROCESS, C.FEATURIZE):
         path = out / model / "config.pbtxt"
         config = path.read_text()
-        old = f"max_queue_delay_microseconds: {repository.QUEUE_DELAY_US[model]}"
+        old = f"max_queue_delay_microseconds: {repository.queue_delay_us(model, 'KIND_CPU')}"
         assert old in config
         path.write_text(config.replace(old, f"max_queue_delay_microseconds: {BATCH_WINDOW_US}"))
     return str(out)

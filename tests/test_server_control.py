@@ -163,3 +163,11 @@ def test_the_gate_measures_how_long_requests_have_lately_waited():
     state["pending"] = 0
     clock[0] += 1.0
     assert gate.busy() is None  # idle
+
+
+@pytest.mark.parametrize("name", ["with space", "paren(s)", "quote'd", "dollar$x"])
+def test_a_repository_path_the_stub_command_cannot_carry_is_refused_before_the_server_hangs(tmp_path, name):
+    repo = tmp_path / name
+    repo.mkdir()
+    with pytest.raises(S.ServerError, match="shell"):
+        S.TritonServer(str(repo)).start()

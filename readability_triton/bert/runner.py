@@ -105,6 +105,8 @@ class OnnxRunner:
             options.intra_op_num_threads = threads
             options.inter_op_num_threads = 1
             options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+            if os.environ.get("READABILITY_TRITON_ORT_SPIN", "0") == "0":
+                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.threads = threads or (os.cpu_count() or 1)
         self.session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
         declared = self.session.get_modelmeta().custom_metadata_map.get("vocab_size")

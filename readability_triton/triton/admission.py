@@ -27,7 +27,8 @@ The first bounds the backlog in requests, the second in time, whatever a request
 of a request with one step in flight.
 
 The metrics are read at most every `refresh` seconds (one local HTTP GET of ~10 KB, about
-0.4 ms), only while requests arrive. Where the endpoint cannot be read (metrics off, another
+0.4 ms), only while requests arrive; in the server by a thread of the stub (`background`),
+so that no request waits for the reading. Where the endpoint cannot be read (metrics off, another
 port), the gate stays open and says so once in the log; `serve` tells the stubs where its
 metrics are (`READABILITY_TRITON_METRICS_URL`).
 """
@@ -36,6 +37,7 @@ from __future__ import annotations
 import collections
 import os
 import re
+import threading
 import time
 import urllib.request
 from typing import Callable, Iterable
@@ -80,7 +82,8 @@ class Admission:
 
     def __init__(self, max_pending: int, max_queue_s: float, models: Iterable[str], url: str | None = None,
                  refresh: float = 0.05, fetch: Callable[[str], str] = _fetch,
-                 clock: Callable[[], float] = time.monotonic, log: Callable[[str], None] | None = None):
+                 clock: Callable[[], float] = time.monotonic, log: Callable[[str], None] | None = None,
+                 background: bool = False):
         self.max_pending, self.max_queue_s = max_pending, max_queue_s
         self.models = tuple(models)
         self.url = url or os.environ.get(METRICS_URL_ENV) or DEFAULT_METRICS_URL
@@ -93,6 +96,10 @@ class Admission:
         #: success count last moved
         self._history: dict[str, collections.deque] = {m: collections.deque() for m in self.models}
         self._moved: dict[str, float] = {}
+        self._background = background
+        self._asked = -float("inf")  # when busy() was last called
+        self._thread: threading.Thread | None = None
+        self._wake = threading.Event()
 
     def _judge(self, metrics: dict[str, dict[str, float]], now: float) -> str | None:
         waiting = int(sum(metrics.get(m, {}).get("pending", 0) for m in self.models))
@@ -126,6 +133,26 @@ class Admission:
     def busy(self) -> str | None:
         if not (self.max_pending or self.max_queue_s):
             return None
+        if self._background:
+            self._asked = self._clock()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._watch, daemon=True, name="admission")
+                self._thread.start()
+            self._wake.set()
+            return self._verdict
+        return self._read()
+
+    def _watch(self) -> None:
+        """Read the metrics every `refresh` s while requests arrive (busy() was called in the
+        last 2 s); sleep otherwise."""
+        while True:
+            if self._clock() - self._asked > 2.0:
+                self._wake.clear()
+                self._wake.wait()
+            self._read()
+            time.sleep(self.refresh)
+
+    def _read(self) -> str | None:
         now = self._clock()
         if now - self._read_at < (RETRY_AFTER_FAILURE if self._failed else self.refresh):
             return self._verdict

@@ -7,8 +7,9 @@ texts/s, request latency p50/p95/p99 and errors, and, from Triton's statistics e
 (the difference over the row), for every composing model: requests, inferences (texts),
 executions, the average batch size, and the queue and compute (input, infer, output) time per request and
 per execution (see `breakdown`). The in-process pipeline (`artifacts.pipeline.Pipeline`: the same runners on
-the same artifacts, one thread, `texts_per_request` texts per call) runs on the same texts
-in the same run, which gives the served/in-process ratio.
+the same artifacts, with the served BERT file and thread plan, one thread of calls,
+`texts_per_request` texts per call) runs on the same texts right before and right after each
+row (the mean of the two), which gives the served/in-process ratio.
 """
 from __future__ import annotations
 
@@ -197,11 +198,11 @@ def run(url: str, protocol: str, texts, concurrency=(1, 4, 16), texts_per_reques
     each row of one text per request right after bench does (`Row.perf_analyzer`)."""
     rows = []
     done = 0.0
-    in_process = {}
     for per_request in texts_per_request:
-        if pipeline is not None:
-            in_process[per_request] = in_process_rate(pipeline, texts, per_request, min(duration, 10.0))
         for clients in concurrency:
+            # The in-process rate right before and right after the row, averaged: the ratio
+            # compares like with like even when the machine's speed drifts between rows.
+            samples = [in_process_rate(pipeline, texts, per_request, min(duration, 10.0) / 2)] if pipeline else []
             work, close = _work(url, protocol, texts, per_request)
             try:
                 if warmup:
@@ -212,10 +213,12 @@ def run(url: str, protocol: str, texts, concurrency=(1, 4, 16), texts_per_reques
             finally:
                 close()
             done += duration
+            if pipeline is not None:
+                samples.append(in_process_rate(pipeline, texts, per_request, min(duration, 10.0) / 2))
             ok = [o for o in outcomes if o.ok]
             rows.append(Row(per_request, clients, duration, len(outcomes), len(outcomes) - len(ok),
                             len(ok) * per_request / duration, percentiles([o.latency for o in ok], (50, 95, 99)),
-                            breakdown(before, after), in_process.get(per_request)))
+                            breakdown(before, after), statistics.fmean(samples) if samples else None))
             if perf_analyzer_input and per_request == 1:
                 rows[-1].perf_analyzer = perf_analyzer(url, protocol, perf_analyzer_input, clients, duration,
                                                        perf_analyzer_binary)

@@ -62,9 +62,19 @@ TENSORRT_KEYS = ("precision_mode", "max_workspace_size_bytes", "trt_max_partitio
 DEFAULT_TENSORRT_CACHE = "/tmp/readability-triton-trt"
 #: Version folder of every model.
 VERSION = "1"
-#: Dynamic-batching queue delay (microseconds) of each batching step.
+#: Dynamic-batching queue delay (microseconds) of each step on a GPU instance, where larger
+#: batches pay: how long a step waits for more requests before it runs what it has.
 QUEUE_DELAY_US = {C.VALIDATE: 500, C.PREPROCESS: 1000, C.FEATURIZE: 1000, C.BERT: 2000, C.FOREST: 500,
                   C.POSTPROCESS: 500}
+
+
+def queue_delay_us(model: str, kind: str | None) -> int:
+    """A step's queue delay: `QUEUE_DELAY_US` on a GPU instance; 0 on a CPU one, where BERT
+    computes a batch of 8 no faster per text than one text alone (benchmarks/
+    bench_bert_formats.py: 15.1 vs 15.5 texts/s on 2 cores) and waiting is pure latency (at
+    one client it added 5.5 ms per request over the six steps); the dynamic batcher still
+    batches whatever queued while the step was busy."""
+    return QUEUE_DELAY_US[model] if kind == "KIND_GPU" else 0
 
 
 #: How long a request may wait in each step's queue (seconds) before Triton refuses it with
@@ -227,7 +237,7 @@ def render_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_
     if where.backend == "ensemble":
         lines.append(ensemble_scheduling(C.ensemble_steps(target.parallel_ensemble)))
         return "".join(lines)
-    lines.append(f"dynamic_batching {{\n  max_queue_delay_microseconds: {QUEUE_DELAY_US[model]}\n"
+    lines.append(f"dynamic_batching {{\n  max_queue_delay_microseconds: {queue_delay_us(model, where.kind)}\n"
                  "  default_queue_policy {\n    timeout_action: REJECT\n"
                  f"    default_timeout_microseconds: {int(QUEUE_TIMEOUT_S[model] * 1e6)}\n"
                  "    allow_timeout_override: true\n  }\n}\n")

@@ -401,7 +401,8 @@ class PythonModel:
         queue_s = self.float_parameter(contracts.MAX_QUEUE_SECONDS, 0.0)
         self.admission = Admission(pending, queue_s, [m for m in contracts.STEP_MODELS if m != self.name],
                                    url=self.params.get(contracts.METRICS_URL) or None,
-                                   log=lambda message: self.log(message, warn=True)) if pending or queue_s else None
+                                   log=lambda message: self.log(message, warn=True), refresh=0.1,
+                                   background=True) if pending or queue_s else None
 
     # -- initialize-time helpers ---------------------------------------------------
     def int_parameter(self, name: str, default: int, minimum: int = 1) -> int:

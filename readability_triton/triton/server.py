@@ -31,6 +31,7 @@ from __future__ import annotations
 import itertools
 import json
 import os
+import re
 import resource
 import secrets
 import signal
@@ -259,6 +260,12 @@ def group_members(pgid: int) -> list[int]:
                 members.append(int(entry))
     return members
 
+#: Characters the python backend's stub command line cannot carry in a path (python_backend
+#: r24.10 starts each stub with `bash -c " exec <stub> <repository>/<model>/1/model.py ..."`
+#: unquoted: a space splits the path, `(` is a syntax error; either way no stub starts and
+#: the server never becomes ready, with only a bash error in its log).
+_SHELL_UNSAFE = re.compile(r"[^A-Za-z0-9_./+@%:,=-]")
+
 #: Where an installed tritonserver lives (an NGC image: /opt/tritonserver); unset: the wheel's.
 TRITON_HOME_ENV = "READABILITY_TRITON_HOME"
 
@@ -402,6 +409,13 @@ class TritonServer:
     def start(self, timeout: float = 180.0) -> "TritonServer":
         if not os.path.isdir(self.repository):
             raise ServerError(f"{self.repository}: no such model repository")
+        for what, path in (("model repository", self.repository), ("backend folder", self.backend_dir)):
+            unsafe = sorted(set(_SHELL_UNSAFE.findall(os.path.abspath(path))))
+            if unsafe:
+                raise ServerError(f"the {what} path {os.path.abspath(path)!r} holds {' '.join(map(repr, unsafe))}: the "
+                                  "python backend starts its stubs through a shell (`bash -c \"exec <stub> <model.py> "
+                                  "...\"`), where such a path breaks the command and tritonserver then waits for "
+                                  "ever; move or link it to a path of letters, digits and -_./+@%:,=")
         problem = None if self.home else stub_numpy_problem()  # an image's stub: `releases check`
         if problem:
             raise ServerError(problem)
