@@ -28,7 +28,7 @@ import tempfile
 
 from readability_triton import contracts as C
 from readability_triton.data import COMMONLIT_CSV, read_table
-from readability_triton.threads import THREADS
+from readability_triton.threads import PLAN_ENV
 from readability_triton.triton import bench, repository
 from readability_triton.triton.server import TritonServer, native_backends
 
@@ -50,19 +50,6 @@ def two_bert_instances(repo: str) -> None:
         text = handle.read()
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(text.replace("count: 1", "count: 2"))
-
-
-def without_thread_plan(repo: str) -> None:
-    """Every Python model's runtimes sized to all cores (THREADS 0), as before the plan; the
-    caller also lets OpenMP spin (OMP_WAIT_POLICY=ACTIVE in the server's environment)."""
-    for model in C.STEP_MODELS:
-        path = os.path.join(repo, model, "config.pbtxt")
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-        text = text.replace(f'key: "{THREADS}"\n  value: {{ string_value: "1" }}',
-                            f'key: "{THREADS}"\n  value: {{ string_value: "0" }}')
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text)
 
 
 def main(argv=None) -> int:
@@ -92,8 +79,9 @@ def main(argv=None) -> int:
             repository.assemble(args.artifacts, repo, profile, bert_format=fmt)
             if plan == "2x":
                 two_bert_instances(repo)
-            elif not plan:
-                without_thread_plan(repo)
+            # without the plan: every runtime its own default (all cores, OpenMP's own wait
+            # policy), in the server and in process, as before the plan existed
+            os.environ[PLAN_ENV] = "on" if plan else "off"
             pipeline = repository.repository_pipeline(repo)
             logs = args.logs or tmp
             os.makedirs(logs, exist_ok=True)
@@ -102,10 +90,6 @@ def main(argv=None) -> int:
             server.repository = served
             print(f"{name}: served bert {repository.served_bert(repo)}; in process {pipeline.bert.describe()}",
                   file=sys.stderr, flush=True)
-            if plan:
-                os.environ.pop("OMP_WAIT_POLICY", None)
-            else:
-                os.environ["OMP_WAIT_POLICY"] = "ACTIVE"  # OpenMP's default: idle threads spin
             server.start(timeout=300)
             try:
                 rows = bench.run(server.grpc_url, "grpc", texts, concurrency, (1,), args.duration, pipeline,

@@ -20,6 +20,13 @@ import os
 
 #: The config parameter: threads for the model's runtimes (0: the instance's share of the cores).
 THREADS = "THREADS"
+#: `off` in the server's environment: no plan at all (every runtime sizes itself, OpenMP's
+#: own wait policy), as before it; for comparisons (benchmarks/bench_profiles.py).
+PLAN_ENV = "READABILITY_TRITON_THREAD_PLAN"
+
+
+def enabled() -> bool:
+    return os.environ.get(PLAN_ENV, "on").lower() != "off"
 
 #: Environment variables that size (or quiet) a runtime's pool when it starts.
 _SIZED = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RAYON_NUM_THREADS")

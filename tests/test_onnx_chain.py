@@ -2,9 +2,11 @@
 
 A Hugging Face BERT regression checkpoint (tiny, built here) -> `export-bert --format
 onnx` -> `train-forest` into the same folder -> `assemble --profile portable` (bert as a
-Python model running ONNX Runtime) -> the server -> tritonclient over HTTP and gRPC:
-BERT_SCORE equals eager PyTorch on Hugging Face's own tokens within 1e-4, and SCORE is
-the 0.5/0.5 blend of the two branch scores.
+Python model running ONNX Runtime) or `--profile cpu` (the seeds' route: bert on Triton's
+own onnxruntime backend, `platform: "onnxruntime_onnx"`, built by `make native-backends`)
+-> the server -> tritonclient over HTTP and gRPC: BERT_SCORE equals eager PyTorch on
+Hugging Face's own tokens within 1e-4, and SCORE is the 0.5/0.5 blend of the two branch
+scores.
 """
 from __future__ import annotations
 
@@ -32,9 +34,15 @@ TEXTS = ["The cat sat on the mat. It was happy.",
          "Tom ran home! Then he slept."]
 
 
-@pytest.fixture(scope="module")
-def chain(tmp_path_factory):
+@pytest.fixture(scope="module", params=["portable", "cpu"])
+def chain(request, tmp_path_factory):
     import torch
+
+    from readability_triton.triton.server import TritonServer, native_backends
+
+    native = native_backends()
+    if request.param == "cpu" and native is None:
+        pytest.skip("Triton's ONNX Runtime backend is not built (make native-backends)")
     from transformers import BertConfig, BertForSequenceClassification
 
     root = tmp_path_factory.mktemp("onnx-chain")
@@ -57,9 +65,15 @@ def chain(tmp_path_factory):
                  "--folds", "0"]) == 0
     assert sorted(n for n in os.listdir(artifacts) if n.startswith("model")) == ["model.onnx"]
     repo = root / "repository"
-    repository.assemble(str(artifacts), str(repo), "portable")
+    repository.assemble(str(artifacts), str(repo), request.param)
     assert (repo / "bert" / "1" / "model.onnx").is_file() and not (repo / "bert" / "1" / "model.pt").exists()
-    server = start_server(str(repo), str(root / "server.log"), str(root / "backends"))
+    if request.param == "cpu":
+        assert repository.read_config(str(repo / "bert" / "config.pbtxt")).platform == "onnxruntime_onnx"
+        server = TritonServer(repository.python_forest_view(str(repo), str(root / "view")),
+                              log_file=str(root / "server.log"), native=native)
+        server.start(timeout=240)
+    else:
+        server = start_server(str(repo), str(root / "server.log"), str(root / "backends"))
     yield server, model, artifacts
     assert server.stop() == 0
 

@@ -436,6 +436,8 @@ def repository_pipeline(repo: str):
     if not os.path.isfile(os.path.join(repo, C.ENSEMBLE, "config.pbtxt")):
         raise AssemblyError(f"{repo}: not a readability repository (no {C.ENSEMBLE}/config.pbtxt)")
     def planned(model):  # the thread plan the served model runs under (0 for a native backend's: its own)
+        if not threads.enabled():
+            return 0
         config = read_config(os.path.join(repo, model, "config.pbtxt"))
         value = config.parameters[threads.THREADS].string_value if threads.THREADS in config.parameters else ""
         count = sum(group.count or 1 for group in config.instance_group) or 1

@@ -387,8 +387,10 @@ class PythonModel:
         instances = sum(int(group.get("count", 1)) for group in self.config.get("instance_group", [])) or 1
         #: The thread plan (readability_triton.threads): this instance's threads for its
         #: runtimes, applied before a runner starts them.
-        self.threads = threads.resolve(self.int_parameter(threads.THREADS, 1, minimum=0), instances)
-        threads.apply(self.threads)
+        self.threads = 0  # without a plan: every runtime's own default
+        if threads.enabled():
+            self.threads = threads.resolve(self.int_parameter(threads.THREADS, 1, minimum=0), instances)
+            threads.apply(self.threads)
         self.xp = self.device.array_module()
         #: Where each numeric input arrived, counted per request: {name: {"cpu": n, "gpu": m}}
         #: (`is_cpu()`), so that a test can show no step's output went through the host.

@@ -46,6 +46,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import threads
 from ..errors import ServerError
 from .admission import METRICS_URL_ENV
 
@@ -424,7 +425,8 @@ class TritonServer:
             prepare_backends(self.backend_dir, native)
         env = server_environment(home=self.home)
         env[METRICS_URL_ENV] = self.metrics_url  # validate's load shedding reads the pending requests there
-        env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (readability_triton.threads)
+        if threads.enabled():
+            env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (readability_triton.threads)
         limit = self.shm_region_limit
 
         def limits() -> None:  # in the child, before exec: see `shm_region_limit`
