@@ -41,6 +41,11 @@ def register(subparsers) -> None:
     p.add_argument("--data", default=None, metavar="CSV",
                    help="texts to send (default: the shared CommonLit excerpts, else a generated corpus)")
     p.add_argument("--column", default="excerpt", help="text column of --data (default: excerpt)")
+    p.add_argument("--distinct", type=int, default=0, metavar="N",
+                   help="send only the first N texts, over and over (a repository assembled with --response-cache "
+                        "then answers repeats from the cache; the breakdown shows bert's hit rate)")
+    p.add_argument("--cache-size", type=int, default=0, metavar="BYTES",
+                   help="with --repository: the server's response cache (as serve --cache-size)")
     p.add_argument("--artifacts", metavar="DIR", help="with --url: the artifact set, for the in-process row")
     p.add_argument("--engine", choices=("bench", "both"), default="bench",
                    help="both: Triton's perf_analyzer (.venv/bin/perf_analyzer, `make` puts it there) also measures "
@@ -86,6 +91,10 @@ def cmd_bench(args) -> int:
     if args.duration <= 0:
         raise CommandError("--duration must be positive")
     texts = _texts(args.data, args.column)
+    if args.distinct < 0:
+        raise CommandError("--distinct must be at least 1 (or 0: every text)")
+    if args.distinct:
+        texts = texts[:args.distinct]
     if args.artifacts and args.repository:
         raise CommandError("--artifacts goes with --url: with --repository the in-process row runs the "
                            "repository's own artifacts")
@@ -93,7 +102,8 @@ def cmd_bench(args) -> int:
     try:
         if args.repository:
             pipeline = repository_pipeline(args.repository)
-            server = TritonServer(args.repository, log_file=os.path.join(args.repository.rstrip("/") + ".bench.log"))
+            server = TritonServer(args.repository, log_file=os.path.join(args.repository.rstrip("/") + ".bench.log"),
+                                  cache_size=args.cache_size)
             try:
                 server.repository = view = servable(server, args.repository,
                                                     lambda line: print(line, file=sys.stderr, flush=True))
