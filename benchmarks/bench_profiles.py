@@ -30,7 +30,8 @@ from readability_triton import contracts as C
 from readability_triton.data import COMMONLIT_CSV, read_table
 from readability_triton.threads import PLAN_ENV
 from readability_triton.triton import bench, repository
-from readability_triton.triton.server import TritonServer, native_backends
+from readability_triton.triton.installation import native_backends
+from readability_triton.triton.server import TritonServer
 
 VARIANTS = (
     ("portable, TorchScript, no thread plan", "portable", "torchscript", False),

@@ -29,7 +29,7 @@ import numpy as np
 
 from readability_triton import contracts as C
 from readability_triton.data import COMMONLIT_CSV, read_table
-from readability_triton.triton import load, repository
+from readability_triton.triton import configs, load, repository
 from readability_triton.triton.server import TritonServer
 
 VARIANTS = ("validate-step", "preprocess-validates", "unsafe")
@@ -70,7 +70,7 @@ def _replace_scheduling(repo: str, wiring) -> None:
     path = os.path.join(repo, C.ENSEMBLE, "config.pbtxt")
     with open(path, encoding="utf-8") as handle:
         config = handle.read()
-    config = config[:config.index("ensemble_scheduling")] + repository.ensemble_scheduling(wiring)
+    config = config[:config.index("ensemble_scheduling")] + configs.ensemble_scheduling(wiring)
     with open(path, "w", encoding="utf-8") as handle:
         handle.write(config)
 

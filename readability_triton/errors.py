@@ -11,6 +11,11 @@ class ReadabilityError(Exception):
     """A problem the user can fix (the message says how)."""
 
 
+class RequestError(ReadabilityError, ValueError):
+    """What a request's own input makes impossible: the only error a served model answers
+    with INVALID_ARG (any other is INTERNAL, its traceback in the server log)."""
+
+
 class CommandError(ReadabilityError):
     """A bad command line."""
 

@@ -1,8 +1,8 @@
 """Texts in, as valid UTF-8: the one validation every part uses.
 
 - `as_utf8(texts)`: the texts (`str` or UTF-8 `bytes`) as valid UTF-8 `bytes`; a text that
-  is not (invalid bytes, a `str` holding a lone surrogate) is a `ValueError` naming its
-  index, a text of another type a `TypeError`;
+  is not (invalid bytes, a `str` holding a lone surrogate) is a `RequestError` (a `ValueError`) naming
+  its index, a text of another type a `TypeError`;
 - `as_str(texts)`: the same texts as `str`;
 - `first_invalid_utf8(rows)`: the index of the first of `rows` (bytes) that is not valid
   UTF-8, with one decode for all of them;
@@ -15,30 +15,32 @@ from typing import Sequence
 
 import numpy as np
 
+from .errors import RequestError
 
-def _as_list(texts) -> list:
+
+def as_list(texts) -> list:
     if isinstance(texts, (str, bytes, bytearray)):
         raise TypeError("expected a sequence of texts, not a single text: wrap it in a list")
     return list(texts)
 
 
-def _culprit(texts: Sequence) -> Exception:
+def culprit(texts: Sequence) -> Exception:
     """The error naming the first text that is not a valid str / UTF-8 bytes."""
     for index, text in enumerate(texts):
         if isinstance(text, str):
             try:
                 text.encode("utf-8")
             except UnicodeEncodeError as err:
-                return ValueError(f"text {index} is not valid Unicode: it holds the lone surrogate "
+                return RequestError(f"text {index} is not valid Unicode: it holds the lone surrogate "
                                   f"U+{ord(text[err.start]):04X} at {err.start}, which has no UTF-8 form")
         elif isinstance(text, (bytes, bytearray, memoryview)):
             try:
                 bytes(text).decode("utf-8")
             except UnicodeDecodeError as err:
-                return ValueError(f"text {index} is not valid UTF-8 ({err.reason} at byte {err.start})")
+                return RequestError(f"text {index} is not valid UTF-8 ({err.reason} at byte {err.start})")
         else:
             return TypeError(f"text {index} is a {type(text).__name__}; texts must be str or UTF-8 bytes")
-    return ValueError("the texts are not valid UTF-8")  # not reached
+    return RequestError("the texts are not valid UTF-8")  # not reached
 
 
 def first_invalid_utf8(rows: Sequence[bytes]) -> int | None:
@@ -61,34 +63,34 @@ def first_invalid_utf8(rows: Sequence[bytes]) -> int | None:
 
 def as_utf8(texts) -> list[bytes]:
     """`texts` as valid UTF-8 `bytes` (see the module doc)."""
-    texts = _as_list(texts)
+    texts = as_list(texts)
     kinds = set(map(type, texts))
     if not kinds <= {str, bytes, bytearray, memoryview}:
-        raise _culprit(texts)
+        raise culprit(texts)
     try:
         if kinds <= {str}:
             return [text.encode("utf-8") for text in texts]
         if kinds <= {bytes}:
             if first_invalid_utf8(texts) is None:
                 return texts
-            raise _culprit(texts)
+            raise culprit(texts)
         rows = [text.encode("utf-8") if isinstance(text, str) else bytes(text) for text in texts]
     except (UnicodeEncodeError, TypeError):
-        raise _culprit(texts) from None
+        raise culprit(texts) from None
     if first_invalid_utf8(rows) is not None:
-        raise _culprit(texts)
+        raise culprit(texts)
     return rows
 
 
 def as_str(texts) -> list[str]:
     """`texts` as `str`, UTF-8 bytes decoded (see the module doc)."""
-    texts = _as_list(texts)
+    texts = as_list(texts)
     if not set(map(type, texts)) <= {str, bytes, bytearray, memoryview}:
-        raise _culprit(texts)
+        raise culprit(texts)
     try:
         return [text if isinstance(text, str) else str(text, "utf-8") for text in texts]
     except (UnicodeDecodeError, TypeError):
-        raise _culprit(texts) from None
+        raise culprit(texts) from None
 
 
 def to_rows(texts) -> np.ndarray:

@@ -61,7 +61,8 @@ def _tar_xz(source: str, out: str, arcname: str = ".") -> None:
 
 def tiny_set(out: str) -> str:
     from readability_triton.artifacts.demo import build_demo
-    from readability_triton.forest.arrays import FOREST_ARRAYS, export_forest_arrays
+    from readability_triton.forest.arrays import export_forest_arrays
+    from readability_triton.layout import FOREST_ARRAYS
 
     build_demo(out, data=None, bert="tiny", max_length=64, folds=2, corpus_size=240,
                forest_params={"n_estimators": 12, "max_depth": 8})

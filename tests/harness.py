@@ -17,7 +17,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from google.protobuf import json_format, text_format
 
-from readability_triton.triton import repository
+from readability_triton.triton import configs, profiles, repository
 
 _counter = itertools.count()
 
@@ -79,8 +79,8 @@ def make_model_dir(root: str, model: str, profile: str = "portable", files: dict
     model_dir = os.path.join(root, model)
     os.makedirs(os.path.join(model_dir, "1"), exist_ok=True)
     with open(os.path.join(model_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
-        handle.write(repository.render_config(model, profile, **render_kw))
-    source = repository.backend_file(model, profile)
+        handle.write(configs.render_config(model, profile, **render_kw))
+    source = profiles.backend_file(model, profile)
     shutil.copyfile(os.path.join(repository.backends_root(), source, "model.py"),
                     os.path.join(model_dir, "1", "model.py"))
     for name, path in (files or {}).items():

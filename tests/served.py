@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from readability_triton import contracts as C
-from readability_triton.triton import repository
+from readability_triton.triton import profiles, repository
 from readability_triton.triton.server import TritonServer
 
 CLIENTS = ("http", "grpc", "curl")
@@ -32,7 +32,7 @@ def assemble_portable(artifacts: str, out: str, batch_window_us: int | None = No
             path = os.path.join(out, model, "config.pbtxt")
             with open(path, encoding="utf-8") as handle:
                 config = handle.read()
-            old = f"max_queue_delay_microseconds: {repository.queue_delay_us(model, 'KIND_CPU')}"
+            old = f"max_queue_delay_microseconds: {profiles.queue_delay_us(model, 'KIND_CPU')}"
             assert old in config, model
             with open(path, "w", encoding="utf-8") as handle:
                 handle.write(config.replace(old, f"max_queue_delay_microseconds: {batch_window_us}"))

@@ -15,10 +15,10 @@ from harness import save_bert_checkpoint, tiny_bert_config, write_csv  # noqa: E
 
 from readability_triton.artifacts.corpus import generate_corpus  # noqa: E402
 from readability_triton.artifacts.demo import minilm_directory  # noqa: E402
-from readability_triton.artifacts.manifest import load_manifest  # noqa: E402
 from readability_triton.bert import export as B  # noqa: E402
 from readability_triton.bert import training as BT  # noqa: E402
 from readability_triton.cli import main  # noqa: E402
+from readability_triton.layout import load_manifest  # noqa: E402
 from readability_triton.tokenizer import WordPieceTokenizer  # noqa: E402
 
 MAX_LENGTH = 32
@@ -360,7 +360,7 @@ def test_train_bert_refuses_bad_base(tmp_path, capsys, training_csv):
 
 def test_train_forest_and_export_bert_make_a_checked_set(tmp_path, regression_checkpoint):
     """The two training commands writing into one folder give a set `assemble` accepts."""
-    from readability_triton.artifacts.manifest import check_artifacts
+    from readability_triton.layout import check_artifacts
 
     texts, targets = generate_corpus(60, seed=4)
     path = write_csv(tmp_path / "train.csv", [(i, t, y) for i, (t, y) in enumerate(zip(texts, targets))])

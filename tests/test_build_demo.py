@@ -14,15 +14,15 @@ from harness import write_csv  # noqa: E402
 
 from readability_triton import contracts  # noqa: E402
 from readability_triton.artifacts import corpus as D  # noqa: E402
-from readability_triton.artifacts.manifest import (  # noqa: E402
+from readability_triton.artifacts.pipeline import Pipeline  # noqa: E402
+from readability_triton.bert.ridge_head import select_head  # noqa: E402
+from readability_triton.cli import main  # noqa: E402
+from readability_triton.layout import (  # noqa: E402
     MODEL_FILES,
     OPTIONAL_FILES,
     check_artifacts,
     load_manifest,
 )
-from readability_triton.artifacts.pipeline import Pipeline  # noqa: E402
-from readability_triton.bert.ridge_head import select_head  # noqa: E402
-from readability_triton.cli import main  # noqa: E402
 
 MAX_LENGTH = 64
 SMALL = ["--bert", "tiny", "--corpus-size", "80", "--folds", "2", "--max-length", str(MAX_LENGTH)]

@@ -9,7 +9,8 @@ from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
 
 from readability_triton import contracts as C
-from readability_triton.triton import repository
+from readability_triton.errors import AssemblyError
+from readability_triton.triton import configs, profiles
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CANONICAL = os.path.join(ROOT, "model_repository")
@@ -34,7 +35,7 @@ def test_canonical_configs_are_the_rendered_gpu_profile():
     for model in C.ALL_MODELS:
         with open(os.path.join(CANONICAL, model, "config.pbtxt"), encoding="utf-8") as handle:
             committed = handle.read()
-        assert committed == repository.render_config(model, "gpu"), (
+        assert committed == configs.render_config(model, "gpu"), (
             f"model_repository/{model}/config.pbtxt is stale: run "
             "`python -m readability_triton.triton.repository model_repository`")
 
@@ -66,10 +67,10 @@ def test_parser_is_strict():
 
 
 @pytest.mark.parametrize("bert_format", ["onnx", "torchscript"])
-@pytest.mark.parametrize("profile", repository.PROFILES)
+@pytest.mark.parametrize("profile", profiles.PROFILES)
 @pytest.mark.parametrize("max_length", [16, 256])
 def test_profile_configs(profile, max_length, bert_format):
-    configs = {m: parse(repository.render_config(m, profile, max_length=max_length, bert_format=bert_format))
+    configs = {m: parse(configs.render_config(m, profile, max_length=max_length, bert_format=bert_format))
                for m in C.ALL_MODELS}
     contracts = C.contracts(max_length)
     for model, config in configs.items():
@@ -82,7 +83,7 @@ def test_profile_configs(profile, max_length, bert_format):
         assert config.HasField("dynamic_batching")
         (group,) = config.instance_group
         assert group.count >= 1
-        assert Kind.Name(group.kind) == repository.placement(model, profile).kind
+        assert Kind.Name(group.kind) == profiles.placement(model, profile).kind
     kinds = {m: Kind.Name(configs[m].instance_group[0].kind) for m in C.STEP_MODELS}
     expected_python = "KIND_GPU" if profile in ("gpu", "portable-gpu") else "KIND_CPU"
     assert {kinds[m] for m in C.PYTHON_MODELS if m != C.VALIDATE} == {expected_python}
@@ -91,10 +92,10 @@ def test_profile_configs(profile, max_length, bert_format):
     assert {kinds[C.BERT], kinds[C.FOREST]} == {expected_models}
 
     bert, forest, post = configs[C.BERT], configs[C.FOREST], configs[C.POSTPROCESS]
-    if profile in repository.PORTABLE_PROFILES:
+    if profile in profiles.PORTABLE_PROFILES:
         assert bert.backend == forest.backend == "python"
     else:
-        assert bert.platform == repository.BERT_PLATFORMS[bert_format] and not bert.backend
+        assert bert.platform == profiles.BERT_PLATFORMS[bert_format] and not bert.backend
         assert ("INFERENCE_MODE" in bert.parameters) == (bert_format == "torchscript")
         assert forest.backend == "fil"
         assert forest.parameters["model_type"].string_value == "treelite_checkpoint"
@@ -118,13 +119,13 @@ def test_profile_configs(profile, max_length, bert_format):
     assert float(post.parameters["FOREST_WEIGHT"].string_value) == 0.5
 
 
-@pytest.mark.parametrize("profile", repository.PROFILES)
+@pytest.mark.parametrize("profile", profiles.PROFILES)
 def test_ensemble_graph(profile):
     """Every ensemble tensor is produced exactly once and consumed; dtypes and dims agree
     between producer and consumer; the ensemble's batch size fits every step; every
     ensemble output is a leaf (no step reads it); only the first step reads TEXT, and
     every other step depends on it (see the rules at contracts.ENSEMBLE_STEPS)."""
-    configs = {m: parse(repository.render_config(m, profile)) for m in C.ALL_MODELS}
+    configs = {m: parse(configs.render_config(m, profile)) for m in C.ALL_MODELS}
     ensemble = configs[C.ENSEMBLE]
     steps = ensemble.ensemble_scheduling.step
     assert {s.model_name for s in steps} == set(C.STEP_MODELS)
@@ -171,11 +172,11 @@ def test_ensemble_graph(profile):
 
 @pytest.mark.parametrize("profile", ["gpu", "hybrid"])
 def test_tensorrt_block_is_what_the_onnxruntime_backend_reads(profile):
-    config = parse(repository.render_config(C.BERT, profile, max_length=128, bert_format="onnx", tensorrt=True))
+    config = parse(configs.render_config(C.BERT, profile, max_length=128, bert_format="onnx", tensorrt=True))
     (accelerator,) = config.optimization.execution_accelerators.gpu_execution_accelerator
     assert accelerator.name == "tensorrt"
     params = dict(accelerator.parameters)
-    assert set(params) <= set(repository.TENSORRT_KEYS), set(params) - set(repository.TENSORRT_KEYS)
+    assert set(params) <= set(profiles.TENSORRT_KEYS), set(params) - set(profiles.TENSORRT_KEYS)
     assert params["precision_mode"] == "FP16" and params["trt_engine_cache_enable"] == "1"
     assert params["trt_profile_min_shapes"] == "input__0:1x128,input__1:1x128"
     assert params["trt_profile_max_shapes"] == f"input__0:{C.MAX_BATCH_SIZE[C.BERT]}x128,input__1:64x128"
@@ -185,10 +186,10 @@ def test_tensorrt_block_is_what_the_onnxruntime_backend_reads(profile):
 
 @pytest.mark.parametrize("profile, bert_format", [("cpu", "onnx"), ("portable", "onnx"), ("gpu", "torchscript")])
 def test_tensorrt_needs_onnx_on_a_gpu(profile, bert_format):
-    with pytest.raises(repository.AssemblyError, match="--tensorrt needs the ONNX model on a GPU"):
-        repository.render_config(C.BERT, profile, bert_format=bert_format, tensorrt=True)
+    with pytest.raises(AssemblyError, match="--tensorrt needs the ONNX model on a GPU"):
+        configs.render_config(C.BERT, profile, bert_format=bert_format, tensorrt=True)
 
 
 def test_unknown_profile_is_refused():
-    with pytest.raises(repository.AssemblyError, match="unknown profile"):
-        repository.render_config(C.BERT, "tpu")
+    with pytest.raises(AssemblyError, match="unknown profile"):
+        configs.render_config(C.BERT, "tpu")

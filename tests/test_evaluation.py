@@ -19,11 +19,11 @@ treelite = pytest.importorskip("treelite")
 from harness import check_png, write_csv  # noqa: E402
 
 from readability_triton import metrics, scoring  # noqa: E402
-from readability_triton.artifacts.manifest import load_manifest, write_manifest  # noqa: E402
 from readability_triton.artifacts.pipeline import Pipeline  # noqa: E402
 from readability_triton.cli import main  # noqa: E402
 from readability_triton.errors import EvaluationError  # noqa: E402
 from readability_triton.features import Vocabulary, featurize  # noqa: E402
+from readability_triton.layout import load_manifest, write_manifest  # noqa: E402
 from readability_triton.tokenizer import WordPieceTokenizer  # noqa: E402
 
 TEXTS = ["A short and easy text.", "Another, somewhat longer, sentence follows it; then a third one.",

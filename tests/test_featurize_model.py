@@ -10,7 +10,7 @@ import triton_python_backend_utils as pb_utils
 from harness import CupyLikeRules, load_model, make_model_dir, output, text_request
 
 from readability_triton import contracts
-from readability_triton.artifacts import manifest as artifact_manifest
+from readability_triton import layout as artifact_manifest
 from readability_triton.device import Device
 from readability_triton.features import Vocabulary, build_vocabulary, featurize
 

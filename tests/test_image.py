@@ -31,7 +31,8 @@ from served import text_rows
 
 from readability_triton import contracts as C
 from readability_triton.triton import load, repository
-from readability_triton.triton.server import alive, free_port
+from readability_triton.triton.processes import alive
+from readability_triton.triton.server import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -4,7 +4,11 @@
 - the serving side (the adapters in backends/ and everything they import) imports no
   training code, and runs with scikit-learn and transformers absent;
 - no two modules import each other, directly or through others (imports inside
-  functions count too).
+  functions count too), and no two packages either;
+- no module imports another module's private name;
+- an import inside a function is only there to put off an optional heavy dependency
+  (torch, CuPy, cuDF, ONNX Runtime, ...), never to dodge a cycle;
+- no library module is over 450 lines.
 """
 from __future__ import annotations
 
@@ -107,6 +111,179 @@ def test_no_import_cycles():
         if module in reach:
             cycles.append(module)
     assert not cycles, f"modules on an import cycle: {sorted(cycles)}"
+
+
+def _node(module: str) -> str:
+    """A module's node in the package graph: its sub-package (`readability_triton.bert`), or
+    itself for the top-level modules and the adapters."""
+    parts = module.split(".")
+    if parts[0] == PACKAGE and len(parts) > 2:
+        return ".".join(parts[:2])
+    if parts[0] == "backends":
+        return ".".join(parts[:2])
+    return module
+
+
+def test_no_import_cycles_between_packages():
+    graph: dict[str, set[str]] = {}
+    for module, imports in GRAPH.items():
+        for target in imports:
+            if _node(target) != _node(module):
+                graph.setdefault(_node(module), set()).add(_node(target))
+
+    def reach(start):
+        seen, todo = set(), list(graph.get(start, ()))
+        while todo:
+            node = todo.pop()
+            if node not in seen:
+                seen.add(node)
+                todo.extend(graph.get(node, ()))
+        return seen
+
+    cycles = sorted(node for node in graph if node in reach(node))
+    assert not cycles, f"packages on an import cycle: {cycles}"
+
+
+def _project_aliases(tree) -> dict[str, str]:
+    """Names bound to project modules by `import` statements (alias -> module)."""
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            for alias in node.names:
+                aliases[alias.asname or alias.name] = alias.name
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.asname:
+                    aliases[alias.asname] = alias.name
+    return aliases
+
+
+#: Private names the standard library documents for use (namedtuple's methods, os._exit).
+STDLIB_PRIVATE = {"_replace", "_asdict", "_fields", "_make", "_exit"}
+
+
+def _private_names(tree) -> set[str]:
+    """The private names a module defines: functions, classes, module names and the
+    attributes it sets."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+            names.add(node.id)
+        elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+            names.add(node.attr)
+        elif isinstance(node, ast.arg):
+            names.add(node.arg)
+    return {name for name in names if name.startswith("_")}
+
+
+def test_no_private_name_crosses_a_module():
+    """Neither `from x import _name` nor `something._name` where `_name` is not this
+    module's own (another module's object's private state is that module's business)."""
+    offenders = []
+    for module, path in SOURCES.items():
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        modules = {alias for alias, name in _project_aliases(tree).items()
+                   if any(m == name or m.endswith("." + name) for m in SOURCES)}
+        own = _private_names(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(PACKAGE)):
+                offenders += [f"{module}: from {node.module} import {a.name}" for a in node.names
+                              if a.name.startswith("_") and not a.name.startswith("__")]
+            elif (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                  and isinstance(node.value, ast.Name)):
+                if node.value.id in modules or (node.value.id not in ("self", "cls", "other")
+                                                and node.attr not in own and node.attr not in STDLIB_PRIVATE):
+                    offenders.append(f"{module}:{node.lineno}: {node.value.id}.{node.attr}")
+    assert not offenders, offenders
+
+
+#: Optional third-party packages too heavy (or absent) to import before they are needed.
+HEAVY = {"torch", "cupy", "cudf", "onnxruntime", "onnx", "onnxscript", "matplotlib", "sklearn", "treelite",
+         "transformers", "tokenizers", "tritonclient", "pandas", "triton_python_backend_utils"}
+
+
+def _top_level_imports(module: str) -> tuple[set[str], bool]:
+    """The project modules `module` imports at module level, and whether it imports a heavy
+    optional dependency there."""
+    tree = ast.parse(open(SOURCES[module], encoding="utf-8").read())
+    top = set()
+    heavy = False
+    for node in tree.body:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test):
+            continue
+        for inner in ast.walk(node):
+            if isinstance(inner, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                break
+            if isinstance(inner, ast.Import):
+                heavy |= any(a.name.split(".")[0] in HEAVY for a in inner.names)
+            elif isinstance(inner, ast.ImportFrom) and not inner.level:
+                heavy |= (inner.module or "").split(".")[0] in HEAVY
+    for node in tree.body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            top |= _imports_of(module, node)
+        elif isinstance(node, ast.Try):
+            for inner in node.body:
+                if isinstance(inner, (ast.Import, ast.ImportFrom)):
+                    top |= _imports_of(module, inner)
+    return top, heavy
+
+
+def _imports_of(module: str, node) -> set[str]:
+    path = SOURCES[module]
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    elif node.level:
+        parts = module.split(".")
+        base = parts if path.endswith("__init__.py") else parts[:-1]
+        base = base[: len(base) - (node.level - 1)]
+        prefix = ".".join(base + ([node.module] if node.module else []))
+        names = [prefix] + [f"{prefix}.{alias.name}" for alias in node.names]
+    else:
+        prefix = node.module or ""
+        names = [prefix] + [f"{prefix}.{alias.name}" for alias in node.names]
+    found = set()
+    for name in names:
+        while name and name not in SOURCES:
+            name = name.rpartition(".")[0]
+        if name and name != module:
+            found.add(name)
+    return found
+
+
+TOP = {module: _top_level_imports(module) for module in SOURCES}
+
+
+def _is_heavy(module: str, seen=None) -> bool:
+    """Importing `module` imports a heavy optional dependency."""
+    seen = set() if seen is None else seen
+    if module in seen:
+        return False
+    seen.add(module)
+    imports, heavy = TOP[module]
+    return heavy or any(_is_heavy(m, seen) for m in imports | _parents(module))
+
+
+def test_imports_inside_functions_only_put_off_heavy_dependencies():
+    offenders = []
+    for module, path in SOURCES.items():
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        for function in ast.walk(tree):
+            if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                continue
+            for node in ast.walk(function):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    targets = _imports_of(module, node) - {PACKAGE}
+                    if targets and not any(_is_heavy(target) for target in targets):
+                        offenders.append(f"{module}.{function.name}:{node.lineno} imports {', '.join(sorted(targets))}")
+    assert not offenders, "\n".join(sorted(set(offenders)))
+
+
+def test_no_library_module_is_over_450_lines():
+    long = {module: n for module, path in SOURCES.items() if module.startswith(PACKAGE)
+            for n in [sum(1 for _ in open(path, encoding="utf-8"))] if n > 450}
+    assert not long, long
 
 
 @pytest.mark.parametrize("model", ["validate", "preprocess", "featurize", "postprocess", "bert_portable",

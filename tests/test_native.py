@@ -22,7 +22,8 @@ from served import CLIENTS, Failure, score_texts, side_by_side
 
 from readability_triton import contracts as C
 from readability_triton.triton import repository
-from readability_triton.triton.server import TritonServer, native_backends
+from readability_triton.triton.installation import native_backends
+from readability_triton.triton.server import TritonServer
 
 pytestmark = pytest.mark.integration
 TEXTS = ["The cat sat on the mat. It was happy.",

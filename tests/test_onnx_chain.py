@@ -38,7 +38,8 @@ TEXTS = ["The cat sat on the mat. It was happy.",
 def chain(request, tmp_path_factory):
     import torch
 
-    from readability_triton.triton.server import TritonServer, native_backends
+    from readability_triton.triton.installation import native_backends
+    from readability_triton.triton.server import TritonServer
 
     native = native_backends()
     if request.param == "cpu" and native is None:

@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 
 from readability_triton import contracts as C
-from readability_triton.forest.arrays import FOREST_ARRAYS, ArrayForestRunner, export_forest_arrays
+from readability_triton.forest.arrays import ArrayForestRunner, export_forest_arrays
 from readability_triton.forest.runner import GTILRunner, forest_runner
+from readability_triton.layout import FOREST_ARRAYS
 from readability_triton.triton import repository
 from readability_triton.triton.runtime import ARRIVALS_ENV
 

@@ -18,7 +18,7 @@ from harness import (
 )
 
 from readability_triton import contracts
-from readability_triton.artifacts import manifest as M
+from readability_triton import layout as M
 from readability_triton.device import Device
 
 

@@ -11,10 +11,10 @@ import pytest
 
 from readability_triton import contracts as C
 from readability_triton.errors import AssemblyError
-from readability_triton.triton import releases, repository
+from readability_triton.triton import configs, profiles, releases, repository
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PROFILES = repository.PROFILES
+PROFILES = profiles.PROFILES
 
 
 def test_release_rules():
@@ -75,7 +75,7 @@ def test_the_build_check_reads_the_stub_in_the_image(tmp_path):
     (problem,) = releases.problems(old, "cpu", "3.11", "1.26.4", None, (None, False), "/nowhere/stub")
     assert "/nowhere/stub" in problem and "BASE_IMAGE" in problem
     assert releases.stub_libpython(str(tmp_path / "missing")) == (None, False)
-    from readability_triton.triton.server import triton_home
+    from readability_triton.triton.installation import triton_home
 
     version = "%d.%d" % sys.version_info[:2]
     real = os.path.join(triton_home(), "python_backend_stubs", version, "triton_python_backend_stub")
@@ -134,9 +134,9 @@ def test_configs_for_each_release_parse_with_tritons_proto(tmp_path, profile, ve
 def test_only_the_forest_config_differs_between_releases():
     for profile in PROFILES:
         for model in C.ALL_MODELS:
-            old, new = (repository.render_config(model, profile, triton_version=v).splitlines()[2:]
+            old, new = (configs.render_config(model, profile, triton_version=v).splitlines()[2:]
                         for v in ("24.10", "25.09"))
-            if repository.placement(model, profile).backend == "fil":
+            if profiles.placement(model, profile).backend == "fil":
                 assert old != new and [line.replace("output_class", "is_classifier") for line in old] == new
             else:
                 assert old == new, (profile, model)

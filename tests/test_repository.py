@@ -13,8 +13,8 @@ from tritonclient.grpc import model_config_pb2
 
 from readability_triton import cli
 from readability_triton import contracts as C
-from readability_triton.artifacts import manifest as M
-from readability_triton.triton import repository
+from readability_triton import layout as M
+from readability_triton.triton import profiles, repository
 
 
 def parse(path):
@@ -22,7 +22,7 @@ def parse(path):
         return text_format.Parse(handle.read(), model_config_pb2.ModelConfig())
 
 
-@pytest.mark.parametrize("profile", repository.PROFILES)
+@pytest.mark.parametrize("profile", profiles.PROFILES)
 def test_assembled_repository_is_complete(tiny_artifacts, tmp_path, profile):
     out = tmp_path / profile
     manifest = repository.assemble(tiny_artifacts, str(out), profile)
@@ -33,7 +33,7 @@ def test_assembled_repository_is_complete(tiny_artifacts, tmp_path, profile):
         assert [t.name for t in config.input] == [s.name for s in contracts[model].inputs]
         assert [tuple(t.dims) for t in config.output] == [s.dims for s in contracts[model].outputs]
         version = out / model / "1"
-        python = repository.backend_file(model, profile)
+        python = profiles.backend_file(model, profile)
         assert (version / "model.py").is_file() == (python is not None)
         if python:
             source = os.path.join(repository.backends_root(), python, "model.py")

@@ -1,5 +1,5 @@
-"""The runtime every Python model uses (`triton.runtime`): request validation, batching,
-splitting, errors."""
+"""What every Python model runs on: reading requests (`triton.requests`), one pass and the
+responses split back (`triton.responses`), request errors versus the server's."""
 from __future__ import annotations
 
 import numpy as np
@@ -8,7 +8,9 @@ import triton_python_backend_utils as pb_utils
 from harness import array_request, text_request
 
 from readability_triton.device import Device
-from readability_triton.triton import runtime
+from readability_triton.errors import RequestError
+from readability_triton.triton import requests as runtime_requests
+from readability_triton.triton import responses, runtime
 
 
 def test_read_text_requests_isolates_bad_requests():
@@ -20,7 +22,7 @@ def test_read_text_requests_isolates_bad_requests():
         array_request(TEXT=np.zeros((1, 1), dtype=np.float32)),
         text_request(["last"]),
     ]
-    batch = runtime.read_text_requests(pb_utils, requests, max_text_bytes=20)
+    batch = runtime_requests.read_text_requests(pb_utils, requests, max_text_bytes=20)
     assert batch.counts == [2, 0, 0, 0, 0, 1]
     assert batch.items == [b"good one", b"two", b"last"]
     assert set(batch.errors) == {1, 2, 3, 4}
@@ -43,8 +45,8 @@ def test_run_batch_splits_results_and_errors_back():
         calls.append(len(rows))
         return _lengths(rows)
 
-    batch = runtime.read_text_requests(pb_utils, requests)
-    out = runtime.run_batch(pb_utils, batch, compute)
+    batch = runtime_requests.read_text_requests(pb_utils, requests)
+    out = responses.run_batch(pb_utils, batch, compute)
     assert calls == [3], "all good requests must be computed in one pass"
     assert out[0].output_tensors()[0].as_numpy().ravel().tolist() == [1.0, 2.0]
     assert out[1].has_error() and out[1].error().code() == pb_utils.TritonError.INVALID_ARG
@@ -56,11 +58,11 @@ def test_run_batch_isolates_a_request_that_breaks_the_batched_pass():
 
     def compute(rows):
         if b"boom" in rows:
-            raise ValueError("cannot handle boom")
+            raise RequestError("cannot handle boom")
         return _lengths(rows)
 
-    batch = runtime.read_text_requests(pb_utils, requests)
-    out = runtime.run_batch(pb_utils, batch, compute, logger=pb_utils.Logger)
+    batch = runtime_requests.read_text_requests(pb_utils, requests)
+    out = responses.run_batch(pb_utils, batch, compute, logger=pb_utils.Logger)
     assert [r.has_error() for r in out] == [False, True, False]
     assert out[1].error().message() == "cannot handle boom"
     assert out[1].error().code() == pb_utils.TritonError.INVALID_ARG
@@ -71,9 +73,22 @@ def test_run_batch_isolates_a_request_that_breaks_the_batched_pass():
             raise RuntimeError("device fault")
         return _lengths(rows)
 
-    out = runtime.run_batch(pb_utils, runtime.read_text_requests(pb_utils, requests), crash)
-    assert out[1].error().code() == pb_utils.TritonError.INTERNAL
-    assert not out[0].has_error() and not out[2].has_error()
+    calls = []
+
+    def counted(rows):
+        calls.append(len(rows))
+        return crash(rows)
+
+    out = responses.run_batch(pb_utils, runtime_requests.read_text_requests(pb_utils, requests), counted)
+    # Not the client's fault: every request of the pass is INTERNAL, and nothing is retried.
+    assert [r.error().code() for r in out] == [pb_utils.TritonError.INTERNAL] * 3
+    assert calls == [4]
+
+    def plain_value_error(rows):
+        raise ValueError("a bug in the runner, not a bad request")
+
+    out = responses.run_batch(pb_utils, runtime_requests.read_text_requests(pb_utils, requests), plain_value_error)
+    assert [r.error().code() for r in out] == [pb_utils.TritonError.INTERNAL] * 3
 
 
 def test_read_array_requests_checks_shapes_and_concatenates():
@@ -85,7 +100,7 @@ def test_read_array_requests_checks_shapes_and_concatenates():
         array_request(A=np.full((1, 2), 5, np.float32), B=np.full((1, 2), 6, np.float32)),
     ]
     arrivals = {"A": {"cpu": 0, "gpu": 0}, "B": {"cpu": 0, "gpu": 0}}
-    batch = runtime.read_array_requests(pb_utils, requests, ("A", "B"), np, dims, arrivals=arrivals)
+    batch = runtime_requests.read_array_requests(pb_utils, requests, ("A", "B"), np, dims, arrivals=arrivals)
     arrays = batch.items
     assert batch.counts == [2, 0, 0, 1]
     assert arrivals == {"A": {"cpu": 4, "gpu": 0}, "B": {"cpu": 3, "gpu": 0}}  # B of request 1 never read
@@ -104,17 +119,17 @@ def test_read_array_requests_refuses_non_finite_rows_per_request():
     ]
     requests = [pb_utils.InferenceRequest(inputs=[pb_utils.Tensor(t.name(), t.as_numpy().astype(np.float32))
                                                   for t in r.inputs()]) for r in requests]
-    batch = runtime.read_array_requests(pb_utils, requests, ("A", "B"), np, dims, finite=True)
+    batch = runtime_requests.read_array_requests(pb_utils, requests, ("A", "B"), np, dims, finite=True)
     assert batch.counts == [2, 0, 0, 1] and set(batch.errors) == {1, 2}
     assert "row 1 of the request holds NaN or infinity" in batch.errors[1][0]
     assert "row 0 of the request holds NaN or infinity" in batch.errors[2][0]
     assert batch.items["A"].ravel().tolist() == [1.0, 2.0, 7.0]
     assert batch.items["B"].ravel().tolist() == [3.0, 4.0, 8.0]
     # without the check the same rows pass
-    assert runtime.read_array_requests(pb_utils, requests, ("A", "B"), np, dims).counts == [2, 2, 1, 1]
+    assert runtime_requests.read_array_requests(pb_utils, requests, ("A", "B"), np, dims).counts == [2, 2, 1, 1]
 
 
-def test_run_batch_isolates_a_failing_pass_of_an_array_model():
+def test_run_batch_answers_a_failing_pass_of_an_array_model_with_internal():
     dims = {"A": (1,)}
     requests = [array_request(A=np.array([[1.0]], np.float32)), array_request(A=np.array([[-1.0]], np.float32)),
                 array_request(A=np.array([[2.0], [3.0]], np.float32))]
@@ -126,12 +141,10 @@ def test_run_batch_isolates_a_failing_pass_of_an_array_model():
                                "RuntimeError: index out of range in self")
         return {"B": inputs["A"] * 2}
 
-    batch = runtime.read_array_requests(pb_utils, requests, ("A",), np, dims)
-    out = runtime.run_batch(pb_utils, batch, compute, logger=pb_utils.Logger)
-    assert out[0].output_tensors()[0].as_numpy().tolist() == [[2.0]]
-    assert out[2].output_tensors()[0].as_numpy().tolist() == [[4.0], [6.0]]
+    batch = runtime_requests.read_array_requests(pb_utils, requests, ("A",), np, dims)
+    out = responses.run_batch(pb_utils, batch, compute, logger=pb_utils.Logger)
+    assert [r.error().code() for r in out] == [pb_utils.TritonError.INTERNAL] * 3
     message = out[1].error().message()
-    assert out[1].error().code() == pb_utils.TritonError.INTERNAL
     assert "\n" not in message and "index out of range in self" in message and "server log" in message
     assert any("Traceback" in text for level, text in pb_utils.Logger.records if level == "ERROR")
 
@@ -140,20 +153,20 @@ def test_texts_without_words_are_refused_only_when_asked():
     requests = [text_request(["A good text."]), text_request(["fine", ""]), text_request(["   \t\n"]),
                 text_request(["!!! ... ?"]), text_request(["\x00\x01"]), text_request(["😀"]),
                 text_request(["don't"])]
-    batch = runtime.read_text_requests(pb_utils, requests, require_words=True)
+    batch = runtime_requests.read_text_requests(pb_utils, requests, require_words=True)
     assert set(batch.errors) == {1, 2, 3, 4}
     assert batch.errors[1][0].startswith("text 1 of the request holds no words")
     assert all(code == "INVALID_ARG" for _, code in batch.errors.values())
     assert batch.items == [b"A good text.", "😀".encode(), b"don't"]
-    lax = runtime.read_text_requests(pb_utils, requests)
+    lax = runtime_requests.read_text_requests(pb_utils, requests)
     assert not lax.errors and len(lax.items) == 8
 
 
 def test_one_line():
-    assert runtime.one_line(ValueError("plain")) == "plain"
-    assert runtime.one_line(RuntimeError("first\n\n  last line  \n")) == "last line"
-    assert runtime.one_line(RuntimeError("")) == "RuntimeError"
-    assert len(runtime.one_line(RuntimeError("x" * 1000))) == 300
+    assert responses.one_line(ValueError("plain")) == "plain"
+    assert responses.one_line(RuntimeError("first\n\n  last line  \n")) == "last line"
+    assert responses.one_line(RuntimeError("")) == "RuntimeError"
+    assert len(responses.one_line(RuntimeError("x" * 1000))) == 300
 
 
 def test_input_array_never_calls_as_numpy_on_a_gpu_tensor():
@@ -169,7 +182,7 @@ def test_input_array_never_calls_as_numpy_on_a_gpu_tensor():
             assert obj.__dlpack_device__()[0] == 2
             return obj._array
 
-    assert runtime.input_array(tensor, DeviceModule).tolist() == [[1.0]]
+    assert runtime_requests.input_array(tensor, DeviceModule).tolist() == [[1.0]]
 
 
 def test_parameters():
@@ -201,15 +214,15 @@ class DeviceArray(np.ndarray):
 
 
 def test_device_outputs_leave_through_dlpack_and_host_ones_by_value():
-    host = runtime.output_tensor(pb_utils, "A", np.arange(3, dtype=np.float32))
+    host = responses.output_tensor(pb_utils, "A", np.arange(3, dtype=np.float32))
     assert host.is_cpu() and host.as_numpy().tolist() == [0.0, 1.0, 2.0]
-    device = runtime.output_tensor(pb_utils, "B", np.arange(3, dtype=np.float32).view(DeviceArray))
+    device = responses.output_tensor(pb_utils, "B", np.arange(3, dtype=np.float32).view(DeviceArray))
     assert not device.is_cpu()
     with pytest.raises(pb_utils.TritonModelException):
         device.as_numpy()  # a GPU tensor: the host never copies it
     # a strided device array is made contiguous before it goes out (the backend needs C order)
     strided = np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2].view(DeviceArray)
-    out = runtime.output_tensor(pb_utils, "C", strided)
+    out = responses.output_tensor(pb_utils, "C", strided)
     assert not out.is_cpu() and out._array.flags.c_contiguous and out._array.tolist() == strided.tolist()
 
 

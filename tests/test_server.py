@@ -17,8 +17,8 @@ from tritonclient.utils import InferenceServerException
 
 from readability_triton import contracts as C
 from readability_triton import scoring
-from readability_triton.artifacts.manifest import load_manifest
-from readability_triton.triton import repository
+from readability_triton.layout import load_manifest
+from readability_triton.triton import profiles, repository
 from readability_triton.triton.client import ReadabilityClient
 from readability_triton.triton.server import TritonServer, free_port
 
@@ -44,7 +44,7 @@ def repo(tiny_artifacts, tmp_path_factory):
     for model in (C.PREPROCESS, C.FEATURIZE):
         path = out / model / "config.pbtxt"
         config = path.read_text()
-        old = f"max_queue_delay_microseconds: {repository.queue_delay_us(model, 'KIND_CPU')}"
+        old = f"max_queue_delay_microseconds: {profiles.queue_delay_us(model, 'KIND_CPU')}"
         assert old in config
         path.write_text(config.replace(old, f"max_queue_delay_microseconds: {BATCH_WINDOW_US}"))
     return str(out)

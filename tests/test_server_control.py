@@ -5,14 +5,16 @@ from __future__ import annotations
 import pytest
 from tritonclient.utils import InferenceServerException
 
+from readability_triton.triton import admin as A
 from readability_triton.triton import health as H
+from readability_triton.triton import installation as I
 from readability_triton.triton import server as S
 from readability_triton.triton.client import is_busy, is_transient
 
 
 def test_this_environment_has_a_numpy_the_stub_can_read():
     """The served environment's NumPy must be one the wheel's 2.51 stub reads (< 2)."""
-    assert S.stub_numpy_problem() is None, S.stub_numpy_problem()
+    assert I.stub_numpy_problem() is None, I.stub_numpy_problem()
 
 
 def test_the_server_refuses_to_start_with_numpy_2(monkeypatch, tmp_path):
@@ -20,7 +22,7 @@ def test_the_server_refuses_to_start_with_numpy_2(monkeypatch, tmp_path):
 
     real = metadata.version
     monkeypatch.setattr(metadata, "version", lambda name: "2.1.3" if name == "numpy" else real(name))
-    problem = S.stub_numpy_problem()
+    problem = I.stub_numpy_problem()
     assert "NumPy 2.1.3" in problem and "numpy<2" in problem and "2.51" in problem
     (tmp_path / "repo").mkdir()
     with pytest.raises(S.ServerError, match="NumPy 2.1.3"):
@@ -86,24 +88,24 @@ def test_a_full_server_is_told_apart_and_its_refusals_are_retried(message, busy)
 
 
 def test_the_restricted_apis_are_closed_with_one_key(tmp_path, monkeypatch):
-    monkeypatch.delenv(S.ADMIN_KEY_ENV, raising=False)
+    monkeypatch.delenv(A.ADMIN_KEY_ENV, raising=False)
     a, b = S.TritonServer(str(tmp_path)), S.TritonServer(str(tmp_path))
     assert a.admin_key != b.admin_key and len(a.admin_key) >= 24  # generated per server
     command = a.command()
     spec = f"model-repository,logging,trace,shared-memory:admin-key={a.admin_key}"
     assert command[command.index("--http-restricted-api") + 1] == spec
     assert command[command.index("--grpc-restricted-protocol") + 1] == spec
-    assert S.admin_headers("k", "grpc") == {"triton-grpc-protocol-admin-key": "k"}
-    monkeypatch.setenv(S.ADMIN_KEY_ENV, "from-the-environment")
+    assert A.admin_headers("k", "grpc") == {"triton-grpc-protocol-admin-key": "k"}
+    monkeypatch.setenv(A.ADMIN_KEY_ENV, "from-the-environment")
     assert S.TritonServer(str(tmp_path)).admin_key == "from-the-environment"
-    monkeypatch.delenv(S.ADMIN_KEY_ENV)
+    monkeypatch.delenv(A.ADMIN_KEY_ENV)
     (tmp_path / "key").write_text("from-a-secret-file\n")
-    monkeypatch.setenv(S.ADMIN_KEY_ENV + "_FILE", str(tmp_path / "key"))
+    monkeypatch.setenv(A.ADMIN_KEY_ENV + "_FILE", str(tmp_path / "key"))
     assert S.TritonServer(str(tmp_path)).admin_key == "from-a-secret-file"
-    monkeypatch.setenv(S.ADMIN_KEY_ENV + "_FILE", str(tmp_path / "missing"))
+    monkeypatch.setenv(A.ADMIN_KEY_ENV + "_FILE", str(tmp_path / "missing"))
     with pytest.raises(S.ServerError, match="cannot read"):
         S.TritonServer(str(tmp_path))
-    monkeypatch.setenv(S.ADMIN_KEY_ENV, "no spaces; or quotes")
+    monkeypatch.setenv(A.ADMIN_KEY_ENV, "no spaces; or quotes")
     with pytest.raises(S.ServerError, match="letters, digits"):
         S.TritonServer(str(tmp_path))
 

@@ -8,7 +8,7 @@ import pytest
 
 from readability_triton import contracts as C
 from readability_triton.triton import health as H
-from readability_triton.triton import server as S
+from readability_triton.triton import processes as P
 
 CANARY = H.Canary("a text", {C.SCORE: 1.0, C.BERT_SCORE: 1.1, C.FOREST_SCORE: -0.2}, 1e-3)
 
@@ -54,10 +54,10 @@ def world(monkeypatch):
     canary's next answers."""
     state = {"stubs": {100: {11: "featurize_0_0", 12: "bert_0_0"}, 201: {21: "featurize_0_0", 22: "bert_0_0"}},
              "dead": set(), "answers": []}
-    monkeypatch.setattr(S, "python_stubs", lambda pid: {p: i for p, i in state["stubs"].get(pid, {}).items()
+    monkeypatch.setattr(H, "python_stubs", lambda pid: {p: i for p, i in state["stubs"].get(pid, {}).items()
                                                         if p not in state["dead"]})
-    monkeypatch.setattr(S, "alive", lambda pid: pid not in state["dead"])
-    monkeypatch.setattr(S, "reap_zombies", lambda keep=(): [])
+    monkeypatch.setattr(H, "alive", lambda pid: pid not in state["dead"])
+    monkeypatch.setattr(H, "reap_zombies", lambda keep=(): [])
 
     def fake_check(url, protocol="http", timeout=10.0, canary=None, model=C.ENSEMBLE):
         return state["answers"].pop(0) if state["answers"] else H.Probe("ok", "fine", 0.01)
@@ -177,6 +177,6 @@ def test_the_canary_round_trips_through_the_repository(tmp_path):
 
 
 def test_instance_names_map_to_models():
-    assert S.instance_model("featurize_0_0") == "featurize"
-    assert S.instance_model("bert_portable_x_1_3") == "bert_portable_x"
-    assert S.instance_model("postprocess") == "postprocess"
+    assert P.instance_model("featurize_0_0") == "featurize"
+    assert P.instance_model("bert_portable_x_1_3") == "bert_portable_x"
+    assert P.instance_model("postprocess") == "postprocess"

@@ -26,7 +26,9 @@ from served import assemble_portable, text_rows
 
 from readability_triton import contracts as C
 from readability_triton.triton import health as H
-from readability_triton.triton.server import ADMIN_KEY_ENV, TritonServer, alive, free_port, python_stubs
+from readability_triton.triton.admin import ADMIN_KEY_ENV
+from readability_triton.triton.processes import alive, python_stubs
+from readability_triton.triton.server import TritonServer, free_port
 
 pytestmark = pytest.mark.integration
 KEY = "test-admin-key-1"

@@ -7,8 +7,8 @@ serve the same file with them. On the CPU.
 import triton_python_backend_utils as pb_utils
 
 from readability_triton import contracts as C
-from readability_triton.artifacts.manifest import BERT_FORMATS
 from readability_triton.bert.runner import bert_runner
+from readability_triton.layout import BERT_FORMATS
 from readability_triton.triton.runtime import PythonModel
 
 

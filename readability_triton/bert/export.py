@@ -23,15 +23,11 @@ import numpy as np
 import torch
 
 from .. import contracts
-from ..artifacts.manifest import MODEL_ONNX, MODEL_PT
 from ..errors import BertError, ExportError
+from ..layout import BERT_FORMATS, TRAINING_RECORD
+from ..tokenizer import WordPieceTokenizer, save_tokenizer_files
 from .modules import EagerReference, SequenceRegressor
 
-#: The record `train-bert` writes next to the checkpoint (export-bert carries its
-#: cross-validation into the artifact set's manifest, for `train-blend`).
-TRAINING_RECORD = "training.json"
-#: The formats export-bert writes, and the file each is written to in an artifact set.
-FORMATS = {"onnx": MODEL_ONNX, "torchscript": MODEL_PT}
 #: The ONNX opset of the exported graph (ONNX Runtime 1.19.2, in Triton 24.10, reads up to 21).
 ONNX_OPSET = 18
 #: The newest ONNX IR version ONNX Runtime 1.19.2 (Triton 24.10) loads.
@@ -53,7 +49,7 @@ FP16_TOLERANCE = 1e-2
 VERIFY_BATCH_SIZES = (1, 2, 5, 8)
 
 
-def _check_checkpoint_folder(path: str, what: str) -> None:
+def check_checkpoint_folder(path: str, what: str) -> None:
     if not os.path.isdir(path):
         raise BertError(f"{path}: no such folder; {what} must be a Hugging Face model folder (with config.json)")
     if not os.path.isfile(os.path.join(path, "config.json")):
@@ -68,7 +64,7 @@ def load_sequence_regressor(checkpoint: str, attn_implementation: str = "sdpa"):
     head would be randomly initialised) with a message that says what to do instead."""
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    _check_checkpoint_folder(checkpoint, "the checkpoint")
+    check_checkpoint_folder(checkpoint, "the checkpoint")
     try:
         config = AutoConfig.from_pretrained(checkpoint)
     except (OSError, ValueError) as err:
@@ -103,7 +99,6 @@ def load_sequence_regressor(checkpoint: str, attn_implementation: str = "sdpa"):
 
 def load_tokenizer(directory: str, max_length: int, what: str):
     """The serving tokenizer (`tokenizer.WordPieceTokenizer`) of `directory`."""
-    from ..tokenizer import WordPieceTokenizer
 
     try:
         return WordPieceTokenizer.from_directory(directory, max_length)
@@ -253,7 +248,6 @@ def export_torchscript(module, out_path: str, *, max_length: int, vocab_size: in
 def write_tokenizer(source: str, directory: str, max_length: int, vocab_size: int | None = None) -> list[str]:
     """Copy the tokenizer files of `source` into `directory` (what `preprocess` loads),
     check they load, and that every token id has an embedding."""
-    from ..tokenizer import save_tokenizer_files
 
     try:
         written = save_tokenizer_files(source, directory)
@@ -376,8 +370,8 @@ def real_inputs(tokenizer, texts=SAMPLE_TEXTS):
 def export_checkpoint(checkpoint: str, out_path: str, max_length: int = contracts.DEFAULT_MAX_LENGTH,
                       half: bool = False, tokenizer: str | None = None, log=None, format: str = "onnx") -> dict:
     """`export-bert`: checkpoint folder -> verified `out_path` (ONNX or TorchScript) + tokenizer files."""
-    if format not in FORMATS:
-        raise BertError(f"--format {format!r}: choose one of {', '.join(FORMATS)}")
+    if format not in BERT_FORMATS:
+        raise BertError(f"--format {format!r}: choose one of {', '.join(BERT_FORMATS)}")
     if half and format != "torchscript":
         raise BertError("--half exports float16 TorchScript; for FP16 with ONNX, export float32 and let TensorRT "
                         "build an FP16 engine (`assemble --tensorrt`)")

@@ -7,8 +7,9 @@ import os
 
 import numpy as np
 
-from ..artifacts.manifest import MODEL_ONNX, MODEL_PT, choose_bert_format
 from ..device import Device, as_device
+from ..errors import RequestError
+from ..layout import MODEL_ONNX, MODEL_PT, choose_bert_format
 
 
 def embedding_rows(module) -> int | None:
@@ -21,22 +22,22 @@ def embedding_rows(module) -> int | None:
 
 
 def check_token_ids(ids, mask, vocab_size: int | None) -> None:
-    """ValueError (one line) unless every id is in [0, vocab_size) and the mask is 0/1."""
+    """RequestError (one line) unless every id is in [0, vocab_size) and the mask is 0/1."""
     if ids.size:
         low, high = int(ids.min()), int(ids.max())
         if low < 0 or (vocab_size is not None and high >= vocab_size):
             where = f"[0, {vocab_size})" if vocab_size is not None else "[0, ...)"
-            raise ValueError(f"input__0 holds the token id {low if low < 0 else high}, outside the model's "
+            raise RequestError(f"input__0 holds the token id {low if low < 0 else high}, outside the model's "
                              f"vocabulary {where}")
     if mask.size and not bool(((mask == 0) | (mask == 1)).all()):
-        raise ValueError("input__1 (the attention mask) must hold only 0 and 1")
+        raise RequestError("input__1 (the attention mask) must hold only 0 and 1")
 
 
 class TorchScriptRunner:
     """(input_ids, attention_mask) int64 `(n, L)` -> scores float32 `(n, 1)`: NumPy in and out
     on the CPU; on a GPU (the portable-gpu profile) CuPy in and out, handed to and from torch
     through DLPack without a copy or a trip to the host. A batch whose ids fall outside the
-    vocabulary, or whose mask is not 0/1, is a ValueError (the module would fail with a
+    vocabulary, or whose mask is not 0/1, is a RequestError (the module would fail with a
     TorchScript traceback)."""
 
     FILES = (MODEL_PT,)

@@ -15,8 +15,9 @@ import torch
 
 from .. import contracts
 from ..errors import BertError
+from ..layout import TRAINING_RECORD
 from ..metrics import data_digest, out_of_fold, rmse, text_fingerprints
-from .export import TRAINING_RECORD, _check_checkpoint_folder, load_tokenizer, write_tokenizer
+from .export import check_checkpoint_folder, load_tokenizer, write_tokenizer
 from .modules import encode_texts, length_batches
 
 
@@ -164,7 +165,7 @@ def train_bert(texts, targets, base: str, out: str, *, epochs: int = 3, lr: floa
         raise BertError(f"--folds {folds}: use 0 or 1 (no cross-validation) or at least 2")
     if folds > len(texts):
         raise BertError(f"--folds {folds}: only {len(texts)} texts; use fewer folds")
-    _check_checkpoint_folder(base, "--base")
+    check_checkpoint_folder(base, "--base")
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(base)

@@ -12,6 +12,7 @@ _COMMAND_MODULES = (
     "readability_triton.cli.features",
     "readability_triton.cli.training",
     "readability_triton.cli.serve",
+    "readability_triton.cli.score",
     "readability_triton.cli.evaluate",
     "readability_triton.cli.bench",
 )

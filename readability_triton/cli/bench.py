@@ -6,7 +6,15 @@ import json
 import os
 import sys
 
+from ..artifacts.corpus import generate_corpus
+from ..artifacts.pipeline import Pipeline
+from ..data import COMMONLIT_CSV, read_table
 from ..errors import CommandError
+from ..texts import as_utf8
+from ..triton import bench
+from ..triton.health import check
+from ..triton.repository import repository_pipeline, servable, served_bert
+from ..triton.server import TritonServer
 from .common import progress
 
 
@@ -67,22 +75,16 @@ def register(subparsers) -> None:
 
 
 def _texts(path: str | None, column: str) -> list[str]:
-    from ..data import COMMONLIT_CSV, read_table
 
     if path is None:
         if os.path.isfile(COMMONLIT_CSV):
             return read_table(COMMONLIT_CSV).texts
-        from ..artifacts.corpus import generate_corpus
 
         return generate_corpus(400)[0]
     return read_table(path, column).texts
 
 
 def cmd_bench(args) -> int:
-    from ..artifacts.pipeline import Pipeline
-    from ..triton import bench
-    from ..triton.repository import repository_pipeline, servable, served_bert
-    from ..triton.server import TritonServer
 
     concurrency = _ints(args.concurrency, "--concurrency")
     per_request = _ints(args.texts_per_request, "--texts-per-request")
@@ -115,7 +117,6 @@ def cmd_bench(args) -> int:
             server.start(timeout=300)
             url = server.grpc_url if args.protocol == "grpc" else server.http_url
         else:
-            from ..triton.health import check
 
             url = args.url
             health = check(url, args.protocol, timeout=30.0)
@@ -173,8 +174,6 @@ def cmd_bench(args) -> int:
 
 
 def cmd_perf_input(args) -> int:
-    from ..texts import as_utf8
-    from ..triton import bench
 
     texts = _texts(args.data, args.column)
     if args.limit is not None:

@@ -7,7 +7,12 @@ import json
 import sys
 
 from .. import contracts
+from ..artifacts.pipeline import Pipeline
+from ..data import read_table
 from ..errors import CommandError
+from ..metrics import plot_predictions, summarize
+from ..scoring import blend_weights
+from ..triton.client import parse_outputs, served_predictions, served_weights
 from .common import data_arguments, progress
 
 
@@ -44,11 +49,6 @@ def register(subparsers) -> None:
 
 
 def cmd_evaluate(args) -> int:
-    from ..artifacts.pipeline import Pipeline
-    from ..data import read_table
-    from ..metrics import summarize
-    from ..scoring import blend_weights
-    from ..triton.client import parse_outputs, served_predictions, served_weights
 
     limit = contracts.MAX_BATCH_SIZE[contracts.ENSEMBLE]
     if args.batch_size < 1 or (args.url and args.batch_size > limit):
@@ -100,7 +100,6 @@ def cmd_evaluate(args) -> int:
                 writer.writerow([text, target] + [f"{float(predictions[n][i]):.6f}" for n in names])
         print(f"wrote {len(table.texts)} predictions to {args.out}", file=sys.stderr)
     if args.plot:
-        from ..metrics import plot_predictions
 
         plot_predictions(table.targets, predictions, args.plot, title=f"{len(table.texts)} texts, {where}")
         print(f"wrote {args.plot}", file=sys.stderr)

@@ -5,7 +5,10 @@ import csv
 import os
 import sys
 
+from ..contracts import VOCABULARY_SIZE
+from ..data import DataError, read_table
 from ..errors import CommandError
+from ..features import Vocabulary, build_vocabulary, featurize
 from .common import progress
 
 
@@ -42,14 +45,11 @@ def register(subparsers) -> None:
 
 
 def _read(path: str, column: str):
-    from ..data import read_table
 
     return read_table(path, column)
 
 
 def cmd_vocabulary(args) -> int:
-    from ..contracts import VOCABULARY_SIZE
-    from ..features import build_vocabulary
 
     n = VOCABULARY_SIZE if args.n is None else args.n
     if n < 1:
@@ -81,7 +81,6 @@ def cmd_vocabulary(args) -> int:
 def cmd_features(args) -> int:
     import numpy as np
 
-    from ..features import Vocabulary, featurize
 
     if args.batch_size < 1:
         raise CommandError(f"--batch-size must be at least 1, got {args.batch_size}")
@@ -138,7 +137,6 @@ def cmd_features(args) -> int:
 
 def _optional_column(path: str, column: str):
     """The values of `column` if the CSV has it, else None."""
-    from ..data import DataError, read_table
 
     try:
         return read_table(path, column).texts

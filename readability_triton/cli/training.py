@@ -10,7 +10,13 @@ from __future__ import annotations
 import os
 
 from .. import contracts
+from ..artifacts.blend import fit_set_blend
+from ..artifacts.demo import build_demo
+from ..data import read_table
 from ..errors import CommandError
+from ..forest import training as F
+from ..forest.training import DEFAULTS as FOREST
+from ..layout import BERT_FORMATS, update_manifest
 from .common import data_arguments, log, progress
 
 
@@ -27,7 +33,6 @@ def _quiet_transformers() -> None:
 
 
 def _read_training_data(path: str, column: str, target: str):
-    from ..data import read_table
 
     table = read_table(path, column, target)
     if len(table.texts) < 2:
@@ -40,34 +45,10 @@ def _positive(name: str, value, minimum=1):
         raise CommandError(f"{name} {value}: must be at least {minimum}")
 
 
-def update_manifest(directory: str, section: str, info: dict, max_length: int | None = None, key: str | None = None):
-    """Rewrite `directory/manifest.json` over the files present, keeping the other
-    sections' training info (and the recorded max_length unless one is given); with `key`,
-    `info` goes to `section[key]` (e.g. one export format beside another)."""
-    from ..artifacts.manifest import MANIFEST, load_manifest, write_manifest
-    from ..errors import ManifestError
-
-    old = None
-    if os.path.isfile(os.path.join(directory, MANIFEST)):
-        try:
-            old = load_manifest(directory)
-        except ManifestError:
-            old = None  # unreadable: written anew
-    merged = dict(old.info if old else {})
-    merged.pop("build_key", None)  # no longer a build-demo set as built
-    if key is None:
-        merged[section] = info
-    else:
-        merged[section] = {**(merged.get(section) or {}), key: info}
-    length = max_length if max_length is not None else (old.max_length if old else contracts.DEFAULT_MAX_LENGTH)
-    return write_manifest(directory, length, contracts.N_FEATURES, merged)
-
-
 # ------------------------------------------------------------------ commands
 
 
 def cmd_train_forest(args) -> int:
-    from ..forest import training as F
 
     for name, value in (("--n-estimators", args.n_estimators), ("--max-depth", args.max_depth),
                         ("--min-samples-leaf", args.min_samples_leaf)):
@@ -111,7 +92,6 @@ def cmd_train_bert(args) -> int:
 
 
 def cmd_export_bert(args) -> int:
-    from ..artifacts.manifest import BERT_FORMATS
     from ..bert import export as B
 
     _quiet_transformers()
@@ -136,7 +116,6 @@ def cmd_export_bert(args) -> int:
 
 
 def cmd_train_blend(args) -> int:
-    from ..artifacts.blend import fit_set_blend
 
     table = _read_training_data(args.data, args.column, args.target)
     record = fit_set_blend(args.artifacts, table.texts, table.targets, bert_format=args.bert_format,
@@ -156,7 +135,6 @@ def cmd_train_blend(args) -> int:
 def ensure_demo_artifacts(out: str, data: str | None = None, bert: str = "minilm", **options):
     """Build (or reuse, when up to date) the demo artifact set in `out`; for `demo`.
     Returns `artifacts.demo.BuildResult`."""
-    from ..artifacts.demo import build_demo
 
     _quiet_transformers()
     return build_demo(out, data=data, bert=bert, progress=progress, log=log, **options)
@@ -193,7 +171,6 @@ def cmd_build_demo(args) -> int:
 
 
 def register(subparsers) -> None:
-    from ..forest.training import DEFAULTS as FOREST
 
     p = subparsers.add_parser(
         "train-forest", help="fit the feature vocabulary and the random forest; write checkpoint.tl",

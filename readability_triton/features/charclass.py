@@ -83,7 +83,7 @@ def _build_tables():
 
 
 BYTE_TABLE, CODEPOINT_TABLE = _build_tables()
-_TRANSLATE = BYTE_TABLE.tobytes()
+BYTE_TRANSLATION = BYTE_TABLE.tobytes()
 
 # ------------------------------------------------------------------- host buffers
 

@@ -29,7 +29,7 @@ class _VocabularyTables:
     feature column and the stop-word count take them from."""
 
     def __init__(self, vocabulary: Vocabulary, xp, weak: words.Weakening):
-        distinct = list(dict.fromkeys(vocabulary._top + vocabulary._bottom + vocabulary._stopwords))
+        distinct = list(dict.fromkeys(vocabulary.top + vocabulary.bottom + vocabulary.stopwords))
         index = {w: i for i, w in enumerate(distinct)}
         ops = words.default_ops(xp)
         self.words = words.find_words(xp, ops, charclass.make_buffer([w.encode("utf-8") for w in distinct]),
@@ -41,10 +41,10 @@ class _VocabularyTables:
         # Per distinct word: its feature column (top and bottom share no word) or -1, and
         # whether it is a stop word.
         column = np.full(self.size, -1, dtype=np.int64)
-        column[[index[w] for w in vocabulary._top]] = N_BASE + np.arange(self.n)
-        column[[index[w] for w in vocabulary._bottom]] = N_BASE + self.n + np.arange(self.n)
+        column[[index[w] for w in vocabulary.top]] = N_BASE + np.arange(self.n)
+        column[[index[w] for w in vocabulary.bottom]] = N_BASE + self.n + np.arange(self.n)
         is_stop = np.zeros(self.size, dtype=np.float64)
-        is_stop[[index[w] for w in vocabulary._stopwords]] = 1.0
+        is_stop[[index[w] for w in vocabulary.stopwords]] = 1.0
         self.column = xp.asarray(column)
         self.is_stop = xp.asarray(is_stop)
 
@@ -52,10 +52,10 @@ class _VocabularyTables:
 def _tables(vocabulary: Vocabulary, xp, weak: words.Weakening = words.NONE) -> _VocabularyTables:
     """The vocabulary's tables on `xp`'s current device (built once per device)."""
     key = charclass.device_key(xp) + (weak.tail_mask,)
-    tables = vocabulary._compiled.get(key)
+    tables = vocabulary.tables.get(key)
     if tables is None:
         tables = _VocabularyTables(vocabulary, xp, weak)
-        vocabulary._compiled[key] = tables
+        vocabulary.tables[key] = tables
     return tables
 
 

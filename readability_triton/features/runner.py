@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import os
 
-from ..artifacts.manifest import MANIFEST, VOCABULARY, load_manifest
 from ..device import Device, as_device
+from ..layout import MANIFEST, VOCABULARY, load_manifest
 from .extract import featurize
 from .vocabulary import Vocabulary
 

@@ -104,7 +104,8 @@ class Vocabulary:
         self._top = tuple(top)
         self._bottom = tuple(bottom)
         self._stopwords = tuple(sorted(set(stopwords)))
-        self._compiled: dict = {}  # featurize's tables, per device
+        #: featurize's tables of these words, per device (filled by `extract`)
+        self.tables: dict = {}
 
     @property
     def top(self) -> list[str]:

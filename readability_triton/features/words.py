@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 
 from .charclass import (  # noqa: F401
-    _TRANSLATE,
     APOSTROPHE,
     BYTE_TABLE,
+    BYTE_TRANSLATION,
     CODEPOINT_TABLE,
     LEAD,
     SEPARATOR_FLAG,
@@ -93,7 +93,7 @@ class NumpyOps(GenericOps):
         super().__init__(np)
 
     def byte_flags(self, data, buffer: bytes):
-        return np.frombuffer(buffer.translate(_TRANSLATE), dtype=np.uint8).copy()
+        return np.frombuffer(buffer.translate(BYTE_TRANSLATION), dtype=np.uint8).copy()
 
     def repeat(self, values, counts, total: int):
         return np.repeat(values, counts)

@@ -17,16 +17,15 @@ import os
 
 import numpy as np
 
-from ..artifacts.manifest import CHECKPOINT, sha256
 from ..device import Device, as_device
-
-FOREST_ARRAYS = "forest_arrays.npz"
+from ..errors import RequestError
+from ..layout import CHECKPOINT, FOREST_ARRAYS, sha256
+from .checkpoint import treelite_module
 
 
 def export_forest_arrays(checkpoint: str, out: str) -> dict:
     """`forest_arrays.npz` from a Treelite checkpoint of a regression forest with numerical
     splits (what `train-forest` writes). Returns a summary."""
-    from .checkpoint import treelite_module
 
     model = treelite_module().Model.deserialize(checkpoint)
     spec = json.loads(model.dump_as_json(pretty_print=False))
@@ -117,7 +116,7 @@ class ArrayForestRunner:
         xp, a = self.xp, self.arrays
         x = xp.asarray(features)
         if x.ndim != 2 or x.shape[1] != self.n_features:
-            raise ValueError(f"the forest takes {self.n_features} features per text, got shape {list(x.shape)}")
+            raise RequestError(f"the forest takes {self.n_features} features per text, got shape {list(x.shape)}")
         x = x.astype(xp.float32).astype(xp.float64)  # GTIL compares the float32 input in float64
         n = x.shape[0]
         rows = xp.arange(n, dtype=xp.int64)[:, None]

@@ -5,8 +5,10 @@ import os
 
 import numpy as np
 
-from ..artifacts.manifest import CHECKPOINT
 from ..device import Device, as_device
+from ..errors import RequestError
+from ..layout import CHECKPOINT, FOREST_ARRAYS
+from .arrays import ArrayForestRunner
 from .checkpoint import treelite_module
 
 
@@ -39,7 +41,8 @@ class GTILRunner:
     def __call__(self, features):
         features = np.ascontiguousarray(features, dtype=np.float32)
         if features.ndim != 2 or features.shape[1] != self.n_features:
-            raise ValueError(f"the forest takes {self.n_features} features per text, got shape {list(features.shape)}")
+            raise RequestError(f"the forest takes {self.n_features} features per text, got shape "
+                               f"{list(features.shape)}")
         out = self._gtil.predict(self.model, features, nthread=self.threads if self.threads > 0 else -1)
         return out.reshape(-1, 1).astype(np.float32)
 
@@ -48,7 +51,6 @@ def forest_runner(folder: str, device: Device | str | None = None, threads: int 
     """The forest of `folder`: the array tree walk where the repository holds
     `forest_arrays.npz` (the portable-gpu profile; NumPy or CuPy by `device`), else GTIL
     (with `threads` OpenMP threads; 0: all cores)."""
-    from .arrays import FOREST_ARRAYS, ArrayForestRunner
 
     if os.path.isfile(os.path.join(folder, FOREST_ARRAYS)):
         return ArrayForestRunner.from_folder(folder, device)

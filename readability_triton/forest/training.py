@@ -30,9 +30,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import contracts
-from ..artifacts.manifest import CHECKPOINT, VOCABULARY
 from ..errors import ForestError
-from ..features import Vocabulary
+from ..features import Vocabulary, build_vocabulary, featurize
+from ..layout import CHECKPOINT, VOCABULARY
 from ..metrics import data_digest, mean_rmse, out_of_fold, rmse, text_fingerprints
 from .checkpoint import gtil_predict, treelite_module
 
@@ -175,7 +175,6 @@ def float32_exact_thresholds(model) -> int:
 
 
 def _vocabulary(texts, n: int = contracts.VOCABULARY_SIZE):
-    from ..features import build_vocabulary
 
     try:
         return build_vocabulary(texts, n=n)
@@ -186,7 +185,6 @@ def _vocabulary(texts, n: int = contracts.VOCABULARY_SIZE):
 
 
 def features_of(texts, vocabulary) -> np.ndarray:
-    from ..features import featurize
 
     X = np.asarray(featurize(list(texts), vocabulary), dtype=np.float32)
     if X.shape != (len(texts), contracts.N_FEATURES):

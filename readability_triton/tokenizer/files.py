@@ -13,12 +13,7 @@ import os
 import shutil
 import tempfile
 
-VOCAB_TXT = "vocab.txt"
-TOKENIZER_JSON = "tokenizer.json"
-TOKENIZER_CONFIG = "tokenizer_config.json"
-SPECIAL_TOKENS_MAP = "special_tokens_map.json"
-#: The files a tokenizer folder may hold, in the order they are read.
-TOKENIZER_FILES = (VOCAB_TXT, TOKENIZER_JSON, TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP)
+from ..layout import SPECIAL_TOKENS_MAP, TOKENIZER_CONFIG, TOKENIZER_FILES, TOKENIZER_JSON, VOCAB_TXT
 
 SPECIAL_DEFAULTS = {
     "pad_token": "[PAD]",

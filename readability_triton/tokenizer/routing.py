@@ -24,7 +24,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from ..texts import _as_list, as_utf8
+from ..texts import as_list, as_utf8
 from .arrays import add_special_tokens
 
 log = logging.getLogger(__name__)
@@ -234,7 +234,7 @@ class DevicePath:
 
     def encode(self, texts):
         xp = self.xp
-        rows = as_utf8(_as_list(texts))
+        rows = as_utf8(as_list(texts))
         n = len(rows)
         length = self.tokenizer.max_length
         if n == 0:

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import os
 
-from ..artifacts.manifest import MANIFEST, load_manifest
 from ..device import Device, as_device
+from ..layout import MANIFEST, load_manifest
 from .files import TOKENIZER_FILES
 from .wordpiece import WordPieceTokenizer
 

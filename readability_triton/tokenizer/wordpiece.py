@@ -31,9 +31,12 @@ import numpy as np
 
 from .. import contracts
 from ..device import Device
-from ..texts import _as_list, _culprit, as_str
+from ..texts import as_list, as_str, culprit
+from . import cudf_engine
+from .array_engine import ArrayEngine
 from .arrays import add_special_tokens, pad_rows  # noqa: F401 - add_special_tokens: part of the API here
 from .files import SPECIAL_DEFAULTS, load_backend
+from .routing import DevicePath, device_incompatibility, device_vocabulary
 
 log = logging.getLogger(__name__)
 
@@ -105,7 +108,7 @@ class WordPieceTokenizer:
         `Device`'s own array module) from the GPU path, or, where it is unavailable, from
         the CPU path, uploaded.
         """
-        texts = _as_list(texts)
+        texts = as_list(texts)
         gpu, device_id = _device_request(xp, device)
         if not gpu:
             return self.encode_cpu(texts)
@@ -134,7 +137,7 @@ class WordPieceTokenizer:
         try:
             encodings = encode_batch(strings)
         except Exception:  # noqa: BLE001 - e.g. a str with a lone surrogate: name it
-            raise _culprit(strings) from None
+            raise culprit(strings) from None
         return pad_rows([e.ids for e in encodings], self.max_length, self.pad_id)
 
     # ---------------------------------------------------------------- GPU path
@@ -151,8 +154,6 @@ class WordPieceTokenizer:
         if device_id in self._device_paths:
             return self._device_paths[device_id]
         path, reason = None, None
-        from . import cudf_engine
-        from .routing import DevicePath, device_incompatibility, device_vocabulary
 
         incompatible = device_incompatibility(self.backend)
         if incompatible:
@@ -179,9 +180,6 @@ class WordPieceTokenizer:
 
     def _array_path(self, device_id: int, why_not_cudf: str):
         """The CuPy array engine (`array_engine.py`) on GPU `device_id`: (path, reason)."""
-        from . import cudf_engine
-        from .array_engine import ArrayEngine
-        from .routing import DevicePath, device_vocabulary
 
         try:
             cupy = cudf_engine.cupy_module()

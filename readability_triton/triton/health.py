@@ -11,7 +11,7 @@ the server restarts. And a server that is merely saturated answers a probe late.
 So `serve` looks for evidence, not for slowness:
 
 - **death**: the tritonserver process is gone, or a stub it started is (a zombie or no
-  process: `server.python_stubs`); a canary error that names a dead stub;
+  process: `processes.python_stubs`); a canary error that names a dead stub;
 - **wrong answers**: the canary text's SCORE, BERT_SCORE and FOREST_SCORE differ from the
   values `assemble` recorded (`Canary`, `<repository>/readability/1/canary.json`) by more
   than their tolerance; or a model of the repository is gone (NOT_FOUND);
@@ -47,6 +47,8 @@ from typing import Any, Callable
 
 from .. import contracts as C
 from ..errors import ClientError
+from .client import ReadabilityClient
+from .processes import alive, instance_model, python_stubs, reap_zombies
 
 CANARY = C.CANARY_TEXT
 #: Where `assemble` records the canary's expected answers: in the ensemble's version folder.
@@ -144,7 +146,6 @@ def check(url: str, protocol: str = "http", timeout: float = 10.0, canary: Canar
           model: str = C.ENSEMBLE) -> Probe:
     """One canary inference through `model` at `url`: "ok" when the outputs are finite and,
     given a `canary`, equal to its expected answers."""
-    from .client import ReadabilityClient
 
     text = canary.text if canary else CANARY
     names = tuple(canary.expected) if canary else (C.SCORE,)
@@ -213,7 +214,6 @@ class Supervisor:
 
     def status(self) -> dict[str, Any]:
         """What the health endpoints answer: live, ready, and why."""
-        from .server import alive
 
         with self._lock:
             phase, problem, probe = self.phase, self.problem, self.last_probe
@@ -238,7 +238,6 @@ class Supervisor:
     # -- evidence -------------------------------------------------------------------
     def started(self) -> None:
         """Note the server's stubs and counters after a (re)start; ready from now on."""
-        from .server import python_stubs
 
         self._stubs = python_stubs(self.server.pid)
         self._progress = {}
@@ -248,7 +247,6 @@ class Supervisor:
     def dead_stubs(self) -> list[str]:
         """The instances whose stub process is gone or a zombie, and that no new stub serves
         (a model loaded again through the model-control API replaces its stubs)."""
-        from .server import alive, python_stubs
 
         gone = {pid: instance for pid, instance in self._stubs.items() if not alive(pid)}
         if not gone:
@@ -297,7 +295,6 @@ class Supervisor:
 
     def check_once(self) -> str | None:
         """One round of checks; the repair it made ("restart"), or None."""
-        from .server import reap_zombies
 
         process = self.server.process
         reap_zombies(keep=(process.pid,) if process is not None else ())
@@ -306,7 +303,6 @@ class Supervisor:
                                drain=False)
         dead = self.dead_stubs()
         if dead:
-            from .server import instance_model
 
             return self.repair(f"the python-backend stub of {', '.join(dead)} is gone (Triton does not restart it; "
                                "every request to it fails)", abandon=[instance_model(i) for i in dead])

@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .. import contracts as C
+from .client import is_busy
 
 
 @dataclass
@@ -91,7 +92,6 @@ def mixed_worker(url: str, protocol: str, texts: Sequence[str], expected: np.nda
     one carries one bad payload among good texts and must be refused. A request refused as
     busy (a full server) is sent again with backoff, as clients do, for at most
     `busy_patience` seconds. Returns (work, close) where close() closes the clients."""
-    from .client import is_busy
 
     local = threading.local()
     opened = []

@@ -1,276 +1,30 @@
-"""The model repository: `config.pbtxt` of every model for every profile, and assembly.
-
-Profiles (same models, same tensor names; `../shared/design.md`):
-
-| profile  | python steps       | bert                                   | forest                        |
-|----------|--------------------|----------------------------------------|-------------------------------|
-| gpu      | KIND_GPU (CuPy)    | onnxruntime or pytorch_libtorch, GPU   | fil, KIND_GPU                 |
-| hybrid   | KIND_CPU (NumPy)   | onnxruntime or pytorch_libtorch, GPU   | fil, KIND_GPU                 |
-| cpu      | KIND_CPU           | onnxruntime or pytorch_libtorch, CPU   | fil, KIND_CPU                 |
-| portable | KIND_CPU           | python: ONNX Runtime or torch.jit      | python: Treelite on checkpoint.tl |
-| portable-gpu | KIND_GPU (CuPy) | python: torch on the GPU (DLPack)      | python: CuPy tree walk (forest_arrays.npz) |
-
-`portable-gpu` is the GPU pipeline for a server with only the python backend (e.g. the
-`tritonserver` in the nvidia-pytriton wheel): every step but `validate` on the GPU, the
-tensors between steps passed through DLPack.
-
-`validate` (the first step) runs on the CPU in every profile. The BERT model is ONNX
-(`model.onnx`, the onnxruntime backend; optionally TensorRT FP16 on a GPU) or
-TorchScript (`model.pt`, the pytorch_libtorch backend): `bert_format`.
-
-`model_repository/` in the source tree holds the canonical (`gpu`) configs; it is
-rendered by `render_config` and a test keeps the two identical.
+"""Model repositories: `assemble` copies an artifact set into one for a profile (configs
+rendered by `configs`, the Python models linked from `backends/`, the canary recorded);
+then what a served repository holds (its BERT format, the backends it needs) and the
+in-process pipeline that computes what it serves.
 """
 from __future__ import annotations
 
 import os
 import shutil
-from dataclasses import dataclass
 from importlib import resources
 
 from .. import contracts as C
+from .. import layout as M
 from .. import threads
-from ..artifacts import manifest as M
+from ..artifacts.pipeline import Pipeline
+from ..bert.runner import bert_runner
 from ..errors import AssemblyError
+from ..features.runner import FeatureRunner
+from ..forest.arrays import FOREST_ARRAYS, export_forest_arrays
+from ..forest.runner import GTILRunner
 from ..scoring import blend_weights
+from ..tokenizer.runner import TokenizerRunner
 from . import releases
+from .configs import render_config
 from .health import CANARY, Canary
-
-PROFILES = ("gpu", "hybrid", "cpu", "portable", "portable-gpu")
-#: Profiles whose bert and forest are Python models.
-PORTABLE_PROFILES = ("portable", "portable-gpu")
-#: The backend (platform) that serves each BERT format natively.
-BERT_PLATFORMS = {"onnx": "onnxruntime_onnx", "torchscript": "pytorch_libtorch"}
-#: The canonical (model_repository/) format, and the one `assemble` picks when an artifact
-#: set holds both: ONNX survives the PyTorch/libtorch version skew (24.10's libtorch is 2.5),
-#: reaches TensorRT, and on the CPU ONNX Runtime runs it 1.55-1.76x faster than TorchScript
-#: (benchmarks/bench_bert_formats.py), so `portable` needs no torch. `portable-gpu` runs
-#: TorchScript: torch on CUDA, fed and read through DLPack.
-DEFAULT_BERT_FORMAT = "onnx"
-#: The TensorRT execution accelerator's parameters that the onnxruntime backend reads
-#: (triton-inference-server/onnxruntime_backend, r24.10, src/onnxruntime.cc), of which
-#: `tensorrt_block` writes some.
-TENSORRT_KEYS = ("precision_mode", "max_workspace_size_bytes", "trt_max_partition_iterations", "trt_min_subgraph_size",
-                 "int8_calibration_table_name", "int8_use_native_calibration_table", "trt_dla_enable", "trt_dla_core",
-                 "trt_engine_cache_enable", "trt_engine_cache_path", "trt_engine_cache_prefix", "trt_dump_subgraphs",
-                 "trt_force_sequential_engine_build", "trt_context_memory_sharing_enable",
-                 "trt_layer_norm_fp32_fallback", "trt_timing_cache_enable", "trt_timing_cache_path",
-                 "trt_force_timing_cache", "trt_detailed_build_log", "trt_build_heuristics_enable",
-                 "trt_sparsity_enable", "trt_builder_optimization_level", "trt_auxiliary_streams",
-                 "trt_tactic_sources", "trt_extra_plugin_lib_paths", "trt_profile_min_shapes",
-                 "trt_profile_max_shapes", "trt_profile_opt_shapes", "trt_cuda_graph_enable")
-DEFAULT_TENSORRT_CACHE = "/tmp/readability-triton-trt"
-#: Version folder of every model.
-VERSION = "1"
-#: Dynamic-batching queue delay (microseconds) of each step on a GPU instance, where larger
-#: batches pay: how long a step waits for more requests before it runs what it has.
-QUEUE_DELAY_US = {C.VALIDATE: 500, C.PREPROCESS: 1000, C.FEATURIZE: 1000, C.BERT: 2000, C.FOREST: 500,
-                  C.POSTPROCESS: 500}
-
-
-def queue_delay_us(model: str, kind: str | None) -> int:
-    """A step's queue delay: `QUEUE_DELAY_US` on a GPU instance; 0 on a CPU one, where BERT
-    computes a batch of 8 no faster per text than one text alone (benchmarks/
-    bench_bert_formats.py: 15.1 vs 15.5 texts/s on 2 cores) and waiting is pure latency (at
-    one client it added 5.5 ms per request over the six steps); the dynamic batcher still
-    batches whatever queued while the step was busy."""
-    return QUEUE_DELAY_US[model] if kind == "KIND_GPU" else 0
-
-
-#: How long a request may wait in each step's queue (seconds) before Triton refuses it with
-#: UNAVAILABLE "Request timeout expired" (an asynchronous REJECT; clients retry with
-#: backoff; a request may ask for less with the `timeout` parameter): the last bound, for
-#: when the entrance's load shedding (below) is off or slow to see a burst. bert computes
-#: 25-75 ms per text on 2 CPU cores (MiniLM), 1.6-4.8 s per request of 64 texts; every other
-#: step under 10 ms per request. No step has a `max_queue_size`: Triton 2.51 refuses that
-#: synchronously, and combined with gRPC cancellations it left ensemble requests in flight
-#: for good (triton.admission).
-QUEUE_TIMEOUT_S = {C.VALIDATE: 30.0, C.FEATURIZE: 30.0, C.FOREST: 30.0, C.PREPROCESS: 30.0, C.BERT: 60.0,
-                   C.POSTPROCESS: 30.0}
-#: The steps whose answers Triton's response cache keeps with `assemble --response-cache`
-#: (`serve --cache-size`): bert, where the time goes. A request of texts seen before skips
-#: it. Not the ensemble itself: Triton keys a cached answer by the inputs alone, not by the
-#: outputs asked for, so an ensemble hit returns the outputs the first request asked for
-#: (SCORE alone, or all three) whatever the next one asks (tests/test_cache.py shows it);
-#: bert's requests always ask for its one output. Errors are never cached.
-CACHED_STEPS = (C.BERT,)
-#: validate refuses new requests (UNAVAILABLE "busy ...") while requests have lately waited
-#: this long in a later step's queue: a wait clients notice, well inside the queue timeouts;
-#: 8 clients sending 64 texts at a time reach it on 2 cores, 16 sending 1 text do not.
-DEFAULT_MAX_QUEUE_SECONDS = 10.0
-#: ... or while this many requests wait there, whatever they carry.
-DEFAULT_MAX_PENDING_REQUESTS = 64
-#: Python backend file of each Python model, per profile (folder under backends/).
-PYTHON_BACKENDS = {C.VALIDATE: "validate", C.PREPROCESS: "preprocess", C.FEATURIZE: "featurize",
-                   C.POSTPROCESS: "postprocess"}
-PORTABLE_BACKENDS = {C.BERT: "bert_portable", C.FOREST: "forest_portable"}
-
-
-@dataclass(frozen=True)
-class Placement:
-    """How one model of one profile runs."""
-
-    backend: str  # "python", "onnxruntime_onnx", "pytorch_libtorch", "fil" or "ensemble"
-    kind: str | None  # "KIND_GPU", "KIND_CPU", None for the ensemble
-
-
-def placement(model: str, profile: str, bert_format: str = DEFAULT_BERT_FORMAT) -> Placement:
-    if profile not in PROFILES:
-        raise AssemblyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
-    if model == C.ENSEMBLE:
-        return Placement("ensemble", None)
-    gpu_python = profile in ("gpu", "portable-gpu")
-    gpu_models = profile in ("gpu", "hybrid", "portable-gpu")
-    if model == C.VALIDATE:  # BYTES in, BYTES out: CPU work in every profile
-        return Placement("python", "KIND_CPU")
-    if model in C.PYTHON_MODELS:
-        return Placement("python", "KIND_GPU" if gpu_python else "KIND_CPU")
-    if profile in PORTABLE_PROFILES:
-        return Placement("python", "KIND_GPU" if gpu_models else "KIND_CPU")
-    if bert_format not in BERT_PLATFORMS:
-        raise AssemblyError(f"BERT format {bert_format!r}: choose one of {', '.join(BERT_PLATFORMS)}")
-    native = {C.BERT: BERT_PLATFORMS[bert_format], C.FOREST: "fil"}[model]
-    return Placement(native, "KIND_GPU" if gpu_models else "KIND_CPU")
-
-
-def backend_file(model: str, profile: str) -> str | None:
-    """Folder under `backends/` whose `model.py` serves `model` in `profile`, if Python."""
-    if placement(model, profile).backend != "python":
-        return None
-    return PYTHON_BACKENDS.get(model) or PORTABLE_BACKENDS[model]
-
-
-# ---------------------------------------------------------------------- rendering
-
-
-def _tensor(spec: C.TensorSpec) -> str:
-    dims = ", ".join(str(d) for d in spec.dims)
-    optional = "\n    optional: true" if spec.optional else ""
-    return f'  {{\n    name: "{spec.name}"\n    data_type: {spec.data_type}\n    dims: [ {dims} ]{optional}\n  }}'
-
-
-def _tensors(key: str, specs) -> str:
-    return f"{key} [\n" + ",\n".join(_tensor(s) for s in specs) + "\n]\n"
-
-
-def _parameters(params: dict[str, str]) -> str:
-    return "".join(f'parameters {{\n  key: "{k}"\n  value: {{ string_value: "{v}" }}\n}}\n'
-                   for k, v in params.items())
-
-
-def ensemble_scheduling(wiring=C.SERIAL_STEPS) -> str:
-    """The `ensemble_scheduling` block of the ensemble's config for `wiring` (steps as in
-    `contracts.PARALLEL_STEPS`)."""
-    steps = []
-    for model, inputs, outputs in wiring:
-        maps = "".join(f'      input_map {{ key: "{k}" value: "{v}" }}\n' for k, v in inputs.items())
-        maps += "".join(f'      output_map {{ key: "{k}" value: "{v}" }}\n' for k, v in outputs.items())
-        steps.append(f'    {{\n      model_name: "{model}"\n      model_version: -1\n{maps}    }}')
-    return "ensemble_scheduling {\n  step [\n" + ",\n".join(steps) + "\n  ]\n}\n"
-
-
-_HEADERS = {
-    C.ENSEMBLE: "The readability ensemble: TEXT -> validate -> {wiring} -> postprocess -> SCORE, BERT_SCORE, "
-                "FOREST_SCORE.",
-    C.VALIDATE: "The ensemble's first step: refuses what no later step may refuse (invalid UTF-8, a text "
-                "over MAX_TEXT_BYTES, a text without words); passes TEXT on as VALID_TEXT.",
-    C.PREPROCESS: "BERT WordPiece tokenization: TEXT -> INPUT_IDS, ATTENTION_MASK (CuPy/cuDF on a GPU "
-                  "instance, the tokenizers library on a CPU one).",
-    C.FEATURIZE: "The 207 readability features of ../shared/spec/features.md (CuPy on a GPU instance, "
-                 "NumPy on a CPU one).",
-    C.POSTPROCESS: "SCORE = weighted mean of the branch scores (BERT_WEIGHT, FOREST_WEIGHT); also emits "
-                   "BERT_SCORE and FOREST_SCORE, so every ensemble output is a leaf.",
-    C.BERT: "The fine-tuned BERT regressor ({format}).",
-    C.FOREST: "The random forest on the readability features (Treelite checkpoint, 1/checkpoint.tl).",
-}
-
-
-_BERT_FILES = {"onnx": "ONNX, 1/model.onnx", "torchscript": "TorchScript, 1/model.pt"}
-
-
-def tensorrt_block(max_length: int, max_batch: int, cache: str = DEFAULT_TENSORRT_CACHE) -> str:
-    """The onnxruntime backend's TensorRT accelerator: FP16, an engine cache (the engine is
-    built on the first request of each shape profile, then reused), and one profile for
-    batches of 1 to `max_batch` texts of `max_length` tokens."""
-    def shapes(batch: int) -> str:
-        return ",".join(f"{name}:{batch}x{max_length}" for name in (C.INPUT_0, C.INPUT_1))
-
-    params = {"precision_mode": "FP16", "max_workspace_size_bytes": str(1 << 30), "trt_engine_cache_enable": "1",
-              "trt_engine_cache_path": cache, "trt_profile_min_shapes": shapes(1),
-              "trt_profile_opt_shapes": shapes(max(1, max_batch // 4)), "trt_profile_max_shapes": shapes(max_batch)}
-    body = "".join(f'        parameters {{ key: "{k}" value: "{v}" }}\n' for k, v in params.items())
-    return ("optimization {\n  execution_accelerators {\n    gpu_execution_accelerator: [\n      {\n"
-            f'        name: "tensorrt"\n{body}      }}\n    ]\n  }}\n}}\n')
-
-
-def render_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_MAX_LENGTH,
-                  n_features: int = C.N_FEATURES, bert_weight: float = 0.5,
-                  forest_weight: float = 0.5, max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
-                  bert_format: str = DEFAULT_BERT_FORMAT, tensorrt: bool = False,
-                  tensorrt_cache: str = DEFAULT_TENSORRT_CACHE, triton_version: str = releases.TESTED,
-                  max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
-                  max_queue_seconds: float = DEFAULT_MAX_QUEUE_SECONDS, response_cache: bool = False) -> str:
-    """The `config.pbtxt` text of `model` in `profile` for Triton release `triton_version`
-    (the BERT model in `bert_format`; with `tensorrt`, the onnxruntime backend builds a
-    TensorRT FP16 engine for it)."""
-    target = releases.release(triton_version)
-    contract = C.contracts(max_length, n_features)[model]
-    where = placement(model, profile, bert_format)
-    if tensorrt and not (model != C.BERT or (where.backend == "onnxruntime_onnx" and where.kind == "KIND_GPU")):
-        raise AssemblyError(f"--tensorrt needs the ONNX model on a GPU (the gpu or hybrid profile with "
-                            f"--bert-format onnx), not {profile} with {bert_format}")
-    wiring = ("(BERT branch || feature/forest branch)" if target.parallel_ensemble else
-              "feature/forest branch -> BERT branch (one after the other before Triton 26.02: core#466)")
-    header = _HEADERS[model].format(format=_BERT_FILES[bert_format], wiring=wiring)
-    lines = [f"# {header}\n", f"# Profile: {profile}, for Triton {target.version}. Generated by "
-             "readability_triton.repository.\n",
-             f'name: "{model}"\n']
-    if where.backend == "ensemble":
-        lines.append('platform: "ensemble"\n')
-    elif where.backend in BERT_PLATFORMS.values():
-        lines.append(f'platform: "{where.backend}"\n')
-    else:
-        lines.append(f'backend: "{where.backend}"\n')
-    lines.append(f"max_batch_size: {C.MAX_BATCH_SIZE[model]}\n")
-    lines.append(_tensors("input", contract.inputs))
-    lines.append(_tensors("output", contract.outputs))
-    if where.backend == "ensemble":
-        lines.append(ensemble_scheduling(C.ensemble_steps(target.parallel_ensemble)))
-        return "".join(lines)
-    lines.append(f"dynamic_batching {{\n  max_queue_delay_microseconds: {queue_delay_us(model, where.kind)}\n"
-                 "  default_queue_policy {\n    timeout_action: REJECT\n"
-                 f"    default_timeout_microseconds: {int(QUEUE_TIMEOUT_S[model] * 1e6)}\n"
-                 "    allow_timeout_override: true\n  }\n}\n")
-    lines.append(f"instance_group [\n  {{\n    kind: {where.kind}\n    count: 1\n  }}\n]\n")
-    if model == C.BERT and tensorrt:
-        lines.append(tensorrt_block(max_length, C.MAX_BATCH_SIZE[C.BERT], tensorrt_cache))
-    if model in CACHED_STEPS and response_cache:
-        lines.append("response_cache {\n  enable: true\n}\n")
-    params: dict[str, str] = {}
-    if model in (C.VALIDATE, C.PREPROCESS, C.FEATURIZE):  # one limit: validate refuses first
-        params[C.MAX_TEXT_BYTES] = str(max_text_bytes)
-    if model == C.VALIDATE:
-        params[C.MAX_PENDING_REQUESTS] = str(max_pending_requests)
-        params[C.MAX_QUEUE_SECONDS] = repr(float(max_queue_seconds))
-    if model == C.PREPROCESS:
-        params[C.MAX_LENGTH] = str(max_length)
-    if where.backend == "python":  # the thread plan (readability_triton.threads)
-        params[threads.THREADS] = "0" if model == C.BERT else "1"
-    if model == C.POSTPROCESS:
-        params[C.BERT_WEIGHT] = repr(float(bert_weight))
-        params[C.FOREST_WEIGHT] = repr(float(forest_weight))
-    if where.backend == "python" and where.kind == "KIND_GPU" and model in (C.POSTPROCESS, C.BERT, C.FOREST):
-        # Let the outputs of the previous GPU steps arrive on the GPU (read via DLPack).
-        params["FORCE_CPU_ONLY_INPUT_TENSORS"] = "no"
-    if where.backend == "fil":  # a Treelite regressor; the key's name depends on the release
-        params.update(target.fil_parameters())
-    if where.backend == "pytorch_libtorch":
-        params["INFERENCE_MODE"] = "true"
-    lines.append(_parameters(params))
-    return "".join(lines)
-
-
-# ---------------------------------------------------------------------- assembly
+from .installation import available_backends, prepare_backends
+from .profiles import DEFAULT_BERT_FORMAT, DEFAULT_TENSORRT_CACHE, PORTABLE_BACKENDS, PROFILES, VERSION, backend_file
 
 
 def backends_root() -> str:
@@ -348,7 +102,6 @@ def assemble(artifacts: str, out: str, profile: str, bert_weight: float | None =
         for name in list(names) + M.present(artifacts, M.OPTIONAL_FILES.get(model, ())) + [M.MANIFEST]:
             shutil.copyfile(os.path.join(artifacts, name), os.path.join(target, name))
     if profile == "portable-gpu":  # the forest as arrays, for the CuPy tree walk (no Treelite needed there)
-        from ..forest.arrays import FOREST_ARRAYS, export_forest_arrays
 
         folder = os.path.join(out, C.FOREST, VERSION)
         export_forest_arrays(os.path.join(folder, M.CHECKPOINT), os.path.join(folder, FOREST_ARRAYS))
@@ -424,11 +177,6 @@ def served_bert(repo: str) -> str:
 def repository_pipeline(repo: str):
     """The in-process `Pipeline` of an assembled repository: the runners on the artifacts
     in its version folders, and SCORE's weights from postprocess's config. On the CPU."""
-    from ..artifacts.pipeline import Pipeline
-    from ..bert.runner import bert_runner
-    from ..features.runner import FeatureRunner
-    from ..forest.runner import GTILRunner
-    from ..tokenizer.runner import TokenizerRunner
 
     def folder(model):
         return os.path.join(repo, model, VERSION)
@@ -497,7 +245,6 @@ def servable(server, repo: str, say=lambda message: None) -> str:
     where. A backend that is missing otherwise is a ValueError that says how to get it."""
     import tempfile
 
-    from .server import available_backends, prepare_backends
 
     if not os.path.isfile(os.path.join(repo, C.ENSEMBLE, "config.pbtxt")):
         return repo
@@ -518,16 +265,3 @@ def servable(server, repo: str, say=lambda message: None) -> str:
                          "image's tritonserver with --tritonserver, or assemble --profile portable")
     say("backends: " + ", ".join(f"{m} on {b}" for m, b in needed.items() if b))
     return repo
-
-
-def write_canonical(root: str) -> None:
-    """Rewrite the configs of the source tree's `model_repository/` (the `gpu` profile)."""
-    for model in C.ALL_MODELS:
-        with open(os.path.join(root, model, "config.pbtxt"), "w", encoding="utf-8") as handle:
-            handle.write(render_config(model, "gpu"))
-
-
-if __name__ == "__main__":  # python -m readability_triton.repository model_repository
-    import sys
-
-    write_canonical(sys.argv[1] if len(sys.argv) > 1 else "model_repository")

@@ -33,12 +33,10 @@ import json
 import os
 import re
 import resource
-import secrets
 import signal
 import socket
 import subprocess
 import sys
-import sysconfig
 import threading
 import time
 import urllib.error
@@ -48,125 +46,17 @@ from typing import Any
 
 from .. import threads
 from ..errors import ServerError
-from .admission import METRICS_URL_ENV
-
-#: The Triton release of the tritonserver in the nvidia-pytriton 0.7 wheel.
-WHEEL_TRITON = "2.51.0 (24.10)"
-
-
-def stub_numpy_problem() -> str | None:
-    """Why this environment's NumPy cannot serve, or None.
-
-    The wheel's python-backend stub (Triton 2.51) is built with pybind11 2.10, which reads
-    BYTES tensors with NumPy 1.x only: with NumPy 2 every request with a text crashes the
-    stub (`pybind11::error_already_set ... unpack_from requires a buffer`), while the
-    models stay READY. Releases from 24.11 on take NumPy 2."""
-    from importlib import metadata
-
-    try:
-        version = metadata.version("numpy")
-    except metadata.PackageNotFoundError:
-        return "NumPy is not installed in this environment (the python backend's stub needs it)"
-    if int(version.split(".")[0]) >= 2:
-        return (f"NumPy {version} is installed, but the python-backend stub of the tritonserver in the "
-                f"nvidia-pytriton wheel (Triton {WHEEL_TRITON}, pybind11 2.10) reads text tensors with NumPy 1.x "
-                "only (with NumPy 2 every text request crashes the stub): pip install 'numpy<2', or "
-                "install with the constraints in constraints/cpu.txt")
-    return None
-
-
-def triton_home() -> str:
-    """`pytriton/tritonserver` inside the installed nvidia-pytriton wheel."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("pytriton")
-    if spec is None or not spec.submodule_search_locations:
-        raise ServerError("the nvidia-pytriton wheel is not installed (it carries tritonserver): "
-                          "pip install 'readability-triton[server]'")
-    home = os.path.join(list(spec.submodule_search_locations)[0], "tritonserver")
-    if not os.path.isfile(os.path.join(home, "bin", "tritonserver")):
-        raise ServerError(f"{home}: no bin/tritonserver in the nvidia-pytriton wheel")
-    return home
-
-
-def _python_libdir() -> str:
-    if not sysconfig.get_config_var("Py_ENABLE_SHARED"):
-        raise ServerError(
-            f"{sys.executable} was built without a shared libpython, which the python backend's stub "
-            "must load: use a Python built with --enable-shared (Debian/Ubuntu's, pyenv with "
-            "PYTHON_CONFIGURE_OPTS=--enable-shared, conda)")
-    return sysconfig.get_config_var("LIBDIR")
-
-
-#: Triton's own backends built here (`make native-backends`): backends/<name>/.
-NATIVE_BACKENDS_ENV = "READABILITY_TRITON_NATIVE_BACKENDS"
-
-
-def native_backends() -> str | None:
-    """The folder `make native-backends` built (PyTorch and ONNX Runtime backends for the
-    wheel's Triton 2.51), or None: $READABILITY_TRITON_NATIVE_BACKENDS, else
-    ~/.cache/readability-triton/native-backends."""
-    path = os.environ.get(NATIVE_BACKENDS_ENV) or os.path.join(os.path.expanduser("~"), ".cache",
-                                                               "readability-triton", "native-backends")
-    return path if os.path.isfile(os.path.join(path, ".complete")) else None
-
-
-def available_backends(backend_dir: str) -> set[str]:
-    """The backends a server with `--backend-directory backend_dir` can load."""
-    try:
-        return {name for name in os.listdir(backend_dir) if os.path.isdir(os.path.join(backend_dir, name))}
-    except OSError:
-        return set()
-
-
-def prepare_backends(directory: str, native: str | None = None) -> str:
-    """Fill `directory/python/` with the python backend for this interpreter, and link the
-    native backends in `native` (`make native-backends`) beside it; returns `directory`."""
-    if native:
-        for name in sorted(os.listdir(os.path.join(native, "backends"))):
-            _link(os.path.join(native, "backends", name), os.path.join(directory, name))
-    home = triton_home()
-    version = f"{sys.version_info.major}.{sys.version_info.minor}"
-    stub = os.path.join(home, "python_backend_stubs", version, "triton_python_backend_stub")
-    if not os.path.isfile(stub):
-        available = sorted(os.listdir(os.path.join(home, "python_backend_stubs")))
-        raise ServerError(f"the nvidia-pytriton wheel has no python backend stub for Python {version} "
-                          f"(it has {', '.join(available)})")
-    target = os.path.join(directory, "python")
-    os.makedirs(target, exist_ok=True)
-    sources = {
-        "libtriton_python.so": os.path.join(home, "backends", "python", "libtriton_python.so"),
-        "triton_python_backend_utils.py": os.path.join(home, "backends", "python", "triton_python_backend_utils.py"),
-        "triton_python_backend_stub": stub,
-    }
-    for name, source in sources.items():
-        _link(source, os.path.join(target, name))
-    return directory
-
-
-def _link(source: str, destination: str) -> None:
-    os.makedirs(os.path.dirname(destination), exist_ok=True)
-    if os.path.islink(destination) or os.path.exists(destination):
-        if os.path.realpath(destination) == os.path.realpath(source):
-            return
-        os.remove(destination)
-    os.symlink(source, destination)
-
-
-def server_environment(base: dict | None = None, home: str = "") -> dict:
-    """The environment tritonserver runs in: the wheel's libraries and this Python's
-    LIBDIR and `bin` first; for a tritonserver installed at `home` (an NGC image's
-    /opt/tritonserver), its `lib`. (The native backends find their libraries through their
-    RPATH, beside them.)"""
-    env = dict(os.environ if base is None else base)
-    if home:
-        libs = [os.path.join(home, "lib")]
-    else:
-        libs = [os.path.normpath(os.path.join(triton_home(), "..", "..", "nvidia_pytriton.libs")), _python_libdir()]
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(libs + [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep)
-                                                     if p])
-    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
-    return env
+from .admin import admin_headers, admin_key_from_environment, restricted_api_args
+from .admission import METRICS_URL_ENV, pending_requests
+from .installation import (
+    TRITON_HOME_ENV,
+    native_backends,
+    prepare_backends,
+    server_environment,
+    stub_numpy_problem,
+    triton_home,
+)
+from .processes import kill_process_group
 
 
 def free_port() -> int:
@@ -178,143 +68,15 @@ def free_port() -> int:
 _instances = itertools.count()
 
 
-def _stat_fields(pid: int) -> list[str] | None:
-    """/proc/<pid>/stat after the command name: [state, ppid, pgrp, ...], or None."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
-            return handle.read().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-
-
-def alive(pid: int) -> bool:
-    """Whether `pid` runs (exists and is not a zombie)."""
-    fields = _stat_fields(pid)
-    return fields is not None and fields[0] != "Z"
-
-
-def python_stubs(server_pid: int) -> dict[int, str]:
-    """{pid: model instance name} of the python-backend stubs a tritonserver started: its
-    children running `triton_python_backend_stub`, whose 9th argument is the instance
-    (python_backend r24.10, stub_launcher.cc: `<stub> <model.py> <shm region> <size>
-    <growth> <parent pid> <backend dir> <ipc handle> <instance> <runtime>`)."""
-    stubs = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        fields = _stat_fields(int(entry))
-        if fields is None or fields[0] == "Z" or int(fields[1]) != server_pid:
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as handle:
-                args = handle.read().decode("utf-8", "replace").split("\0")
-        except OSError:
-            continue
-        if args[0].endswith("triton_python_backend_stub") and len(args) > 8:
-            stubs[int(entry)] = args[8]
-    return stubs
-
-
-def instance_model(instance: str) -> str:
-    """The model of a model instance name (`featurize_0_0` -> `featurize`)."""
-    parts = instance.rsplit("_", 2)
-    return parts[0] if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit() else instance
-
-
-def become_subreaper() -> bool:
-    """Make this process adopt its orphaned descendants (Linux PR_SET_CHILD_SUBREAPER), so
-    that the stubs of a tritonserver that died come back to it to be ended and reaped
-    rather than to init. In a container where this process is PID 1 it is already so."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
-    except (OSError, AttributeError):
-        return False
-
-
-def reap_zombies(keep: tuple[int, ...] = ()) -> list[int]:
-    """Reap this process's zombie children (orphans adopted as a subreaper or as PID 1),
-    except `keep` (children a `subprocess.Popen` waits for itself); the PIDs reaped."""
-    me, reaped = os.getpid(), []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in keep:
-            continue
-        fields = _stat_fields(int(entry))
-        if fields is not None and fields[0] == "Z" and int(fields[1]) == me:
-            try:
-                os.waitpid(int(entry), os.WNOHANG)
-                reaped.append(int(entry))
-            except ChildProcessError:
-                pass
-    return reaped
-
-
-def group_members(pgid: int) -> list[int]:
-    """Live processes (not zombies) of process group `pgid`, from /proc."""
-    members = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _stat_fields(int(entry))
-            if fields is not None and int(fields[2]) == pgid and fields[0] != "Z":
-                members.append(int(entry))
-    return members
-
 #: Characters the python backend's stub command line cannot carry in a path (python_backend
 #: r24.10 starts each stub with `bash -c " exec <stub> <repository>/<model>/1/model.py ..."`
 #: unquoted: a space splits the path, `(` is a syntax error; either way no stub starts and
 #: the server never becomes ready, with only a bash error in its log).
 _SHELL_UNSAFE = re.compile(r"[^A-Za-z0-9_./+@%:,=-]")
 
-#: Where an installed tritonserver lives (an NGC image: /opt/tritonserver); unset: the wheel's.
-TRITON_HOME_ENV = "READABILITY_TRITON_HOME"
-
 #: Default `TritonServer.shm_region_limit`: 64 MiB. The largest legitimate batch a Python
 #: model receives is 256 texts of MAX_TEXT_BYTES (100,000): 25.6 MB, plus its outputs.
 DEFAULT_SHM_REGION_LIMIT = 64 << 20
-
-#: The environment variable that holds the key of the restricted APIs (see `TritonServer`).
-ADMIN_KEY_ENV = "READABILITY_TRITON_ADMIN_KEY"
-#: The header that carries it: over HTTP as is, over gRPC as the metadata key
-#: `triton-grpc-protocol-<ADMIN_HEADER>` (Triton's --grpc-restricted-protocol convention).
-ADMIN_HEADER = "admin-key"
-#: The APIs only a holder of the key may call: the model-repository API (index, load with a
-#: config override or uploaded files, unload), the log and trace settings, and the
-#: registration of shared-memory regions (which would let a client map any /dev/shm file,
-#: the python backend's included, into the server). Inference, metadata, model
-#: configuration, health and statistics stay open.
-RESTRICTED_APIS = ("model-repository", "logging", "trace", "shared-memory")
-
-
-def admin_key_from_environment() -> str:
-    """The key of the restricted APIs: $READABILITY_TRITON_ADMIN_KEY, or the contents of the
-    file $READABILITY_TRITON_ADMIN_KEY_FILE names (a Kubernetes Secret mounted as a file),
-    else a new random one."""
-    key = os.environ.get(ADMIN_KEY_ENV, "").strip()
-    if not key and os.environ.get(ADMIN_KEY_ENV + "_FILE"):
-        path = os.environ[ADMIN_KEY_ENV + "_FILE"]
-        try:
-            with open(path, encoding="utf-8") as handle:
-                key = handle.read().strip()
-        except OSError as err:
-            raise ServerError(f"${ADMIN_KEY_ENV}_FILE: cannot read {path} ({err.strerror})") from None
-    if key and not all(c.isalnum() or c in "-_.~" for c in key):
-        raise ServerError(f"${ADMIN_KEY_ENV} may hold only letters, digits and -_.~ (it goes into a header "
-                          "and a command line)")
-    return key or secrets.token_urlsafe(24)
-
-
-def restricted_api_args(key: str, apis=RESTRICTED_APIS) -> list[str]:
-    """tritonserver's flags that close `apis` over HTTP and gRPC to clients without `key`."""
-    spec = f"{','.join(apis)}:{ADMIN_HEADER}={key}"
-    return ["--http-restricted-api", spec, "--grpc-restricted-protocol", spec]
-
-
-def admin_headers(key: str, protocol: str = "http") -> dict[str, str]:
-    """The headers (HTTP) or metadata (gRPC) that open the restricted APIs."""
-    return {ADMIN_HEADER if protocol == "http" else f"triton-grpc-protocol-{ADMIN_HEADER}": key}
-
 
 @dataclass
 class TritonServer:
@@ -563,7 +325,6 @@ class TritonServer:
 
     def pending_requests(self) -> dict[str, int]:
         """{model: requests waiting in its queue} from the metrics endpoint."""
-        from .admission import pending_requests
 
         try:
             with urllib.request.urlopen(self.metrics_url, timeout=5) as reply:
@@ -666,7 +427,7 @@ class TritonServer:
         else:
             code = process.returncode
             report.update(killed=False, died=True)
-        report["orphans"] = self.kill_process_group(process.pid)
+        report["orphans"] = kill_process_group(process.pid)
         left = self.leftover_shm()
         for name in left:
             try:
@@ -676,22 +437,6 @@ class TritonServer:
         report.update(exit_status=code, exit_seconds=round(time.monotonic() - started, 2), removed_shm=left)
         self.last_stop = report
         return code
-
-    @staticmethod
-    def kill_process_group(pgid: int) -> list[int]:
-        """SIGKILL what is left of the process group `pgid` (the server started it, as its
-        session leader; its stubs are members) and wait until it is gone (at most 5 s);
-        the PIDs that were still there."""
-        left = group_members(pgid)
-        if left:
-            try:
-                os.killpg(pgid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
-            deadline = time.monotonic() + 5
-            while group_members(pgid) and time.monotonic() < deadline:
-                time.sleep(0.05)
-        return left
 
     def __enter__(self) -> "TritonServer":
         return self.start()

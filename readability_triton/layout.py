@@ -1,4 +1,6 @@
-"""`manifest.json`: what an artifact set is, checked by `assemble` and by the models.
+"""The layout of an artifact set: every file name, and `manifest.json`, what a set is,
+checked by `assemble` and by the models. The bottom of the package: it imports nothing of
+the project but `contracts` and `errors`, so every runner, exporter and trainer can.
 
 An artifact set is one flat folder:
 
@@ -7,7 +9,11 @@ An artifact set is one flat folder:
     tokenizer_config.json, special_tokens_map.json
     checkpoint.tl               Treelite 4.x checkpoint of the random forest (forest)
     vocabulary.json             the feature vocabulary the forest was trained on (featurize)
+    training.json               the BERT training record beside a checkpoint folder
     manifest.json               this file
+
+A model's version folder may also hold `forest_arrays.npz` (the forest as arrays, written by
+`assemble` for the Python forest).
 
 The manifest records the format, `max_length`, `n_features`, the versions that built
 the artifacts, free-form training info and a SHA-256 of every file. `assemble` refuses
@@ -24,11 +30,20 @@ import platform
 import time
 from dataclasses import asdict, dataclass, field
 
-from .. import __version__, contracts
-from ..errors import ManifestError
-from ..tokenizer.files import TOKENIZER_FILES, VOCAB_TXT
+from . import __version__, contracts
+from .errors import ManifestError
 
 MANIFEST = "manifest.json"
+VOCAB_TXT = "vocab.txt"
+TOKENIZER_JSON = "tokenizer.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+SPECIAL_TOKENS_MAP = "special_tokens_map.json"
+#: The files a tokenizer folder may hold, in the order they are read.
+TOKENIZER_FILES = (VOCAB_TXT, TOKENIZER_JSON, TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP)
+#: The forest as arrays (the Python forest's file, written into its version folder).
+FOREST_ARRAYS = "forest_arrays.npz"
+#: A BERT checkpoint folder's training record.
+TRAINING_RECORD = "training.json"
 FORMAT = 1
 MODEL_PT = "model.pt"
 MODEL_ONNX = "model.onnx"
@@ -194,3 +209,24 @@ def check_artifacts(directory: str, max_length: int | None = None,
                        + list(BERT_FORMATS.values()))
     verify_files(directory, manifest, required + optional)
     return manifest
+
+
+def update_manifest(directory: str, section: str, info: dict, max_length: int | None = None,
+                    key: str | None = None) -> Manifest:
+    """Rewrite `directory/manifest.json` over the files present, keeping the other
+    sections' training info (and the recorded max_length unless one is given); with `key`,
+    `info` goes to `section[key]` (e.g. one export format beside another)."""
+    old = None
+    if os.path.isfile(os.path.join(directory, MANIFEST)):
+        try:
+            old = load_manifest(directory)
+        except ManifestError:
+            old = None  # unreadable: written anew
+    merged = dict(old.info if old else {})
+    merged.pop("build_key", None)  # no longer a build-demo set as built
+    if key is None:
+        merged[section] = info
+    else:
+        merged[section] = {**(merged.get(section) or {}), key: info}
+    length = max_length if max_length is not None else (old.max_length if old else contracts.DEFAULT_MAX_LENGTH)
+    return write_manifest(directory, length, contracts.N_FEATURES, merged)

@@ -1,0 +1,109 @@
+"""The processes of a tritonserver, read from /proc: whether a PID runs, the python
+backend's stubs and the model instance each serves, a process group's members, and the
+reaping of orphans adopted as a subreaper (or as PID 1 in a container).
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    """/proc/<pid>/stat after the command name: [state, ppid, pgrp, ...], or None."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` runs (exists and is not a zombie)."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
+
+
+def python_stubs(server_pid: int) -> dict[int, str]:
+    """{pid: model instance name} of the python-backend stubs a tritonserver started: its
+    children running `triton_python_backend_stub`, whose 9th argument is the instance
+    (python_backend r24.10, stub_launcher.cc: `<stub> <model.py> <shm region> <size>
+    <growth> <parent pid> <backend dir> <ipc handle> <instance> <runtime>`)."""
+    stubs = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = _stat_fields(int(entry))
+        if fields is None or fields[0] == "Z" or int(fields[1]) != server_pid:
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                args = handle.read().decode("utf-8", "replace").split("\0")
+        except OSError:
+            continue
+        if args[0].endswith("triton_python_backend_stub") and len(args) > 8:
+            stubs[int(entry)] = args[8]
+    return stubs
+
+
+def instance_model(instance: str) -> str:
+    """The model of a model instance name (`featurize_0_0` -> `featurize`)."""
+    parts = instance.rsplit("_", 2)
+    return parts[0] if len(parts) == 3 and parts[1].isdigit() and parts[2].isdigit() else instance
+
+
+def become_subreaper() -> bool:
+    """Make this process adopt its orphaned descendants (Linux PR_SET_CHILD_SUBREAPER), so
+    that the stubs of a tritonserver that died come back to it to be ended and reaped
+    rather than to init. In a container where this process is PID 1 it is already so."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def reap_zombies(keep: tuple[int, ...] = ()) -> list[int]:
+    """Reap this process's zombie children (orphans adopted as a subreaper or as PID 1),
+    except `keep` (children a `subprocess.Popen` waits for itself); the PIDs reaped."""
+    me, reaped = os.getpid(), []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in keep:
+            continue
+        fields = _stat_fields(int(entry))
+        if fields is not None and fields[0] == "Z" and int(fields[1]) == me:
+            try:
+                os.waitpid(int(entry), os.WNOHANG)
+                reaped.append(int(entry))
+            except ChildProcessError:
+                pass
+    return reaped
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live processes (not zombies) of process group `pgid`, from /proc."""
+    members = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            fields = _stat_fields(int(entry))
+            if fields is not None and int(fields[2]) == pgid and fields[0] != "Z":
+                members.append(int(entry))
+    return members
+
+
+def kill_process_group(pgid: int) -> list[int]:
+    """SIGKILL what is left of the process group `pgid` (the server started it, as its
+    session leader; its stubs are members) and wait until it is gone (at most 5 s);
+    the PIDs that were still there."""
+    left = group_members(pgid)
+    if left:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        deadline = time.monotonic() + 5
+        while group_members(pgid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+    return left

@@ -1,0 +1,133 @@
+"""The profiles: where each model of the ensemble runs and on which backend, and the
+queue policy of each step.
+
+Profiles (same models, same tensor names; `../shared/design.md`):
+
+| profile  | python steps       | bert                                   | forest                        |
+|----------|--------------------|----------------------------------------|-------------------------------|
+| gpu      | KIND_GPU (CuPy)    | onnxruntime or pytorch_libtorch, GPU   | fil, KIND_GPU                 |
+| hybrid   | KIND_CPU (NumPy)   | onnxruntime or pytorch_libtorch, GPU   | fil, KIND_GPU                 |
+| cpu      | KIND_CPU           | onnxruntime or pytorch_libtorch, CPU   | fil, KIND_CPU                 |
+| portable | KIND_CPU           | python: ONNX Runtime or torch.jit      | python: Treelite on checkpoint.tl |
+| portable-gpu | KIND_GPU (CuPy) | python: torch on the GPU (DLPack)      | python: CuPy tree walk (forest_arrays.npz) |
+
+`portable-gpu` is the GPU pipeline for a server with only the python backend (e.g. the
+`tritonserver` in the nvidia-pytriton wheel): every step but `validate` on the GPU, the
+tensors between steps passed through DLPack.
+
+`validate` (the first step) runs on the CPU in every profile. The BERT model is ONNX
+(`model.onnx`, the onnxruntime backend; optionally TensorRT FP16 on a GPU) or
+TorchScript (`model.pt`, the pytorch_libtorch backend): `bert_format`.
+
+`configs` renders each model's config.pbtxt from a profile; `repository` assembles a
+model repository.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import contracts as C
+from ..errors import AssemblyError
+
+PROFILES = ("gpu", "hybrid", "cpu", "portable", "portable-gpu")
+#: Profiles whose bert and forest are Python models.
+PORTABLE_PROFILES = ("portable", "portable-gpu")
+#: The backend (platform) that serves each BERT format natively.
+BERT_PLATFORMS = {"onnx": "onnxruntime_onnx", "torchscript": "pytorch_libtorch"}
+#: The canonical (model_repository/) format, and the one `assemble` picks when an artifact
+#: set holds both: ONNX survives the PyTorch/libtorch version skew (24.10's libtorch is 2.5),
+#: reaches TensorRT, and on the CPU ONNX Runtime runs it 1.55-1.76x faster than TorchScript
+#: (benchmarks/bench_bert_formats.py), so `portable` needs no torch. `portable-gpu` runs
+#: TorchScript: torch on CUDA, fed and read through DLPack.
+DEFAULT_BERT_FORMAT = "onnx"
+#: The TensorRT execution accelerator's parameters that the onnxruntime backend reads
+#: (triton-inference-server/onnxruntime_backend, r24.10, src/onnxruntime.cc), of which
+#: `tensorrt_block` writes some.
+TENSORRT_KEYS = ("precision_mode", "max_workspace_size_bytes", "trt_max_partition_iterations", "trt_min_subgraph_size",
+                 "int8_calibration_table_name", "int8_use_native_calibration_table", "trt_dla_enable", "trt_dla_core",
+                 "trt_engine_cache_enable", "trt_engine_cache_path", "trt_engine_cache_prefix", "trt_dump_subgraphs",
+                 "trt_force_sequential_engine_build", "trt_context_memory_sharing_enable",
+                 "trt_layer_norm_fp32_fallback", "trt_timing_cache_enable", "trt_timing_cache_path",
+                 "trt_force_timing_cache", "trt_detailed_build_log", "trt_build_heuristics_enable",
+                 "trt_sparsity_enable", "trt_builder_optimization_level", "trt_auxiliary_streams",
+                 "trt_tactic_sources", "trt_extra_plugin_lib_paths", "trt_profile_min_shapes",
+                 "trt_profile_max_shapes", "trt_profile_opt_shapes", "trt_cuda_graph_enable")
+DEFAULT_TENSORRT_CACHE = "/tmp/readability-triton-trt"
+#: Version folder of every model.
+VERSION = "1"
+#: Dynamic-batching queue delay (microseconds) of each step on a GPU instance, where larger
+#: batches pay: how long a step waits for more requests before it runs what it has.
+QUEUE_DELAY_US = {C.VALIDATE: 500, C.PREPROCESS: 1000, C.FEATURIZE: 1000, C.BERT: 2000, C.FOREST: 500,
+                  C.POSTPROCESS: 500}
+
+
+def queue_delay_us(model: str, kind: str | None) -> int:
+    """A step's queue delay: `QUEUE_DELAY_US` on a GPU instance; 0 on a CPU one, where BERT
+    computes a batch of 8 no faster per text than one text alone (benchmarks/
+    bench_bert_formats.py: 15.1 vs 15.5 texts/s on 2 cores) and waiting is pure latency (at
+    one client it added 5.5 ms per request over the six steps); the dynamic batcher still
+    batches whatever queued while the step was busy."""
+    return QUEUE_DELAY_US[model] if kind == "KIND_GPU" else 0
+
+
+#: How long a request may wait in each step's queue (seconds) before Triton refuses it with
+#: UNAVAILABLE "Request timeout expired" (an asynchronous REJECT; clients retry with
+#: backoff; a request may ask for less with the `timeout` parameter): the last bound, for
+#: when the entrance's load shedding (below) is off or slow to see a burst. bert computes
+#: 25-75 ms per text on 2 CPU cores (MiniLM), 1.6-4.8 s per request of 64 texts; every other
+#: step under 10 ms per request. No step has a `max_queue_size`: Triton 2.51 refuses that
+#: synchronously, and combined with gRPC cancellations it left ensemble requests in flight
+#: for good (triton.admission).
+QUEUE_TIMEOUT_S = {C.VALIDATE: 30.0, C.FEATURIZE: 30.0, C.FOREST: 30.0, C.PREPROCESS: 30.0, C.BERT: 60.0,
+                   C.POSTPROCESS: 30.0}
+#: The steps whose answers Triton's response cache keeps with `assemble --response-cache`
+#: (`serve --cache-size`): bert, where the time goes. A request of texts seen before skips
+#: it. Not the ensemble itself: Triton keys a cached answer by the inputs alone, not by the
+#: outputs asked for, so an ensemble hit returns the outputs the first request asked for
+#: (SCORE alone, or all three) whatever the next one asks (tests/test_cache.py shows it);
+#: bert's requests always ask for its one output. Errors are never cached.
+CACHED_STEPS = (C.BERT,)
+#: validate refuses new requests (UNAVAILABLE "busy ...") while requests have lately waited
+#: this long in a later step's queue: a wait clients notice, well inside the queue timeouts;
+#: 8 clients sending 64 texts at a time reach it on 2 cores, 16 sending 1 text do not.
+DEFAULT_MAX_QUEUE_SECONDS = 10.0
+#: ... or while this many requests wait there, whatever they carry.
+DEFAULT_MAX_PENDING_REQUESTS = 64
+#: Python backend file of each Python model, per profile (folder under backends/).
+PYTHON_BACKENDS = {C.VALIDATE: "validate", C.PREPROCESS: "preprocess", C.FEATURIZE: "featurize",
+                   C.POSTPROCESS: "postprocess"}
+PORTABLE_BACKENDS = {C.BERT: "bert_portable", C.FOREST: "forest_portable"}
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How one model of one profile runs."""
+
+    backend: str  # "python", "onnxruntime_onnx", "pytorch_libtorch", "fil" or "ensemble"
+    kind: str | None  # "KIND_GPU", "KIND_CPU", None for the ensemble
+
+
+def placement(model: str, profile: str, bert_format: str = DEFAULT_BERT_FORMAT) -> Placement:
+    if profile not in PROFILES:
+        raise AssemblyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    if model == C.ENSEMBLE:
+        return Placement("ensemble", None)
+    gpu_python = profile in ("gpu", "portable-gpu")
+    gpu_models = profile in ("gpu", "hybrid", "portable-gpu")
+    if model == C.VALIDATE:  # BYTES in, BYTES out: CPU work in every profile
+        return Placement("python", "KIND_CPU")
+    if model in C.PYTHON_MODELS:
+        return Placement("python", "KIND_GPU" if gpu_python else "KIND_CPU")
+    if profile in PORTABLE_PROFILES:
+        return Placement("python", "KIND_GPU" if gpu_models else "KIND_CPU")
+    if bert_format not in BERT_PLATFORMS:
+        raise AssemblyError(f"BERT format {bert_format!r}: choose one of {', '.join(BERT_PLATFORMS)}")
+    native = {C.BERT: BERT_PLATFORMS[bert_format], C.FOREST: "fil"}[model]
+    return Placement(native, "KIND_GPU" if gpu_models else "KIND_CPU")
+
+
+def backend_file(model: str, profile: str) -> str | None:
+    """Folder under `backends/` whose `model.py` serves `model` in `profile`, if Python."""
+    if placement(model, profile).backend != "python":
+        return None
+    return PYTHON_BACKENDS.get(model) or PORTABLE_BACKENDS[model]

@@ -1,0 +1,160 @@
+"""Reading the requests of one `execute` call into one batch: the texts of a BYTES input
+(checked by `validation`, as the `validate` step does) or the arrays of numeric inputs
+(shapes, batch sizes and, where asked, finiteness), each bad request set aside with its own
+reason; the good ones concatenated for one vectorized pass.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import contracts, validation
+
+
+@dataclass
+class Batch:
+    """The inputs of all good requests of one `execute` call, concatenated."""
+
+    n_requests: int
+    counts: list[int] = field(default_factory=list)  # rows per request (0 for failed ones)
+    errors: dict[int, tuple[str, str]] = field(default_factory=dict)  # index -> (message, code)
+    items: list | dict = field(default_factory=list)  # the rows: texts, or {input name: array}
+
+    def fail(self, index: int, message: str, code: str = "INVALID_ARG") -> None:
+        self.errors[index] = (message, code)
+        self.counts[index] = 0
+
+    def spans(self):
+        """(index, rows) per request, in order: `rows` the slice of the concatenated inputs
+        that is the request's, None for a failed request."""
+        start = 0
+        for index in range(self.n_requests):
+            if index in self.errors:
+                yield index, None
+                continue
+            yield index, slice(start, start + self.counts[index])
+            start += self.counts[index]
+
+    def rows(self, start: int, stop: int):
+        """Rows `start:stop` of the good requests' concatenated inputs."""
+        if isinstance(self.items, dict):
+            return {name: array[start:stop] for name, array in self.items.items()}
+        return self.items[start:stop]
+
+
+def read_text_requests(pb_utils, requests, name: str = contracts.TEXT,
+                       max_text_bytes: int = contracts.DEFAULT_MAX_TEXT_BYTES,
+                       require_words: bool = False) -> Batch:
+    """Collect the `TEXT` rows of every request; bad requests are set aside with a reason.
+
+    A request fails alone when its input is missing, is not a [batch, 1] BYTES tensor,
+    holds a text over `max_text_bytes` bytes, holds a text that is not valid UTF-8, or
+    (with `require_words`) holds a text without a word. The word check runs once over the
+    texts of all requests.
+    """
+    batch = Batch(len(requests), counts=[0] * len(requests))
+    accepted: list[tuple[int, list[bytes]]] = []
+    for index, request in enumerate(requests):
+        tensor = pb_utils.get_input_tensor_by_name(request, name)
+        if tensor is None:
+            batch.fail(index, f"missing input {name}")
+            continue
+        array = tensor.as_numpy()  # BYTES tensors always live on the CPU
+        if array.dtype != np.object_ or array.ndim != 2 or array.shape[1] != 1:
+            batch.fail(index, f"input {name} must be a [batch, 1] BYTES tensor, got "
+                              f"dtype {array.dtype} and shape {list(array.shape)}")
+            continue
+        rows = [row if isinstance(row, bytes) else str(row).encode("utf-8") for row in array[:, 0]]
+        problem = validation.size_and_encoding(rows, max_text_bytes, where=" of the request")
+        if problem is not None:
+            batch.fail(index, problem)
+            continue
+        accepted.append((index, rows))
+    if require_words and accepted:
+        problems = validation.without_words([rows for _, rows in accepted], where=" of the request")
+        for (index, _), problem in zip(accepted, problems):
+            if problem is not None:
+                batch.fail(index, problem)
+    texts: list[bytes] = []
+    for index, rows in accepted:
+        if index not in batch.errors:
+            batch.counts[index] = len(rows)
+            texts.extend(rows)
+    batch.items = texts
+    return batch
+
+
+def input_array(tensor, xp):
+    """A numeric input tensor as an `xp` array, without `as_numpy()` on a GPU tensor."""
+    if tensor.is_cpu():
+        array = tensor.as_numpy()
+        return array if xp is np else xp.asarray(array)
+    if xp is np:  # a GPU tensor reached a CPU instance: copy it down through CuPy
+        import cupy
+
+        return cupy.asnumpy(cupy.from_dlpack(tensor))
+    return xp.from_dlpack(tensor)
+
+
+def _host(array) -> np.ndarray:
+    return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
+def read_array_requests(pb_utils, requests, names: Sequence[str], xp,
+                        dims: dict[str, tuple[int, ...]], finite: bool = False,
+                        arrivals: dict[str, dict[str, int]] | None = None) -> Batch:
+    """Collect numeric inputs of every request and concatenate each along the batch axis
+    (`Batch.items` maps each name to the joined array). A request fails alone when an
+    input is missing, has the wrong shape, its inputs' batch sizes differ or (with
+    `finite`) it holds NaN or infinity; the finiteness check is one pass over the batch.
+    `arrivals[name]["cpu" or "gpu"]` counts where each input tensor arrived (`is_cpu()`)."""
+    batch = Batch(len(requests), counts=[0] * len(requests))
+    parts: dict[str, list] = {name: [] for name in names}
+    order: list[int] = []
+    for index, request in enumerate(requests):
+        arrays = {}
+        for name in names:
+            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            if tensor is None:
+                batch.fail(index, f"missing input {name}")
+                break
+            if arrivals is not None and name in arrivals:
+                arrivals[name]["cpu" if tensor.is_cpu() else "gpu"] += 1
+            array = input_array(tensor, xp)
+            if tuple(array.shape[1:]) != tuple(dims[name]) or array.ndim != 1 + len(dims[name]):
+                batch.fail(index, f"input {name} must have shape [batch, "
+                                  f"{', '.join(map(str, dims[name]))}], got {list(array.shape)}")
+                break
+            arrays[name] = array
+        else:
+            counts = {int(a.shape[0]) for a in arrays.values()}
+            if len(counts) != 1:
+                batch.fail(index, f"inputs {', '.join(names)} have different batch sizes")
+                continue
+            batch.counts[index] = counts.pop()
+            order.append(index)
+            for name in names:
+                parts[name].append(arrays[name])
+    joined: dict[str, Any] = {name: (xp.concatenate(parts[name]) if parts[name] else None) for name in names}
+    if finite and order:
+        rows = sum(batch.counts[i] for i in order)
+        ok = xp.ones(rows, dtype=bool)
+        for name in names:
+            ok &= xp.isfinite(joined[name].reshape(rows, -1)).all(axis=1)
+        ok = _host(ok)  # one small copy per execute, also on a GPU instance
+        if not ok.all():
+            start, keep = 0, np.ones(rows, dtype=bool)
+            for index in order:
+                stop = start + batch.counts[index]
+                bad = np.flatnonzero(~ok[start:stop])
+                if bad.size:
+                    keep[start:stop] = False
+                    batch.fail(index, f"row {int(bad[0])} of the request holds NaN or infinity in "
+                                      f"{' or '.join(names)}; the scores must be finite")
+                start = stop
+            index_array = xp.asarray(np.flatnonzero(keep))
+            joined = {name: array[index_array] for name, array in joined.items()}
+    batch.items = joined
+    return batch

@@ -1,0 +1,104 @@
+"""Answering the requests of one `execute` call: one vectorized pass over the batch, its
+outputs split back into one response per request (NumPy by value on a CPU instance,
+DLPack on a GPU one), and the errors: a `RequestError` is the client's (INVALID_ARG, and
+only then is the batch retried request by request to find whose); anything else is
+INTERNAL for every request of the pass, with the traceback in the server log.
+"""
+from __future__ import annotations
+
+import traceback
+from typing import Any, Callable
+
+import numpy as np
+
+from ..errors import RequestError
+from .requests import Batch
+
+#: DLPack device types whose memory the host can read: kDLCPU, kDLCUDAHost (pinned).
+_HOST_DEVICES = (1, 3)
+
+
+def output_tensor(pb_utils, name: str, array):
+    """A `pb_utils.Tensor`: host arrays by value, device arrays through DLPack."""
+    device = getattr(array, "__dlpack_device__", None)
+    if device is None or int(device()[0]) in _HOST_DEVICES:
+        return pb_utils.Tensor(name, np.ascontiguousarray(array))
+    # The python backend takes C-contiguous DLPack tensors only, and checks every
+    # dimension but the first: a strided row slice would pass the check and be read wrong.
+    flags = getattr(array, "flags", None)
+    if flags is not None and not flags.c_contiguous:
+        array = array.copy(order="C")
+    # CuPy arrays carry __dlpack__/__dlpack_device__; passing the object (not a raw
+    # capsule) lets the backend synchronise on the producer's stream.
+    return pb_utils.Tensor.from_dlpack(name, array)
+
+
+def error_response(pb_utils, error: tuple[str, str]):
+    """A response carrying only an error: (message, the `TritonError` code's name)."""
+    message, code = error
+    return pb_utils.InferenceResponse(error=pb_utils.TritonError(message, getattr(pb_utils.TritonError, code)))
+
+
+def one_line(exc: BaseException) -> str:
+    """What an exception says, in one line: its message, or, for a multi-line message such
+    as a TorchScript traceback, the last line (where the interpreter puts the error)."""
+    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
+    text = lines[-1] if lines else type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _internal(exc: BaseException) -> tuple[str, str]:
+    return (f"internal error: {type(exc).__name__}: {one_line(exc)} (the server log has the traceback)",
+            "INTERNAL")
+
+
+def split(batch: Batch, outputs: dict[str, Any]) -> list[dict[str, Any] | tuple[str, str]]:
+    """Per request: its rows of every output, or its error."""
+    return [batch.errors[index] if rows is None else {name: array[rows] for name, array in outputs.items()}
+            for index, rows in batch.spans()]
+
+
+def respond(pb_utils, results: list[dict[str, Any] | tuple[str, str]]) -> list:
+    """One response per request from what `split` (or the retry) gives it."""
+    return [error_response(pb_utils, result) if isinstance(result, tuple) else
+            pb_utils.InferenceResponse(output_tensors=[output_tensor(pb_utils, name, array)
+                                                       for name, array in result.items()])
+            for result in results]
+
+
+def run_batch(pb_utils, batch: Batch, compute: Callable[[Any], dict[str, Any]], logger=None) -> list:
+    """Run `compute` once on the rows of all good requests and split the result back.
+
+    When the batched pass raises a `RequestError` (a request's input is at fault: which one
+    is not known), each request is run alone, so that only the culprits fail (INVALID_ARG,
+    with the error's message). Any other error is the server's: every request of the pass
+    gets INTERNAL (one line; the traceback goes to the server log) and nothing is retried
+    (on a device out of memory, N more passes would only fail N more times).
+    """
+    if len(batch.errors) == batch.n_requests:
+        return respond(pb_utils, split(batch, {}))
+    try:
+        return respond(pb_utils, split(batch, compute(batch.items)))
+    except RequestError as exc:
+        if logger is not None:
+            logger.log_warn(f"a request of the batch ({batch.n_requests} requests) was refused ({one_line(exc)}); "
+                            "running them one by one to find which")
+    except Exception as exc:  # noqa: BLE001 - the server's fault: INTERNAL for the pass
+        if logger is not None:
+            logger.log_error(f"the batched pass over {batch.n_requests} requests failed:\n{traceback.format_exc()}")
+        error = _internal(exc)
+        return respond(pb_utils, [batch.errors.get(index, error) for index, _ in batch.spans()])
+    results: list[dict[str, Any] | tuple[str, str]] = []
+    for index, rows in batch.spans():
+        if rows is None:
+            results.append(batch.errors[index])
+            continue
+        try:
+            results.append(compute(batch.rows(rows.start, rows.stop)))
+        except RequestError as exc:
+            results.append((one_line(exc), "INVALID_ARG"))
+        except Exception as exc:  # noqa: BLE001
+            if logger is not None:
+                logger.log_error(f"request {index} of the batch failed:\n{traceback.format_exc()}")
+            results.append(_internal(exc))
+    return respond(pb_utils, results)
