@@ -12,7 +12,7 @@ TOOLS_STAMP := $(TOOLS)/.installed-$(shell cksum < constraints/tools.txt | cut -
 DEMO_ARTIFACTS := .cache/demo-artifacts
 DEMO_REPO      := .cache/demo-repository
 
-.PHONY: demo test lint deploy-check venv clean gpu-check image native-backends
+.PHONY: demo test check lint deploy-check venv clean gpu-check image native-backends
 
 venv: $(STAMP)
 
@@ -61,6 +61,11 @@ native-backends: $(STAMP)
 
 test: lint deploy-check native-backends
 	$(PY) -m pytest -q
+
+# The edit loop: lint, then every test not marked integration or docker (no tritonserver,
+# no whole-program runs, no image): under a minute. `make test` stays the whole suite.
+check: lint
+	$(PY) -m pytest -q -m "not integration and not docker"
 
 gpu-check:
 	bash scripts/gpu-check.sh

@@ -29,7 +29,7 @@ import tempfile
 from readability_triton import contracts as C
 from readability_triton.data import COMMONLIT_CSV, read_table
 from readability_triton.threads import PLAN_ENV
-from readability_triton.triton import bench, repository
+from readability_triton.triton import bench, configs, repository
 from readability_triton.triton.installation import native_backends
 from readability_triton.triton.server import TritonServer
 
@@ -46,11 +46,10 @@ VARIANTS = (
 def two_bert_instances(repo: str) -> None:
     """bert as two instances of one thread each: requests in parallel instead of one
     request over both cores."""
-    path = os.path.join(repo, C.BERT, "config.pbtxt")
-    with open(path, encoding="utf-8") as handle:
-        text = handle.read()
-    with open(path, "w", encoding="utf-8") as handle:
-        handle.write(text.replace("count: 1", "count: 2"))
+    def two(config) -> None:
+        config.instance_group[0].count = 2
+
+    configs.edit_config(os.path.join(repo, C.BERT, "config.pbtxt"), two)
 
 
 def main(argv=None) -> int:

@@ -8,6 +8,7 @@ Dims exclude the batch dimension (every model here batches, `max_batch_size > 0`
 """
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 #: Number of frequency words per list in the vocabulary (the spec's N).
@@ -63,6 +64,8 @@ MAX_TEXT_BYTES = "MAX_TEXT_BYTES"
 MAX_LENGTH = "MAX_LENGTH"
 BERT_WEIGHT = "BERT_WEIGHT"
 FOREST_WEIGHT = "FOREST_WEIGHT"
+#: The threads of an instance's runtimes (`threads`: 0 = the instance's share of the cores).
+THREADS = "THREADS"
 #: validate's load shedding: refuse new requests while this many wait in the later steps'
 #: queues, or while requests have lately waited this many seconds in one of them.
 MAX_PENDING_REQUESTS = "MAX_PENDING_REQUESTS"
@@ -106,10 +109,17 @@ def _by_name(specs, name, model, kind):
     raise KeyError(f"model {model!r} has no {kind} {name!r}")
 
 
+def check_max_length(max_length, what: str = "max_length", error: type[Exception] = ValueError) -> int:
+    """`max_length` as an int, or `error` unless it is an integer of at least 2 (room for
+    [CLS] and [SEP]); `what` names it in the message (e.g. "--max-length")."""
+    if isinstance(max_length, bool) or not isinstance(max_length, numbers.Integral) or max_length < 2:
+        raise error(f"{what} {max_length!r}: must be an integer of at least 2 ([CLS] and [SEP])")
+    return int(max_length)
+
+
 def contracts(max_length: int = DEFAULT_MAX_LENGTH, n_features: int = N_FEATURES) -> dict[str, ModelContract]:
     """The contract of every model, for one sequence length and feature count."""
-    if max_length < 2:
-        raise ValueError(f"max_length must be at least 2 ([CLS] and [SEP]), got {max_length}")
+    check_max_length(max_length)
     text = TensorSpec(TEXT, "TYPE_STRING", (1,))
     score = lambda name: TensorSpec(name, "TYPE_FP32", (1,))  # noqa: E731
     ids = lambda name: TensorSpec(name, "TYPE_INT64", (max_length,))  # noqa: E731

@@ -1,7 +1,7 @@
 """Where a computation runs: `Device("cpu")` (NumPy) or `Device("gpu", id)` (CuPy on that GPU).
 
 Runners take a `Device` (or "cpu", "gpu", "cuda:N"); array code takes the array module
-it gives (`device.array_module()`), so one implementation serves both.
+it gives (`Device.array_module()`), so one implementation serves both.
 """
 from __future__ import annotations
 

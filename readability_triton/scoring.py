@@ -8,6 +8,20 @@ from __future__ import annotations
 import numpy as np
 
 
+def weight_pair(bert_weight: float | None, forest_weight: float | None,
+                error: type[Exception] = ValueError) -> tuple[float, float] | None:
+    """The SCORE weights a user gave (normalised, see `blend_weights`), or None for neither;
+    `error` when only one is given."""
+    if (bert_weight is None) != (forest_weight is None):
+        raise error("give both --bert-weight and --forest-weight, or neither (the set's fitted weights)")
+    if bert_weight is None or forest_weight is None:
+        return None
+    try:
+        return blend_weights(bert_weight, forest_weight)
+    except ValueError as err:
+        raise error(str(err)) from None
+
+
 def blend_weights(bert_weight: float, forest_weight: float) -> tuple[float, float]:
     """The SCORE weights normalised to sum 1; ValueError unless both are non-negative
     with a positive sum."""

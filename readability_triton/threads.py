@@ -18,10 +18,8 @@ from __future__ import annotations
 
 import os
 
-#: The config parameter: threads for the model's runtimes (0: the instance's share of the cores).
-THREADS = "THREADS"
 #: `off` in the server's environment: no plan at all (every runtime sizes itself, OpenMP's
-#: own wait policy), as before it; for comparisons (benchmarks/bench_profiles.py).
+#: own wait policy); for comparisons (benchmarks/bench_profiles.py).
 PLAN_ENV = "READABILITY_TRITON_THREAD_PLAN"
 
 

@@ -16,7 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from readability_triton import contracts as C
-from readability_triton.triton import profiles, repository
+from readability_triton.triton import configs, repository
 from readability_triton.triton.server import TritonServer
 
 CLIENTS = ("http", "grpc", "curl")
@@ -28,21 +28,18 @@ def assemble_portable(artifacts: str, out: str, batch_window_us: int | None = No
     calls, which the production windows of about 1 ms cannot promise)."""
     repository.assemble(artifacts, out, "portable", **assemble_kw)
     if batch_window_us is not None:
+        def widen(config) -> None:
+            config.dynamic_batching.max_queue_delay_microseconds = batch_window_us
+
         for model in C.STEP_MODELS:
-            path = os.path.join(out, model, "config.pbtxt")
-            with open(path, encoding="utf-8") as handle:
-                config = handle.read()
-            old = f"max_queue_delay_microseconds: {profiles.queue_delay_us(model, 'KIND_CPU')}"
-            assert old in config, model
-            with open(path, "w", encoding="utf-8") as handle:
-                handle.write(config.replace(old, f"max_queue_delay_microseconds: {batch_window_us}"))
+            configs.edit_config(os.path.join(out, model, "config.pbtxt"), widen)
     return out
 
 
 def served_weights(repo: str) -> tuple[float, float]:
     """SCORE's weights as the assembled repository's postprocess config holds them."""
-    post = repository.read_config(os.path.join(repo, C.POSTPROCESS, "config.pbtxt"))
-    return (float(post.parameters["BERT_WEIGHT"].string_value), float(post.parameters["FOREST_WEIGHT"].string_value))
+    post = configs.read_config(os.path.join(repo, C.POSTPROCESS, "config.pbtxt"))
+    return (float(post.parameters[C.BERT_WEIGHT].string_value), float(post.parameters[C.FOREST_WEIGHT].string_value))
 
 
 def start_server(repo: str, log_file: str, backend_dir: str, **kw) -> TritonServer:

@@ -103,14 +103,14 @@ def test_train_blend_fits_on_the_recorded_out_of_fold_predictions(separately_tra
     assert main(["assemble", "--profile", "portable", "--artifacts", folder, "--out", str(repo)]) == 0
     assert "fitted)" in capsys.readouterr().out
     post = parse_config(str(repo / C.POSTPROCESS / "config.pbtxt"))
-    rendered = (float(post.parameters["BERT_WEIGHT"].string_value),
-                float(post.parameters["FOREST_WEIGHT"].string_value))
+    rendered = (float(post.parameters[C.BERT_WEIGHT].string_value),
+                float(post.parameters[C.FOREST_WEIGHT].string_value))
     assert rendered == pytest.approx(load_manifest(folder).blend_weights)
     assert main(["assemble", "--profile", "portable", "--artifacts", folder, "--out", str(repo), "--force",
                  "--bert-weight", "0.2", "--forest-weight", "0.8"]) == 0
     assert "as given" in capsys.readouterr().out
     post = parse_config(str(repo / C.POSTPROCESS / "config.pbtxt"))
-    assert float(post.parameters["BERT_WEIGHT"].string_value) == pytest.approx(0.2)
+    assert float(post.parameters[C.BERT_WEIGHT].string_value) == pytest.approx(0.2)
     assert main(["assemble", "--profile", "portable", "--artifacts", folder, "--out", str(repo), "--force",
                  "--bert-weight", "0.2"]) == 2
     assert "or neither" in capsys.readouterr().err

@@ -26,6 +26,8 @@ from readability_triton.layout import (  # noqa: E402
 
 MAX_LENGTH = 64
 SMALL = ["--bert", "tiny", "--corpus-size", "80", "--folds", "2", "--max-length", str(MAX_LENGTH)]
+#: Where ONNX is not under test: the TorchScript export only (no dynamo ONNX export, ~4 s each).
+TORCHSCRIPT = [*SMALL, "--bert-format", "torchscript"]
 
 
 @pytest.fixture(scope="module")
@@ -91,15 +93,15 @@ def test_build_demo_is_cached_and_rebuilds_on_change(demo_set, tmp_path, capsys)
 
     # a tampered file is not "up to date": the set is rebuilt
     copy = tmp_path / "copy"
-    assert main(["build-demo", "--out", str(copy), *SMALL]) == 0
+    assert main(["build-demo", "--out", str(copy), *TORCHSCRIPT]) == 0
     capsys.readouterr()
     with open(copy / "vocabulary.json", "a", encoding="utf-8") as handle:
         handle.write(" ")
-    assert main(["build-demo", "--out", str(copy), *SMALL]) == 0
+    assert main(["build-demo", "--out", str(copy), *TORCHSCRIPT]) == 0
     assert "built in" in capsys.readouterr().out
     check_artifacts(str(copy), max_length=MAX_LENGTH)
     # another option: rebuilt
-    assert main(["build-demo", "--out", str(copy), *SMALL, "--seed", "1"]) == 0
+    assert main(["build-demo", "--out", str(copy), *TORCHSCRIPT, "--seed", "1"]) == 0
     assert "built in" in capsys.readouterr().out
     assert load_manifest(str(copy)).info["bert"]["kind"] == "tiny"
     assert not [name for name in os.listdir(tmp_path) if name.startswith(".")]  # no temporary folders left
@@ -109,7 +111,7 @@ def test_build_demo_with_data(tmp_path, capsys):
     texts, targets = D.generate_corpus(60, seed=9)
     path = write_csv(tmp_path / "train.csv", [(i, t, y) for i, (t, y) in enumerate(zip(texts, targets))])
     out = tmp_path / "set"
-    assert main(["build-demo", "--out", str(out), "--data", path, *SMALL]) == 0
+    assert main(["build-demo", "--out", str(out), "--data", path, *TORCHSCRIPT]) == 0
     printed = capsys.readouterr().out
     assert "illustrative" not in printed
     data = load_manifest(str(out)).info["data"]

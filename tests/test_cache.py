@@ -20,7 +20,7 @@ import pytest
 from served import Failure, score_texts
 
 from readability_triton import contracts as C
-from readability_triton.triton import repository
+from readability_triton.triton import configs, repository
 from readability_triton.triton.server import TritonServer
 
 pytestmark = pytest.mark.integration
@@ -108,9 +108,8 @@ def test_an_ensemble_cached_whole_answers_with_the_first_selection(tiny_artifact
     way round)."""
     repo = str(tmp_path / "repository")
     repository.assemble(tiny_artifacts, repo, "portable")
-    path = os.path.join(repo, C.ENSEMBLE, "config.pbtxt")
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write("response_cache {\n  enable: true\n}\n")
+    configs.edit_config(os.path.join(repo, C.ENSEMBLE, "config.pbtxt"),
+                        lambda config: setattr(config.response_cache, "enable", True))
     server = TritonServer(repo, log_file=str(tmp_path / "server.log"), cache_size=CACHE_BYTES)
     server.start(timeout=240)
     try:

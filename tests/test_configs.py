@@ -37,7 +37,7 @@ def test_canonical_configs_are_the_rendered_gpu_profile():
             committed = handle.read()
         assert committed == configs.render_config(model, "gpu"), (
             f"model_repository/{model}/config.pbtxt is stale: run "
-            "`python -m readability_triton.triton.repository model_repository`")
+            "`python -m readability_triton.triton.configs model_repository`")
 
 
 @pytest.mark.parametrize("model", C.ALL_MODELS)
@@ -70,10 +70,10 @@ def test_parser_is_strict():
 @pytest.mark.parametrize("profile", profiles.PROFILES)
 @pytest.mark.parametrize("max_length", [16, 256])
 def test_profile_configs(profile, max_length, bert_format):
-    configs = {m: parse(configs.render_config(m, profile, max_length=max_length, bert_format=bert_format))
+    rendered = {m: parse(configs.render_config(m, profile, max_length=max_length, bert_format=bert_format))
                for m in C.ALL_MODELS}
     contracts = C.contracts(max_length)
-    for model, config in configs.items():
+    for model, config in rendered.items():
         check_against_contract(config, contracts[model])
         assert config.max_batch_size == C.MAX_BATCH_SIZE[model] > 0
         if model == C.ENSEMBLE:
@@ -84,14 +84,14 @@ def test_profile_configs(profile, max_length, bert_format):
         (group,) = config.instance_group
         assert group.count >= 1
         assert Kind.Name(group.kind) == profiles.placement(model, profile).kind
-    kinds = {m: Kind.Name(configs[m].instance_group[0].kind) for m in C.STEP_MODELS}
+    kinds = {m: Kind.Name(rendered[m].instance_group[0].kind) for m in C.STEP_MODELS}
     expected_python = "KIND_GPU" if profile in ("gpu", "portable-gpu") else "KIND_CPU"
     assert {kinds[m] for m in C.PYTHON_MODELS if m != C.VALIDATE} == {expected_python}
     assert kinds[C.VALIDATE] == "KIND_CPU"  # BYTES in and out: CPU work in every profile
     expected_models = "KIND_GPU" if profile in ("gpu", "hybrid", "portable-gpu") else "KIND_CPU"
     assert {kinds[C.BERT], kinds[C.FOREST]} == {expected_models}
 
-    bert, forest, post = configs[C.BERT], configs[C.FOREST], configs[C.POSTPROCESS]
+    bert, forest, post = rendered[C.BERT], rendered[C.FOREST], rendered[C.POSTPROCESS]
     if profile in profiles.PORTABLE_PROFILES:
         assert bert.backend == forest.backend == "python"
     else:
@@ -101,7 +101,7 @@ def test_profile_configs(profile, max_length, bert_format):
         assert forest.parameters["model_type"].string_value == "treelite_checkpoint"
         assert forest.parameters["output_class"].string_value == "false"
     for model in C.PYTHON_MODELS:
-        assert configs[model].backend == "python"
+        assert rendered[model].backend == "python"
     # GPU Python models that read another model's output take it on the GPU (DLPack)
     gpu_readers = [post] + ([bert, forest] if profile == "portable-gpu" else [])
     for config in (post, bert, forest):
@@ -110,9 +110,9 @@ def test_profile_configs(profile, max_length, bert_format):
             assert config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value == "no", config.name
         else:
             assert "FORCE_CPU_ONLY_INPUT_TENSORS" not in config.parameters, (profile, config.name)
-    assert configs[C.PREPROCESS].parameters["MAX_LENGTH"].string_value == str(max_length)
+    assert rendered[C.PREPROCESS].parameters["MAX_LENGTH"].string_value == str(max_length)
     # validate refuses first only if no later step has a stricter limit: one value for all
-    limits = {configs[m].parameters["MAX_TEXT_BYTES"].string_value
+    limits = {rendered[m].parameters["MAX_TEXT_BYTES"].string_value
               for m in (C.VALIDATE, C.PREPROCESS, C.FEATURIZE)}
     assert limits == {str(C.DEFAULT_MAX_TEXT_BYTES)}
     assert float(post.parameters["BERT_WEIGHT"].string_value) == 0.5
@@ -125,8 +125,8 @@ def test_ensemble_graph(profile):
     between producer and consumer; the ensemble's batch size fits every step; every
     ensemble output is a leaf (no step reads it); only the first step reads TEXT, and
     every other step depends on it (see the rules at contracts.ENSEMBLE_STEPS)."""
-    configs = {m: parse(configs.render_config(m, profile)) for m in C.ALL_MODELS}
-    ensemble = configs[C.ENSEMBLE]
+    rendered = {m: parse(configs.render_config(m, profile)) for m in C.ALL_MODELS}
+    ensemble = rendered[C.ENSEMBLE]
     steps = ensemble.ensemble_scheduling.step
     assert {s.model_name for s in steps} == set(C.STEP_MODELS)
 
@@ -143,7 +143,7 @@ def test_ensemble_graph(profile):
         ready = [s for s in pending if all(v in produced for v in s.input_map.values())]
         assert ready, f"unsatisfiable inputs in steps {[s.model_name for s in pending]}"
         for step in ready:
-            step_config = configs[step.model_name]
+            step_config = rendered[step.model_name]
             assert set(step.input_map) == {t.name for t in step_config.input}
             assert set(step.output_map) == {t.name for t in step_config.output}
             for model_input, tensor in step.input_map.items():
@@ -171,7 +171,7 @@ def test_ensemble_graph(profile):
 
 
 @pytest.mark.parametrize("profile", ["gpu", "hybrid"])
-def test_tensorrt_block_is_what_the_onnxruntime_backend_reads(profile):
+def test_tensorrt_optimization_is_what_the_onnxruntime_backend_reads(profile):
     config = parse(configs.render_config(C.BERT, profile, max_length=128, bert_format="onnx", tensorrt=True))
     (accelerator,) = config.optimization.execution_accelerators.gpu_execution_accelerator
     assert accelerator.name == "tensorrt"

@@ -91,17 +91,15 @@ def test_thresholds_are_float32_exact_and_predictions_unchanged(corpus):
 
 
 def test_cross_validation_refits_the_vocabulary_inside_each_fold(monkeypatch, corpus):
-    import readability_triton.features as features_module
-
     texts, targets = corpus
     seen = []
-    real = features_module.build_vocabulary
+    real = F.build_vocabulary
 
     def spy(fold_texts, n=contracts.VOCABULARY_SIZE, stopwords=None):
         seen.append(list(fold_texts))
         return real(fold_texts, n=n, stopwords=stopwords)
 
-    monkeypatch.setattr(features_module, "build_vocabulary", spy)
+    monkeypatch.setattr(F, "build_vocabulary", spy)
     result = F.cross_validate(texts, targets, 3, seed=0, **SMALL)
     assert len(seen) == 3 and len(result["fold_rmse"]) == 3
     assert sorted(len(fold) for fold in seen) == [80, 80, 80]

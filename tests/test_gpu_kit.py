@@ -22,6 +22,7 @@ def _kit(*args, carry, out, timeout=300):
                           cwd=ROOT)
 
 
+@pytest.mark.integration
 def test_phases_0_and_1_dry_run(tmp_path):
     result = _kit("run", "--phase", "0,1", "--cpu-dry-run", carry=tmp_path / "carry", out=tmp_path / "out")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

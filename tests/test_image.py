@@ -276,10 +276,10 @@ def test_the_cpu_profile_renders_and_parses_in_the_image(image):
     repository is assembled in the image and every config parsed with Triton's proto."""
     script = "\n".join([
         "import os",
-        "from readability_triton.triton import repository as r",
-        "r.assemble('/opt/readability-triton/artifacts', '/tmp/cpu', 'cpu')",
+        "from readability_triton.triton import configs, repository",
+        "repository.assemble('/opt/readability-triton/artifacts', '/tmp/cpu', 'cpu')",
         "for m in sorted(os.listdir('/tmp/cpu')):",
-        "    c = r.read_config(os.path.join('/tmp/cpu', m, 'config.pbtxt'))",
+        "    c = configs.read_config(os.path.join('/tmp/cpu', m, 'config.pbtxt'))",
         "    print(f'{m}:{c.platform or c.backend}')"])
     out = _docker("run", "--rm", "--network", "host", "--read-only", "--tmpfs", "/tmp", "--entrypoint", "python3",
                   image, "-c", script).stdout

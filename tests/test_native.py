@@ -21,7 +21,7 @@ import pytest
 from served import CLIENTS, Failure, score_texts, side_by_side
 
 from readability_triton import contracts as C
-from readability_triton.triton import repository
+from readability_triton.triton import configs, repository
 from readability_triton.triton.installation import native_backends
 from readability_triton.triton.server import TritonServer
 
@@ -121,4 +121,4 @@ def test_the_view_serves_the_forest_from_the_same_checkpoint(served):
     forest = os.path.join(server.repository, C.FOREST, "1", "checkpoint.tl")
     assert os.path.islink(forest) and os.path.realpath(forest).endswith(os.path.join("repository", C.FOREST, "1",
                                                                                       "checkpoint.tl"))
-    assert repository.read_config(os.path.join(server.repository, C.FOREST, "config.pbtxt")).backend == "python"
+    assert configs.read_config(os.path.join(server.repository, C.FOREST, "config.pbtxt")).backend == "python"

@@ -23,7 +23,7 @@ from readability_triton.artifacts.corpus import generate_corpus
 from readability_triton.artifacts.demo import minilm_directory
 from readability_triton.bert import export as B
 from readability_triton.cli import main
-from readability_triton.triton import repository
+from readability_triton.triton import configs, repository
 
 pytestmark = pytest.mark.integration
 
@@ -69,7 +69,7 @@ def chain(request, tmp_path_factory):
     repository.assemble(str(artifacts), str(repo), request.param)
     assert (repo / "bert" / "1" / "model.onnx").is_file() and not (repo / "bert" / "1" / "model.pt").exists()
     if request.param == "cpu":
-        assert repository.read_config(str(repo / "bert" / "config.pbtxt")).platform == "onnxruntime_onnx"
+        assert configs.read_config(str(repo / "bert" / "config.pbtxt")).platform == "onnxruntime_onnx"
         server = TritonServer(repository.python_forest_view(str(repo), str(root / "view")),
                               log_file=str(root / "server.log"), native=native)
         server.start(timeout=240)

@@ -20,6 +20,7 @@ from harness import (
 from readability_triton import contracts
 from readability_triton import layout as M
 from readability_triton.device import Device
+from readability_triton.triton import configs
 
 
 def tokenizer_files(vocab_dir):
@@ -81,22 +82,19 @@ def test_bad_requests_fail_alone(model_64, vocab_dir):
 def test_max_length_must_match_output_dims(vocab_dir, tmp_path):
     model_dir = make_model_dir(str(tmp_path), contracts.PREPROCESS, profile="cpu",
                                files=tokenizer_files(vocab_dir), max_length=32)
-    config = os.path.join(model_dir, "config.pbtxt")
-    text = open(config, encoding="utf-8").read()
-    fixed = re.sub(r'(key: "MAX_LENGTH"\s*value: \{ string_value: )"32"', r'\1"48"', text)
-    assert fixed != text
-    open(config, "w", encoding="utf-8").write(fixed)
+    def lengthen(config) -> None:
+        assert config.parameters[contracts.MAX_LENGTH].string_value == "32"
+        config.parameters[contracts.MAX_LENGTH].string_value = "48"
+
+    configs.edit_config(os.path.join(model_dir, "config.pbtxt"), lengthen)
     with pytest.raises(ValueError, match=r"INPUT_IDS has dims \[32\] but parameter MAX_LENGTH gives \[48\]"):
         load_model(model_dir)
 
 
 def test_default_max_length_is_256(vocab_dir, tmp_path):
     model_dir = make_model_dir(str(tmp_path), contracts.PREPROCESS, profile="cpu", files=tokenizer_files(vocab_dir))
-    config = os.path.join(model_dir, "config.pbtxt")
-    text = open(config, encoding="utf-8").read()
-    without = re.sub(r'parameters \{\s*key: "MAX_LENGTH"[^}]*\}\s*\}\s*', "", text)
-    assert "MAX_LENGTH" not in without
-    open(config, "w", encoding="utf-8").write(without)
+    configs.edit_config(os.path.join(model_dir, "config.pbtxt"),
+                        lambda config: config.parameters.pop(contracts.MAX_LENGTH))
     model = load_model(model_dir)
     assert model.runner.max_length == contracts.DEFAULT_MAX_LENGTH == 256
     ids = output(model.execute([text_request(["hello"])])[0], contracts.INPUT_IDS)

@@ -50,7 +50,7 @@ def test_assembled_repository_is_complete(tiny_artifacts, tmp_path, profile):
     # portable-gpu: the forest's arrays for the CuPy tree walk, from the copied checkpoint
     assert (out / "forest" / "1" / "forest_arrays.npz").is_file() == (profile == "portable-gpu")
     assert (out / "preprocess" / "1" / "tokenizer.json").is_file()
-    max_length = parse(out / "preprocess" / "config.pbtxt").parameters["MAX_LENGTH"].string_value
+    max_length = parse(out / "preprocess" / "config.pbtxt").parameters[C.MAX_LENGTH].string_value
     assert int(max_length) == manifest.max_length == 64
 
 
@@ -143,7 +143,7 @@ def test_assemble_cli(tiny_artifacts, tmp_path, capsys):
     assert cli.main(["assemble", "--profile", "hybrid", "--artifacts", tiny_artifacts, "--out", str(out),
                      "--bert-weight", "0.25", "--forest-weight", "0.75"]) == 0
     post = parse(out / "postprocess" / "config.pbtxt")
-    assert float(post.parameters["BERT_WEIGHT"].string_value) == 0.25
+    assert float(post.parameters[C.BERT_WEIGHT].string_value) == 0.25
     assert "assembled profile 'hybrid'" in capsys.readouterr().out
     assert cli.main(["assemble", "--profile", "cpu", "--artifacts", str(tmp_path / "none"),
                      "--out", str(tmp_path / "r")]) == 2

@@ -18,7 +18,7 @@ from tritonclient.utils import InferenceServerException
 from readability_triton import contracts as C
 from readability_triton import scoring
 from readability_triton.layout import load_manifest
-from readability_triton.triton import profiles, repository
+from readability_triton.triton import configs, repository
 from readability_triton.triton.client import ReadabilityClient
 from readability_triton.triton.server import TritonServer, free_port
 
@@ -41,12 +41,11 @@ def repo(tiny_artifacts, tmp_path_factory):
     repository.assemble(tiny_artifacts, str(out), "portable", max_text_bytes=MAX_TEXT_BYTES)
     # A long batching window on the two text steps, so that requests sent together are
     # certain to share execute() calls (the production window is 1 ms: too short to rely on).
+    def widen(config) -> None:
+        config.dynamic_batching.max_queue_delay_microseconds = BATCH_WINDOW_US
+
     for model in (C.PREPROCESS, C.FEATURIZE):
-        path = out / model / "config.pbtxt"
-        config = path.read_text()
-        old = f"max_queue_delay_microseconds: {profiles.queue_delay_us(model, 'KIND_CPU')}"
-        assert old in config
-        path.write_text(config.replace(old, f"max_queue_delay_microseconds: {BATCH_WINDOW_US}"))
+        configs.edit_config(str(out / model / "config.pbtxt"), widen)
     return str(out)
 
 

@@ -99,7 +99,7 @@ def test_from_dlpack_refuses_what_the_real_one_refuses():
         pb_utils.Tensor.from_dlpack("X", torch.from_numpy(base).t())
     # The real check skips size-1 dimensions and never looks at the first one: a strided
     # column passes it and is then read as if contiguous (the stub reproduces that, which
-    # is why runtime.output_tensor makes device arrays contiguous first).
+    # is why triton.responses.output_tensor makes device arrays contiguous first).
     column = pb_utils.Tensor.from_dlpack("X", torch.from_numpy(base)[:, :1])
     assert column.shape() == [3, 1] and column.as_numpy().ravel().tolist() == [0.0, 1.0, 2.0]
     with pytest.raises(pb_utils.TritonModelException, match="empty string"):

@@ -182,7 +182,7 @@ def test_the_repository_api_is_closed_to_clients_without_the_key(repo, tmp_path)
 def test_an_override_that_changes_the_answers_is_detected_and_healed(repo, tmp_path):
     from google.protobuf import json_format
 
-    from readability_triton.triton.repository import read_config
+    from readability_triton.triton.configs import read_config
 
     canary = H.Canary.load(repo)
     serve = Serve(repo, tmp_path, "--health-interval", "1")

@@ -7,6 +7,7 @@ own request. On a GPU instance the scores arrive on the GPU (FORCE_CPU_ONLY_INPU
 """
 import triton_python_backend_utils as pb_utils
 
+from readability_triton import contracts as C
 from readability_triton.scoring import Blender
 from readability_triton.triton.runtime import PythonModel
 
@@ -14,7 +15,7 @@ from readability_triton.triton.runtime import PythonModel
 class TritonPythonModel:
     def initialize(self, args):
         self.model = PythonModel(pb_utils, args, finite=True)
-        weights = (self.model.float_parameter("BERT_WEIGHT", 0.5), self.model.float_parameter("FOREST_WEIGHT", 0.5))
+        weights = (self.model.float_parameter(C.BERT_WEIGHT, 0.5), self.model.float_parameter(C.FOREST_WEIGHT, 0.5))
         self.runner = Blender(*weights, xp=self.model.xp)
         self.model.log(f"SCORE = {self.runner.weights[0]:g} BERT + {self.runner.weights[1]:g} forest")
 

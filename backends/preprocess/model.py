@@ -14,7 +14,7 @@ from readability_triton.triton.runtime import PythonModel
 class TritonPythonModel:
     def initialize(self, args):
         self.model = PythonModel(pb_utils, args)
-        length = self.model.int_parameter("MAX_LENGTH", C.DEFAULT_MAX_LENGTH, minimum=2)
+        length = self.model.int_parameter(C.MAX_LENGTH, C.DEFAULT_MAX_LENGTH, minimum=2)
         self.model.expect_dims({C.INPUT_IDS: (length,), C.ATTENTION_MASK: (length,)}, "parameter MAX_LENGTH")
         folder = self.model.artifacts((), optional=TokenizerRunner.FILES)
         self.runner = self.model.build(TokenizerRunner.from_folder, folder, length, self.model.device)

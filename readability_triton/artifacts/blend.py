@@ -22,7 +22,7 @@ from .pipeline import Pipeline
 
 def _bert_training(manifest: Manifest) -> dict:
     """What `train-bert` recorded about the set's BERT model (export-bert carries it into
-    `bert.export_<format>.training`); {} if nothing."""
+    the manifest as `info["bert"]["export_<format>"]["training"]`); {} if nothing."""
     found: dict = {}
     for value in (manifest.info.get("bert") or {}).values():
         if isinstance(value, dict) and isinstance(value.get("training"), dict):

@@ -1,6 +1,6 @@
 """`build-demo`: a complete artifact set, offline, in minutes on a CPU.
 
-The set (see `manifest.py`): `model.pt` + the tokenizer files (bert, preprocess),
+The set (see `layout`): `model.onnx` and `model.pt` + the tokenizer files (bert, preprocess),
 `checkpoint.tl` + `vocabulary.json` (forest, featurize) and `manifest.json`, written last.
 
 The BERT branch is a pretrained encoder with a linear regression head fitted on the
@@ -178,8 +178,7 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
     out = os.path.abspath(out)
     if bert not in BERT_KINDS:
         raise DemoError(f"--bert {bert!r}: choose one of {', '.join(BERT_KINDS)}")
-    if max_length < 2:
-        raise DemoError(f"--max-length {max_length}: must be at least 2 ([CLS] and [SEP])")
+    contracts.check_max_length(max_length, "--max-length", DemoError)
     if folds < 2:
         raise DemoError(f"--folds {folds}: build-demo chooses the BERT head by cross-validation; use 2 or more")
     bert_formats = tuple(dict.fromkeys(bert_formats))

@@ -31,7 +31,7 @@ from ..layout import (
     present,
     verify_files,
 )
-from ..scoring import Blender, blend_weights
+from ..scoring import Blender, blend_weights, weight_pair
 from ..texts import as_utf8
 from ..tokenizer.runner import TokenizerRunner
 from ..validation import checked_texts
@@ -87,12 +87,7 @@ class Pipeline:
             verify_files(folder, manifest, [BERT_FORMATS[chosen]] + present(folder, TOKENIZER_FILES))
             runners["tokenizer"] = TokenizerRunner.from_folder(folder, manifest.max_length)
             runners["bert"] = RUNNERS[chosen].from_folder(folder)
-        if (bert_weight is None) != (forest_weight is None):
-            raise EvaluationError("give both weights of SCORE, or neither")
-        if bert_weight is None:
-            weights = manifest.blend_weights or (0.5, 0.5)
-        else:
-            weights = (float(bert_weight), float(forest_weight))  # type: ignore[arg-type]
+        weights = weight_pair(bert_weight, forest_weight, EvaluationError) or manifest.blend_weights or (0.5, 0.5)
         return cls(weights=weights, **runners)
 
     @property

@@ -376,8 +376,7 @@ def export_checkpoint(checkpoint: str, out_path: str, max_length: int = contract
         raise BertError("--half exports float16 TorchScript; for FP16 with ONNX, export float32 and let TensorRT "
                         "build an FP16 engine (`assemble --tensorrt`)")
     log = log or (lambda message: None)
-    if max_length < 2:
-        raise BertError(f"--max-length {max_length}: must be at least 2 ([CLS] and [SEP])")
+    contracts.check_max_length(max_length, "--max-length", BertError)
     model = load_sequence_regressor(checkpoint)
     limit = getattr(model.config, "max_position_embeddings", None)
     if limit is not None and max_length > limit:

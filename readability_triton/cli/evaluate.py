@@ -11,7 +11,7 @@ from ..artifacts.pipeline import Pipeline
 from ..data import read_table
 from ..errors import CommandError
 from ..metrics import plot_predictions, summarize
-from ..scoring import blend_weights
+from ..scoring import weight_pair
 from ..triton.client import parse_outputs, served_predictions, served_weights
 from .common import data_arguments, progress
 
@@ -57,13 +57,7 @@ def cmd_evaluate(args) -> int:
     if args.url and (args.bert_weight is not None or args.forest_weight is not None):
         raise CommandError("--bert-weight/--forest-weight apply to --artifacts only: a served SCORE uses the "
                            "weights its repository was assembled with")
-    if (args.bert_weight is None) != (args.forest_weight is None):
-        raise CommandError("give both --bert-weight and --forest-weight, or neither (the set's fitted weights)")
-    if args.bert_weight is not None:
-        try:
-            blend_weights(args.bert_weight, args.forest_weight)
-        except ValueError as err:
-            raise CommandError(err) from None
+    weight_pair(args.bert_weight, args.forest_weight, CommandError)
     outputs: tuple[str, ...] = contracts.OUTPUTS
     if args.outputs is not None:
         if not args.url:

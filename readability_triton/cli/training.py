@@ -77,7 +77,7 @@ def cmd_train_bert(args) -> int:
     _quiet_transformers()
     for name, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size)):
         _positive(name, value)
-    _positive("--max-length", args.max_length, 2)
+    contracts.check_max_length(args.max_length, "--max-length", CommandError)
     table = _read_training_data(args.data, args.column, args.target)
     record = B.train_bert(table.texts, table.targets, args.base, args.out, epochs=args.epochs, lr=args.lr,
                           weight_decay=args.weight_decay, folds=args.folds, max_length=args.max_length,
@@ -95,7 +95,7 @@ def cmd_export_bert(args) -> int:
     from ..bert import export as B
 
     _quiet_transformers()
-    _positive("--max-length", args.max_length, 2)
+    contracts.check_max_length(args.max_length, "--max-length", CommandError)
     name = BERT_FORMATS[args.format]
     out = os.path.join(args.out, name) if os.path.isdir(args.out) else args.out
     if os.path.basename(out) in BERT_FORMATS.values() and os.path.basename(out) != name:
@@ -141,7 +141,7 @@ def ensure_demo_artifacts(out: str, data: str | None = None, bert: str = "minilm
 
 
 def cmd_build_demo(args) -> int:
-    _positive("--max-length", args.max_length, 2)
+    contracts.check_max_length(args.max_length, "--max-length", CommandError)
     _positive("--folds", args.folds, 2)
     _positive("--corpus-size", args.corpus_size, 2)
     result = ensure_demo_artifacts(args.out, data=args.data, bert=args.bert, max_length=args.max_length,

@@ -72,9 +72,7 @@ class WordPieceTokenizer:
                  special_tokens: dict[str, str] | None = None, directory: str | None = None):
         from tokenizers import Tokenizer
 
-        if isinstance(max_length, bool) or not isinstance(max_length, (int, np.integer)) or max_length < 2:
-            raise ValueError(f"max_length must be an integer of at least 2 ([CLS] and [SEP]), got {max_length!r}")
-        self.max_length = int(max_length)
+        self.max_length = contracts.check_max_length(max_length)
         self.directory = directory
         self.special_tokens = dict(SPECIAL_DEFAULTS, **(special_tokens or {}))
         # A private copy: truncation and padding are ours to set.

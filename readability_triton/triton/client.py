@@ -183,8 +183,8 @@ def served_weights(url: str, protocol: str = "http") -> tuple[float, float] | No
         return None
     params = config.get("parameters", {})
     try:
-        bert = float(params["BERT_WEIGHT"]["string_value"])
-        forest = float(params["FOREST_WEIGHT"]["string_value"])
+        bert = float(params[C.BERT_WEIGHT]["string_value"])
+        forest = float(params[C.FOREST_WEIGHT]["string_value"])
     except (KeyError, TypeError, ValueError):
         return None
     total = bert + forest

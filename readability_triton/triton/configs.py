@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 
 from .. import contracts as C
-from .. import threads
 from ..errors import AssemblyError
 from . import releases
 from .profiles import (
@@ -26,30 +25,27 @@ from .profiles import (
 )
 
 
-def _tensor(spec: C.TensorSpec) -> str:
-    dims = ", ".join(str(d) for d in spec.dims)
-    optional = "\n    optional: true" if spec.optional else ""
-    return f'  {{\n    name: "{spec.name}"\n    data_type: {spec.data_type}\n    dims: [ {dims} ]{optional}\n  }}'
+def _proto():
+    """Triton's ModelConfig proto (tritonclient's copy) and protobuf's text and JSON formats."""
+    try:
+        from google.protobuf import json_format, text_format
+        from tritonclient.grpc import model_config_pb2
+    except ImportError as exc:
+        raise AssemblyError(f"configs are built as Triton's ModelConfig proto, which comes with tritonclient ({exc}): "
+                            "pip install 'readability-triton[client]'") from None
+    return model_config_pb2, json_format, text_format
 
 
-def _tensors(key: str, specs) -> str:
-    return f"{key} [\n" + ",\n".join(_tensor(s) for s in specs) + "\n]\n"
+def _tensor(spec: C.TensorSpec) -> dict:
+    return {"name": spec.name, "data_type": spec.data_type, "dims": list(spec.dims),
+            **({"optional": True} if spec.optional else {})}
 
 
-def _parameters(params: dict[str, str]) -> str:
-    return "".join(f'parameters {{\n  key: "{k}"\n  value: {{ string_value: "{v}" }}\n}}\n'
-                   for k, v in params.items())
-
-
-def ensemble_scheduling(wiring=C.SERIAL_STEPS) -> str:
-    """The `ensemble_scheduling` block of the ensemble's config for `wiring` (steps as in
-    `contracts.PARALLEL_STEPS`)."""
-    steps = []
-    for model, inputs, outputs in wiring:
-        maps = "".join(f'      input_map {{ key: "{k}" value: "{v}" }}\n' for k, v in inputs.items())
-        maps += "".join(f'      output_map {{ key: "{k}" value: "{v}" }}\n' for k, v in outputs.items())
-        steps.append(f'    {{\n      model_name: "{model}"\n      model_version: -1\n{maps}    }}')
-    return "ensemble_scheduling {\n  step [\n" + ",\n".join(steps) + "\n  ]\n}\n"
+def ensemble_scheduling(wiring=C.SERIAL_STEPS) -> dict:
+    """The ensemble's `ensemble_scheduling` (as ModelConfig's JSON form) for `wiring` (steps
+    as in `contracts.PARALLEL_STEPS`)."""
+    return {"step": [{"model_name": model, "model_version": -1, "input_map": dict(inputs),
+                      "output_map": dict(outputs)} for model, inputs, outputs in wiring]}
 
 
 _HEADERS = {
@@ -71,64 +67,60 @@ _HEADERS = {
 _BERT_FILES = {"onnx": "ONNX, 1/model.onnx", "torchscript": "TorchScript, 1/model.pt"}
 
 
-def tensorrt_block(max_length: int, max_batch: int, cache: str = DEFAULT_TENSORRT_CACHE) -> str:
-    """The onnxruntime backend's TensorRT accelerator: FP16, an engine cache (the engine is
-    built on the first request of each shape profile, then reused), and one profile for
-    batches of 1 to `max_batch` texts of `max_length` tokens."""
+def tensorrt_optimization(max_length: int, max_batch: int, cache: str = DEFAULT_TENSORRT_CACHE) -> dict:
+    """The onnxruntime backend's TensorRT accelerator (ModelConfig's `optimization`, JSON
+    form): FP16, an engine cache (the engine is built on the first request of each shape
+    profile, then reused), and one profile for batches of 1 to `max_batch` texts of
+    `max_length` tokens."""
     def shapes(batch: int) -> str:
         return ",".join(f"{name}:{batch}x{max_length}" for name in (C.INPUT_0, C.INPUT_1))
 
     params = {"precision_mode": "FP16", "max_workspace_size_bytes": str(1 << 30), "trt_engine_cache_enable": "1",
               "trt_engine_cache_path": cache, "trt_profile_min_shapes": shapes(1),
               "trt_profile_opt_shapes": shapes(max(1, max_batch // 4)), "trt_profile_max_shapes": shapes(max_batch)}
-    body = "".join(f'        parameters {{ key: "{k}" value: "{v}" }}\n' for k, v in params.items())
-    return ("optimization {\n  execution_accelerators {\n    gpu_execution_accelerator: [\n      {\n"
-            f'        name: "tensorrt"\n{body}      }}\n    ]\n  }}\n}}\n')
+    return {"execution_accelerators": {"gpu_execution_accelerator": [{"name": "tensorrt", "parameters": params}]}}
 
 
-def render_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_MAX_LENGTH,
-                  n_features: int = C.N_FEATURES, bert_weight: float = 0.5,
-                  forest_weight: float = 0.5, max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
-                  bert_format: str = DEFAULT_BERT_FORMAT, tensorrt: bool = False,
-                  tensorrt_cache: str = DEFAULT_TENSORRT_CACHE, triton_version: str = releases.TESTED,
-                  max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
-                  max_queue_seconds: float = DEFAULT_MAX_QUEUE_SECONDS, response_cache: bool = False) -> str:
-    """The `config.pbtxt` text of `model` in `profile` for Triton release `triton_version`
+def model_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_MAX_LENGTH,
+                 n_features: int = C.N_FEATURES, bert_weight: float = 0.5,
+                 forest_weight: float = 0.5, max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
+                 bert_format: str = DEFAULT_BERT_FORMAT, tensorrt: bool = False,
+                 tensorrt_cache: str = DEFAULT_TENSORRT_CACHE, triton_version: str = releases.TESTED,
+                 max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
+                 max_queue_seconds: float = DEFAULT_MAX_QUEUE_SECONDS, response_cache: bool = False):
+    """The `ModelConfig` message of `model` in `profile` for Triton release `triton_version`
     (the BERT model in `bert_format`; with `tensorrt`, the onnxruntime backend builds a
-    TensorRT FP16 engine for it)."""
+    TensorRT FP16 engine for it), built the way Triton reads it: a message of its own proto,
+    so that a field that does not exist, or a bad enum value, cannot be written."""
+    model_config_pb2, json_format, _ = _proto()
     target = releases.release(triton_version)
     contract = C.contracts(max_length, n_features)[model]
     where = placement(model, profile, bert_format)
     if tensorrt and not (model != C.BERT or (where.backend == "onnxruntime_onnx" and where.kind == "KIND_GPU")):
         raise AssemblyError(f"--tensorrt needs the ONNX model on a GPU (the gpu or hybrid profile with "
                             f"--bert-format onnx), not {profile} with {bert_format}")
-    wiring = ("(BERT branch || feature/forest branch)" if target.parallel_ensemble else
-              "feature/forest branch -> BERT branch (one after the other before Triton 26.02: core#466)")
-    header = _HEADERS[model].format(format=_BERT_FILES[bert_format], wiring=wiring)
-    lines = [f"# {header}\n", f"# Profile: {profile}, for Triton {target.version}. Generated by "
-             "readability_triton.triton.configs.\n",
-             f'name: "{model}"\n']
+    config: dict = {"name": model}
     if where.backend == "ensemble":
-        lines.append('platform: "ensemble"\n')
+        config["platform"] = "ensemble"
     elif where.backend in BERT_PLATFORMS.values():
-        lines.append(f'platform: "{where.backend}"\n')
+        config["platform"] = where.backend
     else:
-        lines.append(f'backend: "{where.backend}"\n')
-    lines.append(f"max_batch_size: {C.MAX_BATCH_SIZE[model]}\n")
-    lines.append(_tensors("input", contract.inputs))
-    lines.append(_tensors("output", contract.outputs))
+        config["backend"] = where.backend
+    config.update(max_batch_size=C.MAX_BATCH_SIZE[model], input=[_tensor(s) for s in contract.inputs],
+                  output=[_tensor(s) for s in contract.outputs])
     if where.backend == "ensemble":
-        lines.append(ensemble_scheduling(C.ensemble_steps(target.parallel_ensemble)))
-        return "".join(lines)
-    lines.append(f"dynamic_batching {{\n  max_queue_delay_microseconds: {queue_delay_us(model, where.kind)}\n"
-                 "  default_queue_policy {\n    timeout_action: REJECT\n"
-                 f"    default_timeout_microseconds: {int(QUEUE_TIMEOUT_S[model] * 1e6)}\n"
-                 "    allow_timeout_override: true\n  }\n}\n")
-    lines.append(f"instance_group [\n  {{\n    kind: {where.kind}\n    count: 1\n  }}\n]\n")
+        config["ensemble_scheduling"] = ensemble_scheduling(C.ensemble_steps(target.parallel_ensemble))
+        return json_format.ParseDict(config, model_config_pb2.ModelConfig())
+    config["dynamic_batching"] = {
+        "max_queue_delay_microseconds": queue_delay_us(model, where.kind),
+        "default_queue_policy": {"timeout_action": "REJECT",
+                                 "default_timeout_microseconds": int(QUEUE_TIMEOUT_S[model] * 1e6),
+                                 "allow_timeout_override": True}}
+    config["instance_group"] = [{"kind": where.kind, "count": 1}]
     if model == C.BERT and tensorrt:
-        lines.append(tensorrt_block(max_length, C.MAX_BATCH_SIZE[C.BERT], tensorrt_cache))
+        config["optimization"] = tensorrt_optimization(max_length, C.MAX_BATCH_SIZE[C.BERT], tensorrt_cache)
     if model in CACHED_STEPS and response_cache:
-        lines.append("response_cache {\n  enable: true\n}\n")
+        config["response_cache"] = {"enable": True}
     params: dict[str, str] = {}
     if model in (C.VALIDATE, C.PREPROCESS, C.FEATURIZE):  # one limit: validate refuses first
         params[C.MAX_TEXT_BYTES] = str(max_text_bytes)
@@ -138,7 +130,7 @@ def render_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_
     if model == C.PREPROCESS:
         params[C.MAX_LENGTH] = str(max_length)
     if where.backend == "python":  # the thread plan (readability_triton.threads)
-        params[threads.THREADS] = "0" if model == C.BERT else "1"
+        params[C.THREADS] = "0" if model == C.BERT else "1"
     if model == C.POSTPROCESS:
         params[C.BERT_WEIGHT] = repr(float(bert_weight))
         params[C.FOREST_WEIGHT] = repr(float(forest_weight))
@@ -149,8 +141,47 @@ def render_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_
         params.update(target.fil_parameters())
     if where.backend == "pytorch_libtorch":
         params["INFERENCE_MODE"] = "true"
-    lines.append(_parameters(params))
-    return "".join(lines)
+    config["parameters"] = {key: {"string_value": value} for key, value in params.items()}
+    return json_format.ParseDict(config, model_config_pb2.ModelConfig())
+
+
+def header(model: str, profile: str = "gpu", bert_format: str = DEFAULT_BERT_FORMAT,
+           triton_version: str = releases.TESTED) -> str:
+    """The comment lines a rendered config starts with: what the model is, and for what."""
+    target = releases.release(triton_version)
+    wiring = ("(BERT branch || feature/forest branch)" if target.parallel_ensemble else
+              "feature/forest branch -> BERT branch (one after the other before Triton 26.02: core#466)")
+    what = _HEADERS[model].format(format=_BERT_FILES[bert_format], wiring=wiring)
+    return (f"# {what}\n# Profile: {profile}, for Triton {target.version}. Generated by "
+            "readability_triton.triton.configs.\n")
+
+
+def render_config(model: str, profile: str = "gpu", **options) -> str:
+    """The `config.pbtxt` text of `model` in `profile`: `header` + `model_config` (same
+    options) in protobuf's text format."""
+    _, _, text_format = _proto()
+    keys = ("bert_format", "triton_version")
+    return (header(model, profile, **{k: options[k] for k in keys if k in options})
+            + text_format.MessageToString(model_config(model, profile, **options)))
+
+
+def read_config(path: str):
+    """A `config.pbtxt`, parsed strictly as Triton's ModelConfig."""
+    model_config_pb2, _, text_format = _proto()
+    with open(path, encoding="utf-8") as handle:
+        return text_format.Parse(handle.read(), model_config_pb2.ModelConfig())
+
+
+def edit_config(path: str, change) -> None:
+    """Change a `config.pbtxt` in place as a message: `change(config)` edits its fields; its
+    comment lines stay on top."""
+    _, _, text_format = _proto()
+    with open(path, encoding="utf-8") as handle:
+        comments = "".join(line for line in handle if line.startswith("#"))
+    config = read_config(path)
+    change(config)
+    with open(path, "w", encoding="utf-8") as handle:
+        handle.write(comments + text_format.MessageToString(config))
 
 
 def write_canonical(root: str) -> None:

@@ -42,7 +42,7 @@ BERT_PLATFORMS = {"onnx": "onnxruntime_onnx", "torchscript": "pytorch_libtorch"}
 DEFAULT_BERT_FORMAT = "onnx"
 #: The TensorRT execution accelerator's parameters that the onnxruntime backend reads
 #: (triton-inference-server/onnxruntime_backend, r24.10, src/onnxruntime.cc), of which
-#: `tensorrt_block` writes some.
+#: `configs.tensorrt_optimization` writes some.
 TENSORRT_KEYS = ("precision_mode", "max_workspace_size_bytes", "trt_max_partition_iterations", "trt_min_subgraph_size",
                  "int8_calibration_table_name", "int8_use_native_calibration_table", "trt_dla_enable", "trt_dla_core",
                  "trt_engine_cache_enable", "trt_engine_cache_path", "trt_engine_cache_prefix", "trt_dump_subgraphs",

@@ -18,10 +18,10 @@ from ..errors import AssemblyError
 from ..features.runner import FeatureRunner
 from ..forest.arrays import FOREST_ARRAYS, export_forest_arrays
 from ..forest.runner import GTILRunner
-from ..scoring import blend_weights
+from ..scoring import blend_weights, weight_pair
 from ..tokenizer.runner import TokenizerRunner
 from . import releases
-from .configs import render_config
+from .configs import edit_config, read_config, render_config
 from .health import CANARY, Canary
 from .installation import available_backends, prepare_backends
 from .profiles import DEFAULT_BERT_FORMAT, DEFAULT_TENSORRT_CACHE, PORTABLE_BACKENDS, PROFILES, VERSION, backend_file
@@ -74,20 +74,15 @@ def assemble(artifacts: str, out: str, profile: str, bert_weight: float | None =
         releases.release(triton_version)
     except releases.ReleaseError as err:
         raise AssemblyError(str(err)) from None
-    if (bert_weight is None) != (forest_weight is None):
-        raise AssemblyError("give both --bert-weight and --forest-weight, or neither (the set's fitted weights)")
+    given = weight_pair(bert_weight, forest_weight, AssemblyError)
     try:
         manifest = M.check_artifacts(artifacts)
         bert_format = pick_bert_format(artifacts, profile, bert_format)
     except M.ManifestError as err:
         raise AssemblyError(str(err)) from None
-    if bert_weight is None:
-        bert_weight, forest_weight = manifest.blend_weights or (0.5, 0.5)
-    try:
-        blend_weights(bert_weight, forest_weight)  # type: ignore[arg-type]  # the check postprocess makes at load
-    except ValueError as err:
-        raise AssemblyError(str(err)) from None
-    render_config(C.BERT, profile, manifest.max_length, bert_format=bert_format, tensorrt=tensorrt)  # refuse early
+    bert_weight, forest_weight = given or manifest.blend_weights or (0.5, 0.5)
+    # refuse early
+    render_config(C.BERT, profile, max_length=manifest.max_length, bert_format=bert_format, tensorrt=tensorrt)
     if os.path.exists(out):
         if not force and os.listdir(out):
             raise AssemblyError(f"{out} exists and is not empty; pass --force to replace it")
@@ -144,21 +139,12 @@ def cpu_dry_run(repo: str) -> None:
     """Turn a GPU repository's instances to KIND_CPU in place: the same models, files and
     code paths, NumPy for CuPy, so that a machine without a GPU can serve it (the GPU kit's
     `--cpu-dry-run`, and the tests of the portable-gpu profile)."""
+    def to_cpu(config) -> None:
+        for group in config.instance_group:
+            group.kind = group.KIND_CPU
+
     for model in C.ALL_MODELS:
-        path = os.path.join(repo, model, "config.pbtxt")
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-        with open(path, "w", encoding="utf-8") as handle:
-            handle.write(text.replace("kind: KIND_GPU", "kind: KIND_CPU"))
-
-
-def read_config(path: str):
-    """A `config.pbtxt`, parsed strictly with Triton's own ModelConfig proto (tritonclient's)."""
-    from google.protobuf import text_format
-    from tritonclient.grpc import model_config_pb2
-
-    with open(path, encoding="utf-8") as handle:
-        return text_format.Parse(handle.read(), model_config_pb2.ModelConfig())
+        edit_config(os.path.join(repo, model, "config.pbtxt"), to_cpu)
 
 
 def served_bert(repo: str) -> str:
@@ -168,7 +154,7 @@ def served_bert(repo: str) -> str:
     folder = os.path.join(repo, C.BERT, VERSION)
     model = M.MODEL_ONNX if os.path.isfile(os.path.join(folder, M.MODEL_ONNX)) else M.MODEL_PT
     if config.backend == "python":
-        value = config.parameters[threads.THREADS].string_value if threads.THREADS in config.parameters else "1"
+        value = config.parameters[C.THREADS].string_value if C.THREADS in config.parameters else "1"
         count = sum(group.count or 1 for group in config.instance_group) or 1
         return f"{model} in a Python model, {threads.resolve(int(value), count)} thread(s)"
     return f"{model} on Triton's {config.platform} backend (its default threads)"
@@ -187,12 +173,12 @@ def repository_pipeline(repo: str):
         if not threads.enabled():
             return 0
         config = read_config(os.path.join(repo, model, "config.pbtxt"))
-        value = config.parameters[threads.THREADS].string_value if threads.THREADS in config.parameters else ""
+        value = config.parameters[C.THREADS].string_value if C.THREADS in config.parameters else ""
         count = sum(group.count or 1 for group in config.instance_group) or 1
         return threads.resolve(int(value), count) if value else 0
 
     post = read_config(os.path.join(repo, C.POSTPROCESS, "config.pbtxt"))
-    weights = (float(post.parameters["BERT_WEIGHT"].string_value), float(post.parameters["FOREST_WEIGHT"].string_value))
+    weights = (float(post.parameters[C.BERT_WEIGHT].string_value), float(post.parameters[C.FOREST_WEIGHT].string_value))
     max_length = M.load_manifest(folder(C.PREPROCESS)).max_length
     bert_format = "onnx" if os.path.isfile(os.path.join(folder(C.BERT), M.MODEL_ONNX)) else "torchscript"
     return Pipeline(tokenizer=TokenizerRunner.from_folder(folder(C.PREPROCESS), max_length),

@@ -136,13 +136,13 @@ class PythonModel:
                        for spec in self.config.get("input", []) if spec["name"] != contracts.AFTER]
         self.output_names = [spec["name"] for spec in self.config.get("output", [])]
         self.text_input = len(self.inputs) == 1 and self.inputs[0][1] == "TYPE_STRING"
-        self.max_text_bytes = self.int_parameter("MAX_TEXT_BYTES", contracts.DEFAULT_MAX_TEXT_BYTES)
+        self.max_text_bytes = self.int_parameter(contracts.MAX_TEXT_BYTES, contracts.DEFAULT_MAX_TEXT_BYTES)
         instances = sum(int(group.get("count", 1)) for group in self.config.get("instance_group", [])) or 1
         #: The thread plan (readability_triton.threads): this instance's threads for its
         #: runtimes, applied before a runner starts them.
         self.threads = 0  # without a plan: every runtime's own default
         if threads.enabled():
-            self.threads = threads.resolve(self.int_parameter(threads.THREADS, 1, minimum=0), instances)
+            self.threads = threads.resolve(self.int_parameter(contracts.THREADS, 1, minimum=0), instances)
             threads.apply(self.threads)
         self.xp = self.device.array_module()
         #: Where each numeric input arrived, counted per request: {name: {"cpu": n, "gpu": m}}
