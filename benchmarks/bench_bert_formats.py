@@ -30,8 +30,10 @@ from readability_triton import contracts
 from readability_triton.artifacts.corpus import generate_corpus
 from readability_triton.artifacts.demo import make_encoder, minilm_directory
 from readability_triton.bert import export as E
+from readability_triton.bert.checkpoint import special_ids
 from readability_triton.bert.modules import PooledRegressor
 from readability_triton.bert.runner import OnnxRunner, TorchScriptRunner
+from readability_triton.bert.verify import real_inputs
 from readability_triton.data import COMMONLIT_CSV, read_table
 from readability_triton.tokenizer import WordPieceTokenizer
 
@@ -60,7 +62,7 @@ def main(argv=None) -> int:
     torch.manual_seed(0)
     module = PooledRegressor(encoder, "layers_mean", torch.nn.Linear(6 * encoder.config.hidden_size, 1)).eval()
     ids_all, mask_all = tokenizer.encode(texts)
-    special = E.special_ids(tokenizer)
+    special = special_ids(tokenizer)
     results: dict = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
                      "python": platform.python_version(), "max_length": args.max_length, "rows": []}
     with tempfile.TemporaryDirectory() as tmp:
@@ -68,7 +70,7 @@ def main(argv=None) -> int:
         exported_pt = E.export_torchscript(module, pt, max_length=args.max_length, vocab_size=tokenizer.vocab_size,
                                            ids=special)
         exported_onnx = E.export_onnx(module, onnx_path, max_length=args.max_length, vocab_size=tokenizer.vocab_size,
-                                      ids=special, real_inputs=E.real_inputs(tokenizer))
+                                      ids=special, real_inputs=real_inputs(tokenizer))
         runners = {"torchscript": TorchScriptRunner.from_folder(tmp), "onnxruntime": OnnxRunner(onnx_path)}
         results["onnxruntime"] = runners["onnxruntime"].version
         results["export_max_abs_diff"] = {"torchscript": exported_pt["max_abs_diff"],

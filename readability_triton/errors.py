@@ -1,8 +1,8 @@
 """One base for every problem a user can fix: `ReadabilityError`.
 
 Each error says what is wrong and what to do; the command line prints it in one line
-(exit status 2) without a traceback. The specific errors keep the built-in base they had
-(`ValueError` or `RuntimeError`), so callers that caught those still do.
+(exit status 2) without a traceback. The specific errors also derive from the built-in
+exception a caller would catch (`ValueError` or `RuntimeError`).
 """
 from __future__ import annotations
 

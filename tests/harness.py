@@ -139,7 +139,7 @@ def tiny_bert_config(**extra):
 def save_bert_checkpoint(directory, model, max_length: int):
     """`model` saved as a Hugging Face checkpoint folder with the packaged tokenizer files."""
     from readability_triton.artifacts.demo import minilm_directory
-    from readability_triton.bert.export import write_tokenizer
+    from readability_triton.bert.checkpoint import write_tokenizer
 
     model.save_pretrained(str(directory))
     write_tokenizer(minilm_directory(), str(directory), max_length)

@@ -17,6 +17,7 @@ from readability_triton.artifacts.corpus import generate_corpus  # noqa: E402
 from readability_triton.artifacts.demo import minilm_directory  # noqa: E402
 from readability_triton.bert import export as B  # noqa: E402
 from readability_triton.bert import training as BT  # noqa: E402
+from readability_triton.bert import verify as V  # noqa: E402
 from readability_triton.cli import main  # noqa: E402
 from readability_triton.layout import load_manifest  # noqa: E402
 from readability_triton.tokenizer import WordPieceTokenizer  # noqa: E402
@@ -82,7 +83,7 @@ def test_export_writes_model_and_tokenizer_files(exported):
             "manifest.json"} <= names
     manifest = load_manifest(str(directory))
     assert manifest.max_length == MAX_LENGTH
-    assert manifest.info["bert"]["export_torchscript"]["max_abs_diff"] <= B.FP32_TOLERANCE
+    assert manifest.info["bert"]["export_torchscript"]["max_abs_diff"] <= V.FP32_TOLERANCE
     assert manifest.info["bert"]["export_torchscript"]["format"] == "torchscript"
     assert {"model.pt", "vocab.txt"} <= set(manifest.files)
 
@@ -181,7 +182,7 @@ def test_exported_module_equals_eager_on_real_texts(exported, regression_checkpo
 def test_padding_is_masked_and_batch_size_free(exported):
     traced = torch.jit.load(str(exported))
     generator = torch.Generator().manual_seed(5)
-    ids, mask = B.verification_inputs(6, MAX_LENGTH, 30522, {"cls_token": 101, "sep_token": 102, "pad_token": 0},
+    ids, mask = V.verification_inputs(6, MAX_LENGTH, 30522, {"cls_token": 101, "sep_token": 102, "pad_token": 0},
                                       generator)
     noisy = torch.where(mask.bool(), ids, torch.randint(1000, 30000, ids.shape, generator=generator))
     with torch.no_grad():
@@ -193,7 +194,7 @@ def test_padding_is_masked_and_batch_size_free(exported):
 
 def test_traced_graph_pins_no_device(exported):
     """A module traced on the CPU must also run on a GPU instance (pytorch_libtorch KIND_GPU)."""
-    assert B.device_constants(torch.jit.load(str(exported))) == []
+    assert V.device_constants(torch.jit.load(str(exported))) == []
 
 
 def test_export_half(tmp_path, regression_checkpoint):
@@ -204,7 +205,7 @@ def test_export_half(tmp_path, regression_checkpoint):
     assert next(traced.parameters()).dtype == torch.float16
     info = load_manifest(str(tmp_path)).info["bert"]["export_torchscript"]
     assert info["dtype"] == "float16" and info["max_abs_diff_vs_float32"] < 0.05
-    ids, mask = B.verification_inputs(2, MAX_LENGTH, 30522, {"cls_token": 101, "sep_token": 102, "pad_token": 0},
+    ids, mask = V.verification_inputs(2, MAX_LENGTH, 30522, {"cls_token": 101, "sep_token": 102, "pad_token": 0},
                                       torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert traced(ids, mask).dtype == torch.float32

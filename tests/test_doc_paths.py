@@ -20,7 +20,7 @@ TOP_MODULES = tuple(name[:-3] for name in os.listdir(os.path.join(ROOT, PACKAGE)
                     if name.endswith(".py") and name != "__init__.py")
 FULL = re.compile(r"\breadability_triton(?:\.[A-Za-z_]\w*)+")
 PYTHON_M = re.compile(r"python3? -m ([A-Za-z_][\w.]*)")
-#: `triton.configs`, `bert.export.check_checkpoint_folder`: a path inside the package, in backticks.
+#: `triton.configs`, `bert.checkpoint.check_checkpoint_folder`: a path inside the package, in backticks.
 RELATIVE = re.compile(r"`((?:" + "|".join(SUBPACKAGES + TOP_MODULES) + r")(?:\.[A-Za-z_]\w*)+)")
 
 

@@ -21,7 +21,8 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = "readability_triton"
-TRAINING = {f"{PACKAGE}.bert.training", f"{PACKAGE}.bert.export", f"{PACKAGE}.bert.ridge_head",
+TRAINING = {f"{PACKAGE}.bert.training", f"{PACKAGE}.bert.export", f"{PACKAGE}.bert.verify",
+            f"{PACKAGE}.bert.checkpoint", f"{PACKAGE}.bert.ridge_head",
             f"{PACKAGE}.forest.training", f"{PACKAGE}.artifacts.demo", f"{PACKAGE}.artifacts.corpus"}
 
 

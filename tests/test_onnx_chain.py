@@ -21,7 +21,7 @@ from readability_triton import contracts as C
 from readability_triton import scoring
 from readability_triton.artifacts.corpus import generate_corpus
 from readability_triton.artifacts.demo import minilm_directory
-from readability_triton.bert import export as B
+from readability_triton.bert.checkpoint import write_tokenizer
 from readability_triton.cli import main
 from readability_triton.triton import configs, repository
 
@@ -56,7 +56,7 @@ def chain(request, tmp_path_factory):
         model.classifier.weight.mul_(20.0)  # scores that differ visibly between texts
     checkpoint = root / "checkpoint"
     model.save_pretrained(str(checkpoint))
-    B.write_tokenizer(minilm_directory(), str(checkpoint), MAX_LENGTH)
+    write_tokenizer(minilm_directory(), str(checkpoint), MAX_LENGTH)
     artifacts = root / "artifacts"
     assert main(["export-bert", "--checkpoint", str(checkpoint), "--format", "onnx",
                  "--out", str(artifacts / "model.onnx"), "--max-length", str(MAX_LENGTH)]) == 0

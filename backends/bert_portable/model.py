@@ -2,7 +2,8 @@
 whichever the version folder holds, run in the python backend (`bert.runner`), with the
 onnxruntime/libtorch backends' tensors (`input__0` ids, `input__1` mask, INT64 ->
 `output__0` FP32 [1]). For servers without those backends; the gpu/hybrid/cpu profiles
-serve the same file with them. On the CPU.
+serve the same file with them. ONNX Runtime on a CPU instance (`portable`); TorchScript on a
+GPU instance (`portable-gpu`: torch on CUDA, DLPack in and out).
 """
 import triton_python_backend_utils as pb_utils
 

@@ -1,8 +1,9 @@
 """`preprocess`: TEXT -> INPUT_IDS, ATTENTION_MASK (BERT WordPiece; `TokenizerRunner`).
 
 Parameters MAX_LENGTH (the dims of both outputs) and MAX_TEXT_BYTES; the tokenizer files
-in the version folder. On a GPU instance the ids are built there (cuDF + CuPy) and leave
-through DLPack; without cuDF they come from the CPU path, uploaded (logged at load).
+in the version folder. On a GPU instance the ids are built there (cuDF + CuPy, or CuPy
+array code where cuDF is missing; texts neither can match exactly go through the CPU path)
+and leave through DLPack; on a CPU instance the tokenizers library builds them.
 """
 import triton_python_backend_utils as pb_utils
 

@@ -44,6 +44,7 @@ import numpy as np
 
 from .. import contracts
 from .. import layout as M
+from ..bert.checkpoint import load_tokenizer, special_ids, write_tokenizer
 from ..bert.ridge_head import embed, install_head, select_head
 from ..bert.runner import RUNNERS
 from ..data import read_table
@@ -172,6 +173,7 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
     `bert_formats` (see `manifest.BERT_FORMATS`); see the module docstring."""
     from ..bert import export as B
     from ..bert.modules import encode_texts
+    from ..bert.verify import real_inputs
 
     log = log or (lambda message: None)
     started = time.perf_counter()
@@ -222,8 +224,8 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
                                 **forest_params)
         # bert branch: tokenizer files (both encoders use the packaged uncased vocabulary), model.pt
         tokenizer_dir = minilm_directory()
-        B.write_tokenizer(tokenizer_dir, building, max_length)
-        tokenizer = B.load_tokenizer(building, max_length, "build-demo")
+        write_tokenizer(tokenizer_dir, building, max_length)
+        tokenizer = load_tokenizer(building, max_length, "build-demo")
         encoder = make_encoder(bert, tokenizer.vocab_size, max_length, seed)
         input_ids, attention_mask = encode_texts(tokenizer, texts)
         log(f"BERT ({bert}): embedding {len(texts)} texts (max_length {max_length})")
@@ -239,9 +241,9 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
         for fmt in bert_formats:
             path = os.path.join(building, M.BERT_FORMATS[fmt])
             common = {"max_length": max_length, "vocab_size": int(encoder.config.vocab_size),
-                      "ids": B.special_ids(tokenizer), "log": log}
+                      "ids": special_ids(tokenizer), "log": log}
             if fmt == "onnx":
-                exports[fmt] = B.export_onnx(model, path, real_inputs=B.real_inputs(tokenizer), **common)
+                exports[fmt] = B.export_onnx(model, path, real_inputs=real_inputs(tokenizer), **common)
             else:
                 exports[fmt] = B.export_torchscript(model, path, **common)
             # the exported file, run as served, reproduces the ridge predictions on training texts

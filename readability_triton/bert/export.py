@@ -4,8 +4,9 @@ dynamo exporter, a dynamic batch dimension, opset 18) or traced to TorchScript
 padding and on real texts' tokens, before anything is written (the file is loaded back,
 by ONNX Runtime or torch.jit, and checked again); the tokenizer files the `preprocess`
 model needs are written next to it. `export_torchscript` also scans the traced graph for
-device constants and reports any. transformers, onnx, onnxscript and onnxruntime are
-imported inside the functions that need them.
+device constants and reports any. The checkpoint and tokenizer are read by `checkpoint`,
+the verification is `verify`'s; onnx, onnxscript and onnxruntime are imported inside the
+functions that need them.
 """
 from __future__ import annotations
 
@@ -14,125 +15,32 @@ import io
 import logging
 import math
 import os
-import shutil
-import tempfile
 import time
 import warnings
 
-import numpy as np
 import torch
 
 from .. import contracts
 from ..errors import BertError, ExportError
 from ..layout import BERT_FORMATS, TRAINING_RECORD
-from ..tokenizer import WordPieceTokenizer, save_tokenizer_files
+from .checkpoint import check_compatible, load_sequence_regressor, load_tokenizer, special_ids, write_tokenizer
 from .modules import EagerReference, SequenceRegressor
+from .runner import onnx_session
+from .verify import (
+    FP16_TOLERANCE,
+    FP32_TOLERANCE,
+    VERIFY_BATCH_SIZES,
+    compare,
+    device_constants,
+    real_inputs,
+    staged,
+    verification_inputs,
+)
 
 #: The ONNX opset of the exported graph (ONNX Runtime 1.19.2, in Triton 24.10, reads up to 21).
 ONNX_OPSET = 18
 #: The newest ONNX IR version ONNX Runtime 1.19.2 (Triton 24.10) loads.
 MAX_IR_VERSION = 10
-#: Texts whose real token ids the export is checked on too (with padding, in one batch).
-SAMPLE_TEXTS = (
-    "The cat sat on the mat.",
-    "Photosynthesis converts light energy into chemical energy, which the Calvin cycle then uses.",
-    "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor against any "
-    "liability, howsoever arising, consequent upon the lessee's failure to observe covenants.",
-    "Tom ran. He was late!",
-)
-
-#: Largest |traced - eager| accepted for a float32 export (the issue's bound).
-FP32_TOLERANCE = 1e-4
-#: Largest |traced - eager| accepted for a float16 export (both run in float16).
-FP16_TOLERANCE = 1e-2
-#: Batch sizes the traced module is checked at (it is traced at batch size 2).
-VERIFY_BATCH_SIZES = (1, 2, 5, 8)
-
-
-def check_checkpoint_folder(path: str, what: str) -> None:
-    if not os.path.isdir(path):
-        raise BertError(f"{path}: no such folder; {what} must be a Hugging Face model folder (with config.json)")
-    if not os.path.isfile(os.path.join(path, "config.json")):
-        raise BertError(f"{path}: no config.json; {what} must be a Hugging Face model folder "
-                        "(what `save_pretrained` or `readability-triton train-bert` writes)")
-
-
-def load_sequence_regressor(checkpoint: str, attn_implementation: str = "sdpa"):
-    """A Hugging Face sequence-regression model with exactly one output, in eval mode.
-
-    Refuses multi-output checkpoints, classification checkpoints and bare encoders (whose
-    head would be randomly initialised) with a message that says what to do instead."""
-    from transformers import AutoConfig, AutoModelForSequenceClassification
-
-    check_checkpoint_folder(checkpoint, "the checkpoint")
-    try:
-        config = AutoConfig.from_pretrained(checkpoint)
-    except (OSError, ValueError) as err:
-        raise BertError(f"{checkpoint}: config.json is not a Hugging Face model configuration ({err})") from None
-    architectures = list(getattr(config, "architectures", None) or [])
-    if architectures and not any(a.endswith("ForSequenceClassification") for a in architectures):
-        raise BertError(f"{checkpoint}: a {', '.join(architectures)} checkpoint has no trained regression head; "
-                        "fine-tune it first with `readability-triton train-bert --base "
-                        f"{checkpoint} --out DIR` and export DIR")
-    n_outputs = int(getattr(config, "num_labels", 0) or 0)
-    problem = getattr(config, "problem_type", None)
-    if n_outputs != 1:
-        kind = f", problem_type={problem}" if problem else ""
-        raise BertError(f"{checkpoint}: a multi-output checkpoint ({n_outputs} outputs: num_labels={n_outputs}{kind}); "
-                        "the bert step serves one readability score, so export-bert needs a sequence-regression "
-                        "checkpoint with one output (num_labels=1); fine-tune one with `readability-triton train-bert`")
-    if problem not in (None, "regression"):
-        raise BertError(f"{checkpoint}: problem_type={problem!r}; export-bert needs a regression checkpoint "
-                        "(problem_type 'regression', num_labels=1); fine-tune one with `readability-triton train-bert`")
-    try:
-        model, info = AutoModelForSequenceClassification.from_pretrained(
-            checkpoint, attn_implementation=attn_implementation, output_loading_info=True)
-    except (OSError, ValueError, KeyError) as err:
-        raise BertError(f"{checkpoint}: cannot load it as a sequence-regression model ({err})") from None
-    missing = [k for k in info.get("missing_keys", ()) if k]
-    if missing:
-        raise BertError(f"{checkpoint}: the checkpoint lacks weights ({', '.join(sorted(missing)[:4])}"
-                        f"{', ...' if len(missing) > 4 else ''}); they would be random. Export a fully "
-                        "trained checkpoint (see `readability-triton train-bert`)")
-    return model.eval()
-
-
-def load_tokenizer(directory: str, max_length: int, what: str):
-    """The serving tokenizer (`tokenizer.WordPieceTokenizer`) of `directory`."""
-
-    try:
-        return WordPieceTokenizer.from_directory(directory, max_length)
-    except (ValueError, OSError) as err:
-        raise BertError(f"{directory}: no usable BERT tokenizer for {what} ({err}); it needs vocab.txt "
-                        "(and optionally tokenizer.json, tokenizer_config.json, special_tokens_map.json)") from None
-
-
-def special_ids(tokenizer) -> dict[str, int]:
-    """[CLS], [SEP], [PAD] ids of a `WordPieceTokenizer`."""
-    ids = {}
-    for key in ("cls_token", "sep_token", "pad_token"):
-        value = tokenizer.backend.token_to_id(tokenizer.special_tokens[key])
-        if value is None:
-            raise BertError(f"the tokenizer has no {tokenizer.special_tokens[key]} token")
-        ids[key] = int(value)
-    return ids
-
-
-def verification_inputs(batch_size: int, max_length: int, vocab_size: int, ids: dict[str, int], generator):
-    """Random token ids with [CLS]/[SEP], a full-length row, a 2-token row and random
-    padding in between."""
-    low = min(1000, max(vocab_size // 2, 1))
-    tokens = torch.randint(low, vocab_size, (batch_size, max_length), generator=generator, dtype=torch.int64)
-    lengths = torch.randint(2, max_length + 1, (batch_size,), generator=generator)
-    lengths[0] = max_length
-    if batch_size > 1:
-        lengths[-1] = 2
-    positions = torch.arange(max_length).unsqueeze(0)
-    mask = (positions < lengths.unsqueeze(1)).to(torch.int64)
-    tokens[:, 0] = ids["cls_token"]
-    tokens[torch.arange(batch_size), lengths - 1] = ids["sep_token"]
-    tokens = torch.where(mask.bool(), tokens, torch.full_like(tokens, ids["pad_token"]))
-    return tokens, mask
 
 
 def trace(module, max_length: int, vocab_size: int, ids: dict[str, int], seed: int = 0):
@@ -142,35 +50,6 @@ def trace(module, max_length: int, vocab_size: int, ids: dict[str, int], seed: i
     with torch.no_grad(), warnings.catch_warnings():
         warnings.simplefilter("ignore")  # jit deprecation notices, tracer warnings checked below
         return torch.jit.trace(module, example, check_trace=False)
-
-
-def device_constants(traced) -> list[str]:
-    """Graph lines that pin a device (such a module only runs on that device)."""
-    found = []
-    for line in str(traced.inlined_graph).splitlines():
-        if "prim::Constant" in line and ('value="cpu"' in line or 'value="cuda' in line):
-            found.append(line.strip())
-    return found
-
-
-def compare(candidate, reference, max_length: int, vocab_size: int, ids: dict[str, int],
-            batch_sizes=VERIFY_BATCH_SIZES, seed: int = 1, device=None) -> dict[int, float]:
-    """max |candidate - reference| per batch size, on the same random batches."""
-    generator = torch.Generator().manual_seed(seed)
-    diffs = {}
-    with torch.no_grad():
-        for batch_size in batch_sizes:
-            tokens, mask = verification_inputs(batch_size, max_length, vocab_size, ids, generator)
-            if device is not None:
-                tokens, mask = tokens.to(device), mask.to(device)
-            got = candidate(tokens, mask)
-            want = reference(tokens, mask)
-            if tuple(got.shape) != (batch_size, 1) or got.dtype != torch.float32:
-                raise ExportError(f"the traced module returns {got.dtype} {tuple(got.shape)} for a batch of "
-                                  f"{batch_size}; the bert contract is float32 [{batch_size}, 1]")
-            diff = (got.float() - want.float()).abs().max().item()
-            diffs[batch_size] = diff if math.isfinite(diff) else float("inf")
-    return diffs
 
 
 def export_torchscript(module, out_path: str, *, max_length: int, vocab_size: int, ids: dict[str, int],
@@ -219,11 +98,7 @@ def export_torchscript(module, out_path: str, *, max_length: int, vocab_size: in
     if pinned:
         log(f"warning: the traced graph pins a device ({len(pinned)} constants, e.g. {pinned[0]}); "
             "it may only run on the device it was traced on")
-    directory = os.path.dirname(os.path.abspath(out_path))
-    os.makedirs(directory, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".export-", dir=directory)
-    temporary = os.path.join(staging, os.path.basename(out_path))  # the archive is named after the file
-    try:
+    with staged(out_path) as temporary:  # the archive is named after the file
         torch.jit.save(traced, temporary)
         loaded = torch.jit.load(temporary, map_location="cpu")
         reloaded = compare(loaded, reference, max_length, vocab_size, ids, batch_sizes[:2], seed=seed + 2)
@@ -231,8 +106,6 @@ def export_torchscript(module, out_path: str, *, max_length: int, vocab_size: in
             raise ExportError(f"the saved module, loaded back, differs from eager PyTorch by "
                               f"{max(reloaded.values()):.3g}; {out_path} was not written")
         os.replace(temporary, out_path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     if torch.cuda.is_available():
         on_gpu = torch.jit.load(out_path, map_location="cuda")
         gpu_reference = reference.to("cuda")
@@ -245,23 +118,6 @@ def export_torchscript(module, out_path: str, *, max_length: int, vocab_size: in
     return result
 
 
-def write_tokenizer(source: str, directory: str, max_length: int, vocab_size: int | None = None) -> list[str]:
-    """Copy the tokenizer files of `source` into `directory` (what `preprocess` loads),
-    check they load, and that every token id has an embedding."""
-
-    try:
-        written = save_tokenizer_files(source, directory)
-    except (ValueError, OSError) as err:
-        raise BertError(f"{source}: cannot write its tokenizer ({err}); the BERT checkpoint must come with "
-                        "its vocab.txt (or tokenizer.json); with export-bert, --tokenizer DIR names another folder "
-                        "that has them") from None
-    tokenizer = load_tokenizer(directory, max_length, "the exported model")
-    if vocab_size is not None and tokenizer.vocab_size > vocab_size:
-        raise BertError(f"{source}: the tokenizer has {tokenizer.vocab_size} tokens but the model embeds only "
-                        f"{vocab_size}; the tokenizer belongs to another model")
-    return written
-
-
 def _onnx_tools():
     try:
         import onnx
@@ -271,15 +127,6 @@ def _onnx_tools():
         raise BertError(f"the ONNX export needs onnx, onnxscript and onnxruntime ({exc}): "
                         "pip install 'readability-triton[onnx]'") from None
     return onnx, onnxruntime
-
-
-def onnx_session(path: str, providers=("CPUExecutionProvider",)):
-    """An ONNX Runtime session on `path` that logs errors only."""
-    import onnxruntime
-
-    options = onnxruntime.SessionOptions()
-    options.log_severity_level = 3
-    return onnxruntime.InferenceSession(path, options, providers=list(providers))
 
 
 def _run_onnx(session, tokens, mask):
@@ -300,11 +147,7 @@ def export_onnx(module, out_path: str, *, max_length: int, vocab_size: int, ids:
     example = verification_inputs(2, max_length, vocab_size, ids, torch.Generator().manual_seed(seed))
     batch = torch.export.Dim("batch", min=1, max=4096)
     started = time.perf_counter()
-    directory = os.path.dirname(os.path.abspath(out_path))
-    os.makedirs(directory, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=".export-", dir=directory)
-    temporary = os.path.join(staging, os.path.basename(out_path))
-    try:
+    with staged(out_path) as temporary:
         chatter = io.StringIO()  # the exporter prints its progress and logs optional ops it skips
         quiet = logging.getLogger("torch.onnx")
         level, quiet.level = quiet.level, logging.ERROR
@@ -331,7 +174,7 @@ def export_onnx(module, out_path: str, *, max_length: int, vocab_size: int, ids:
         entry.key, entry.value = "vocab_size", str(vocab_size)
         onnx.save(exported, temporary)
         onnx.checker.check_model(temporary, full_check=True)
-        session = onnx_session(temporary)
+        session = onnx_session(temporary)  # the serving runner's session set-up
         generator = torch.Generator().manual_seed(seed + 1)
         diffs: dict = {}
         with torch.no_grad():
@@ -352,19 +195,11 @@ def export_onnx(module, out_path: str, *, max_length: int, vocab_size: int, ids:
             raise ExportError(f"ONNX Runtime's output differs from eager PyTorch by {worst:.3g} (> {FP32_TOLERANCE:g}; "
                               f"per batch: {diffs}); {out_path} was not written")
         os.replace(temporary, out_path)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
     return {"format": "onnx", "opset": ONNX_OPSET, "max_abs_diff": worst, "per_batch_size": diffs,
             "tolerance": FP32_TOLERANCE, "dtype": "float32", "max_length": max_length,
             "onnx": str(onnx.__version__), "onnxruntime": str(onnxruntime.__version__), "torch": str(torch.__version__),
             "ir_version": int(exported.ir_version), "checker": "onnx.checker.check_model(full_check=True) passed",
             "bytes": os.path.getsize(out_path)}
-
-
-def real_inputs(tokenizer, texts=SAMPLE_TEXTS):
-    """Token ids and mask of `texts` (padded to the tokenizer's max_length), as torch tensors."""
-    ids, mask = tokenizer.encode(list(texts))
-    return torch.as_tensor(np.asarray(ids, dtype=np.int64)), torch.as_tensor(np.asarray(mask, dtype=np.int64))
 
 
 def export_checkpoint(checkpoint: str, out_path: str, max_length: int = contracts.DEFAULT_MAX_LENGTH,
@@ -378,16 +213,11 @@ def export_checkpoint(checkpoint: str, out_path: str, max_length: int = contract
     log = log or (lambda message: None)
     contracts.check_max_length(max_length, "--max-length", BertError)
     model = load_sequence_regressor(checkpoint)
-    limit = getattr(model.config, "max_position_embeddings", None)
-    if limit is not None and max_length > limit:
-        raise BertError(f"--max-length {max_length}: the model has position embeddings for {limit} tokens; "
-                        f"use --max-length {limit} or less")
-    source = tokenizer or checkpoint
-    tok = load_tokenizer(source, max_length, "export-bert (pass the folder with vocab.txt as --tokenizer)")
     vocab_size = int(model.config.vocab_size)
-    if tok.vocab_size > vocab_size:
-        raise BertError(f"{source}: the tokenizer has {tok.vocab_size} tokens but the model embeds only "
-                        f"{vocab_size}; the tokenizer belongs to another model")
+    source = tokenizer or checkpoint
+    check_compatible(None, vocab_size, source, max_length, getattr(model.config, "max_position_embeddings", None))
+    tok = load_tokenizer(source, max_length, "export-bert (pass the folder with vocab.txt as --tokenizer)")
+    check_compatible(tok, vocab_size, source)
     ids = special_ids(tok)
     if format == "onnx":
         result = export_onnx(SequenceRegressor(model), out_path, max_length=max_length, vocab_size=vocab_size, ids=ids,

@@ -85,6 +85,23 @@ class TorchScriptRunner:
         return scores.reshape(-1, 1).to(torch.float32).numpy()
 
 
+def onnx_session(path: str, threads: int = 0):
+    """An ONNX Runtime session on the CPU for `path` that logs errors only; with `threads`
+    (the thread plan) an intra-op pool of that size, one inference at a time, and threads
+    that sleep when idle (READABILITY_TRITON_ORT_SPIN=1: ONNX Runtime's spinning)."""
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.log_severity_level = 3
+    if threads > 0:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = 1
+        options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+        if os.environ.get("READABILITY_TRITON_ORT_SPIN", "0") == "0":
+            options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+
+
 class OnnxRunner:
     """(input_ids, attention_mask) int64 `(n, L)` -> scores float32 `(n, 1)` with ONNX
     Runtime on the CPU; the same checks as `TorchScriptRunner`."""
@@ -100,16 +117,8 @@ class OnnxRunner:
         except ImportError as exc:
             raise ValueError(f"model.onnx needs ONNX Runtime in this environment ({exc}): "
                              "pip install 'readability-triton[portable]'") from None
-        options = onnxruntime.SessionOptions()
-        options.log_severity_level = 3
-        if threads > 0:  # the thread plan: the intra-op pool; one inference at a time per session
-            options.intra_op_num_threads = threads
-            options.inter_op_num_threads = 1
-            options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
-            if os.environ.get("READABILITY_TRITON_ORT_SPIN", "0") == "0":
-                options.add_session_config_entry("session.intra_op.allow_spinning", "0")
         self.threads = threads or (os.cpu_count() or 1)
-        self.session = onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
+        self.session = onnx_session(path, threads)
         declared = self.session.get_modelmeta().custom_metadata_map.get("vocab_size")
         self.vocab_size = int(declared) if declared else None
         self.version = onnxruntime.__version__

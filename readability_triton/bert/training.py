@@ -17,7 +17,7 @@ from .. import contracts
 from ..errors import BertError
 from ..layout import TRAINING_RECORD
 from ..metrics import data_digest, out_of_fold, rmse, text_fingerprints
-from .export import check_checkpoint_folder, load_tokenizer, write_tokenizer
+from .checkpoint import check_checkpoint_folder, load_tokenizer, write_tokenizer
 from .modules import encode_texts, length_batches
 
 

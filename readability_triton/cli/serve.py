@@ -22,7 +22,7 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "assemble", help="build a complete model repository for a profile from an artifact set",
-        description="Write the configs of a profile (gpu, hybrid, cpu, portable), the Python models' "
+        description="Write the configs of a profile (gpu, hybrid, cpu, portable, portable-gpu), the Python models' "
                     "model.py and the artifacts into a Triton model repository, after checking the "
                     "artifacts against their manifest.json and the tensor contracts.")
     p.add_argument("--profile", required=True, choices=PROFILES)
