@@ -17,6 +17,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from google.protobuf import json_format, text_format
 
+from readability_triton.texts import to_rows
 from readability_triton.triton import configs, profiles, repository
 
 _counter = itertools.count()
@@ -90,9 +91,7 @@ def make_model_dir(root: str, model: str, profile: str = "portable", files: dict
 
 def text_request(texts, name: str = "TEXT"):
     """A request with a [len(texts), 1] BYTES input (str items are UTF-8 encoded)."""
-    rows = [t.encode("utf-8") if isinstance(t, str) else t for t in texts]
-    array = np.empty((len(rows), 1), dtype=np.object_)
-    array[:, 0] = rows
+    array = to_rows([t.encode("utf-8") if isinstance(t, str) else t for t in texts])
     return pb_utils.InferenceRequest(inputs=[pb_utils.Tensor(name, array)])
 
 

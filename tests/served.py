@@ -16,7 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from readability_triton import contracts as C
+from readability_triton.texts import to_rows
 from readability_triton.triton import configs, repository
+from readability_triton.triton.client import triton_client
 from readability_triton.triton.server import TritonServer
 
 CLIENTS = ("http", "grpc", "curl")
@@ -47,16 +49,14 @@ def start_server(repo: str, log_file: str, backend_dir: str, **kw) -> TritonServ
     try:
         server.start(timeout=240)
     except Exception:
-        if os.path.isfile(log_file):
-            print(open(log_file, encoding="utf-8", errors="replace").read()[-5000:])
+        print(server.log_tail(80))
         raise
     return server
 
 
 def text_rows(texts) -> np.ndarray:
-    rows = np.empty((len(texts), 1), dtype=np.object_)
-    rows[:, 0] = [t.encode("utf-8") if isinstance(t, str) else t for t in texts]
-    return rows
+    """`texts` (str encoded, bytes as they are) as the [n, 1] array of a BYTES input."""
+    return to_rows([t.encode("utf-8") if isinstance(t, str) else t for t in texts])
 
 
 class Failure(Exception):
@@ -65,14 +65,6 @@ class Failure(Exception):
     def __init__(self, status, message: str):
         super().__init__(f"{status}: {message}")
         self.status, self.message = status, message
-
-
-def _tritonclient(protocol: str):
-    if protocol == "http":
-        import tritonclient.http as module
-    else:
-        import tritonclient.grpc as module
-    return module
 
 
 def infer(server: TritonServer, protocol: str, model: str, inputs: dict[str, tuple[str, np.ndarray]],
@@ -84,9 +76,7 @@ def infer(server: TritonServer, protocol: str, model: str, inputs: dict[str, tup
 
     if protocol == "curl":
         return curl_infer(server, model, {n: (d, a.shape, a) for n, (d, a) in inputs.items()}, outputs)
-    module = _tritonclient(protocol)
-    url = server.http_url if protocol == "http" else server.grpc_url
-    client = module.InferenceServerClient(url)
+    module, client = triton_client(server.http_url if protocol == "http" else server.grpc_url, protocol)
     try:
         tensors = []
         for name, (datatype, array) in inputs.items():

@@ -56,7 +56,7 @@ def server(repo, tmp_path_factory):
     try:
         server.start(timeout=240)
     except Exception:
-        print(log.read_text()[-5000:])
+        print(server.log_tail(80))
         raise
     yield server
     status = server.stop()

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import contracts as C
+from .client import ThreadClients, text_input, triton_client
 from .load import Outcome, closed_loop, percentiles
 
 #: The models whose statistics the breakdown shows, in the order of the graph.
@@ -54,19 +55,9 @@ class Row:
         return out
 
 
-def _client(protocol: str, url: str):
-    if protocol == "http":
-        import tritonclient.http as module
-
-        return module, module.InferenceServerClient(url, connection_timeout=120, network_timeout=120)
-    import tritonclient.grpc as module
-
-    return module, module.InferenceServerClient(url)
-
-
 def model_statistics(url: str, protocol: str) -> dict[str, dict]:
     """{model: its statistics} from Triton's statistics extension (every loaded model)."""
-    _, client = _client(protocol, url)
+    _, client = triton_client(url, protocol)
     try:
         if protocol == "http":
             stats = client.get_inference_statistics()
@@ -148,32 +139,20 @@ def breakdown(before: dict[str, dict], after: dict[str, dict], models=STEPS) -> 
 
 
 def _work(url: str, protocol: str, texts, per_request: int):
-    import threading
-
-    local = threading.local()
-    opened = []
+    clients = ThreadClients(url, protocol)
 
     def work(client: int, i: int) -> Outcome:
-        if not hasattr(local, "client"):
-            local.module, local.client = _client(protocol, url)
-            opened.append(local.client)
+        module, triton = clients.get()
         start = (client * 7919 + i * per_request) % len(texts)
-        rows = np.empty((per_request, 1), dtype=np.object_)
-        rows[:, 0] = [texts[(start + k) % len(texts)].encode("utf-8") for k in range(per_request)]
-        tensor = local.module.InferInput(C.TEXT, list(rows.shape), "BYTES")
-        tensor.set_data_from_numpy(rows)
+        tensor = text_input(module, [texts[(start + k) % len(texts)] for k in range(per_request)])
         begin = time.perf_counter()
         try:
-            local.client.infer(C.ENSEMBLE, [tensor], outputs=[local.module.InferRequestedOutput(C.SCORE)])
+            triton.infer(C.ENSEMBLE, [tensor], outputs=[module.InferRequestedOutput(C.SCORE)])
         except Exception as exc:  # noqa: BLE001 - counted as an error of the row
             return Outcome(begin, time.perf_counter() - begin, "good", False, str(exc).splitlines()[0][:200])
         return Outcome(begin, time.perf_counter() - begin, "good", True)
 
-    def close():
-        for client in opened:
-            client.close()
-
-    return work, close
+    return work, clients.close
 
 
 def in_process_rate(pipeline, texts, per_request: int, seconds: float) -> float:

@@ -8,6 +8,7 @@ the request that carried it.
 from __future__ import annotations
 
 import random
+import threading
 import time
 from dataclasses import dataclass
 from typing import Sequence
@@ -16,6 +17,7 @@ import numpy as np
 
 from .. import contracts as C
 from ..errors import ClientError
+from ..texts import to_rows
 
 
 @dataclass
@@ -70,6 +72,53 @@ def _module(protocol: str):
     return module
 
 
+def triton_client(url: str, protocol: str = "http", timeout: float = 120.0):
+    """(tritonclient.http or tritonclient.grpc, an `InferenceServerClient` of `url`): where
+    every client of this package is made (over HTTP, `timeout` bounds the connection and
+    each answer; a gRPC call takes its own `client_timeout`)."""
+    module = _module(protocol)
+    if protocol == "http":
+        return module, module.InferenceServerClient(url, connection_timeout=timeout, network_timeout=timeout)
+    return module, module.InferenceServerClient(url)
+
+
+def text_input(module, texts: Sequence[str | bytes], name: str = C.TEXT):
+    """`texts` (str, or bytes sent as they are, valid UTF-8 or not) as the `[n, 1]` BYTES
+    input `name` of a request."""
+    rows = to_rows([t.encode("utf-8") if isinstance(t, str) else t for t in texts])
+    tensor = module.InferInput(name, list(rows.shape), C.WIRE_DTYPES["TYPE_STRING"])
+    tensor.set_data_from_numpy(rows)
+    return tensor
+
+
+class ThreadClients:
+    """One client per thread (tritonclient's clients are not shared between threads), all
+    closed by `close()`: what the load generators' workers use."""
+
+    def __init__(self, url: str, protocol: str):
+        self.url, self.protocol = url, protocol
+        self._local = threading.local()
+        self._opened: list = []
+        self._lock = threading.Lock()
+
+    def get(self):
+        """(module, client) of the calling thread."""
+        if not hasattr(self._local, "client"):
+            self._local.module, self._local.client = triton_client(self.url, self.protocol)
+            with self._lock:
+                self._opened.append(self._local.client)
+        return self._local.module, self._local.client
+
+    def close(self) -> None:
+        with self._lock:
+            for client in self._opened:
+                try:
+                    client.close()
+                except Exception:  # noqa: BLE001 - a dead server's connection
+                    pass
+            self._opened.clear()
+
+
 class ReadabilityClient:
     """A small client of the ensemble: `score(texts)` -> list of `Score`."""
 
@@ -87,11 +136,7 @@ class ReadabilityClient:
         #: 5 s between tries, jittered), until this many seconds have passed; 0: never.
         self.busy_patience = busy_patience if retries else 0.0
         try:
-            if protocol == "http":
-                self.client = self.module.InferenceServerClient(url, connection_timeout=timeout,
-                                                                network_timeout=timeout)
-            else:
-                self.client = self.module.InferenceServerClient(url)
+            _, self.client = triton_client(url, protocol, timeout)
         except Exception as exc:  # noqa: BLE001 - tritonclient raises several types
             raise ClientError(f"cannot create a {protocol} client for {url}: {exc}") from exc
         self.url = url
@@ -118,12 +163,8 @@ class ReadabilityClient:
     def infer_batch(self, texts: Sequence[str | bytes], outputs=C.OUTPUTS) -> tuple[dict[str, np.ndarray], float]:
         """One request with `texts`, asking for `outputs` (ensemble output names); returns
         those outputs and the round-trip time in ms."""
-        contract = C.contracts()[C.ENSEMBLE]
         names = parse_outputs(outputs)
-        rows = np.empty((len(texts), 1), dtype=np.object_)
-        rows[:, 0] = [t.encode("utf-8") if isinstance(t, str) else t for t in texts]
-        request = self.module.InferInput(C.TEXT, list(rows.shape), contract.input(C.TEXT).wire_dtype)
-        request.set_data_from_numpy(rows)
+        request = text_input(self.module, texts)
         requested = [self.module.InferRequestedOutput(name) for name in names]
         attempt = busy_tries = 0
         first = time.monotonic()

@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .. import contracts as C
-from .client import is_busy
+from .client import ThreadClients, is_busy, text_input
 
 
 @dataclass
@@ -72,16 +72,6 @@ def closed_loop(work: Callable[[int, int], Outcome], clients: int, seconds: floa
     return outcomes
 
 
-def _client(protocol: str, url: str):
-    if protocol == "http":
-        import tritonclient.http as module
-
-        return module, module.InferenceServerClient(url, connection_timeout=120, network_timeout=120)
-    import tritonclient.grpc as module
-
-    return module, module.InferenceServerClient(url)
-
-
 def mixed_worker(url: str, protocol: str, texts: Sequence[str], expected: np.ndarray,
                  bad: Sequence[bytes], bad_every: int = 9, tolerance: float = 1e-4,
                  model: str = C.ENSEMBLE, sizes: tuple[int, int] = (1, 1), busy_patience: float = 0.0):
@@ -93,23 +83,11 @@ def mixed_worker(url: str, protocol: str, texts: Sequence[str], expected: np.nda
     busy (a full server) is sent again with backoff, as clients do, for at most
     `busy_patience` seconds. Returns (work, close) where close() closes the clients."""
 
-    local = threading.local()
-    opened = []
-    lock = threading.Lock()
+    clients = ThreadClients(url, protocol)
     low, high = sizes
 
-    def request(module, payloads: list[bytes]):
-        tensor = module.InferInput(C.TEXT, [len(payloads), 1], "BYTES")
-        rows = np.empty((len(payloads), 1), dtype=np.object_)
-        rows[:, 0] = payloads
-        tensor.set_data_from_numpy(rows)
-        return [tensor], [module.InferRequestedOutput(C.SCORE)]
-
     def work(client: int, i: int) -> Outcome:
-        if not hasattr(local, "client"):
-            local.module, local.client = _client(protocol, url)
-            with lock:
-                opened.append(local.client)
+        module, triton = clients.get()
         is_bad = bad_every > 0 and (i + client) % bad_every == bad_every - 1
         n = low + (client * 31 + i * 17) % (high - low + 1)
         j = (client * 7919 + i) % len(texts)
@@ -117,12 +95,12 @@ def mixed_worker(url: str, protocol: str, texts: Sequence[str], expected: np.nda
         payloads = [texts[r].encode("utf-8") for r in rows]
         if is_bad:
             payloads[(client + i) % n] = bad[(client * 7919 + i) % len(bad)]
-        inputs, outputs = request(local.module, payloads)
+        inputs, outputs = [text_input(module, payloads)], [module.InferRequestedOutput(C.SCORE)]
         started = time.perf_counter()
         tries = 0
         while True:
             try:
-                result = local.client.infer(model, inputs, outputs=outputs)
+                result = triton.infer(model, inputs, outputs=outputs)
                 break
             except Exception as exc:  # noqa: BLE001 - refusals and transport errors alike
                 if is_busy(exc) and time.perf_counter() - started < busy_patience:
@@ -137,14 +115,7 @@ def mixed_worker(url: str, protocol: str, texts: Sequence[str], expected: np.nda
                                   or not np.all(np.abs(score[:, 0] - expected[rows]) <= tolerance))
         return Outcome(started, latency, "bad" if is_bad else "good", True, None, bool(wrong), texts=n)
 
-    def close():
-        for client in opened:
-            try:
-                client.close()
-            except Exception:  # noqa: BLE001
-                pass
-
-    return work, close
+    return work, clients.close
 
 
 # ------------------------------------------------------------------ processes

@@ -29,7 +29,6 @@ while it runs:
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import re
 import resource
@@ -232,6 +231,13 @@ class TritonServer:
             if out is not None:
                 out.close()
 
+    def log_tail(self, lines: int = 40) -> str:
+        """The last `lines` lines of the server's log file ('' without one)."""
+        if not self.log_file or not os.path.isfile(self.log_file):
+            return ""
+        with open(self.log_file, encoding="utf-8", errors="replace") as handle:
+            return "".join(handle.readlines()[-lines:])
+
     def ready(self) -> bool:
         try:
             with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=2) as reply:
@@ -243,9 +249,9 @@ class TritonServer:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.running.poll() is not None:
-                hint = f" (its log: {self.log_file})" if self.log_file else ""
+                hint = f" (its log, {self.log_file}, ends:\n{self.log_tail(15)})" if self.log_file else ""
                 raise ServerError(f"tritonserver exited with status {self.running.returncode} before it was "
-                                  f"ready{hint}; a model failed to load or a port is taken")
+                                  f"ready; a model failed to load or a port is taken{hint}")
             if self.ready():
                 return
             time.sleep(0.25)
@@ -254,28 +260,32 @@ class TritonServer:
 
     # -- model control (the repository extension) ---------------------------------
 
-    def _post(self, path: str, body: dict | None = None, timeout: float = 60.0) -> bytes:
-        data = json.dumps(body or {}).encode()
-        request = urllib.request.Request(f"http://{self.http_url}{path}", data=data, method="POST",
-                                         headers={"Content-Type": "application/json",
-                                                  **admin_headers(self.admin_key)})
+    def _call(self, what: str, call, timeout: float = 60.0):
+        """`call(client, headers)` with tritonclient's HTTP client of this server, `headers`
+        opening the restricted APIs (the admin key); its errors as ServerError."""
+        import tritonclient.http as http
+        from tritonclient.utils import InferenceServerException
+
+        client = http.InferenceServerClient(self.http_url, connection_timeout=timeout, network_timeout=timeout)
         try:
-            with urllib.request.urlopen(request, timeout=timeout) as reply:
-                return reply.read()
-        except urllib.error.HTTPError as err:
-            raise ServerError(f"{path}: HTTP {err.code}: {err.read().decode('utf-8', 'replace')}") from None
-        except (urllib.error.URLError, OSError) as err:
-            raise ServerError(f"{path}: {err}") from None
+            return call(client, admin_headers(self.admin_key))
+        except InferenceServerException as err:
+            raise ServerError(f"{what}: {err.message() or err}") from None
+        except OSError as err:
+            raise ServerError(f"{what}: {err}") from None
+        finally:
+            client.close()
 
     def model_states(self) -> dict[str, str]:
         """{model: state} from the repository index (READY, UNLOADING, UNAVAILABLE, ...)."""
-        return {m["name"]: m.get("state", "") for m in json.loads(self._post("/v2/repository/index") or b"[]")}
+        index = self._call("the repository index", lambda c, h: c.get_model_repository_index(headers=h))
+        return {m["name"]: m.get("state", "") for m in index or []}
 
     def unload(self, model: str) -> None:
-        self._post(f"/v2/repository/models/{model}/unload")
+        self._call(f"unloading {model}", lambda c, h: c.unload_model(model, headers=h))
 
     def load(self, model: str) -> None:
-        self._post(f"/v2/repository/models/{model}/load", timeout=300)
+        self._call(f"loading {model}", lambda c, h: c.load_model(model, headers=h), timeout=300)
 
     def reload(self, model: str, settle: float = 1.5) -> None:
         """Unload `model` and load it again (new stub processes). The unload of an instance
@@ -301,27 +311,18 @@ class TritonServer:
             time.sleep(0.1)
         return pending
 
-    def _get(self, path: str, timeout: float = 10.0) -> bytes:
-        try:
-            with urllib.request.urlopen(f"http://{self.http_url}{path}", timeout=timeout) as reply:
-                return reply.read()
-        except urllib.error.HTTPError as err:
-            raise ServerError(f"{path}: HTTP {err.code}: {err.read().decode('utf-8', 'replace')}") from None
-        except (urllib.error.URLError, OSError) as err:
-            raise ServerError(f"{path}: {err}") from None
-
     def ensemble_steps(self, ensemble: str = "readability") -> list[str]:
         """The composing models of `ensemble`, in the order its config lists its steps
         (a topological order: each step after the steps whose outputs it reads)."""
-        config = json.loads(self._get(f"/v2/models/{ensemble}/config"))
+        config = self._call(f"{ensemble}'s config", lambda c, h: c.get_model_config(ensemble), timeout=10)
         steps = [step["model_name"] for step in config.get("ensemble_scheduling", {}).get("step", [])]
         return list(dict.fromkeys(steps))
 
     def execution_counts(self) -> dict[str, int]:
         """{model: executions so far} from the statistics extension (it moves when an
         execute has finished)."""
-        stats = json.loads(self._get("/v2/models/stats")).get("model_stats", [])
-        return {m["name"]: int(m.get("execution_count", 0)) for m in stats}
+        stats = self._call("the statistics", lambda c, h: c.get_inference_statistics(), timeout=10)
+        return {m["name"]: int(m.get("execution_count", 0)) for m in stats.get("model_stats", [])}
 
     def pending_requests(self) -> dict[str, int]:
         """{model: requests waiting in its queue} from the metrics endpoint."""
