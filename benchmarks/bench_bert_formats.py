@@ -27,14 +27,13 @@ import numpy as np
 import torch
 
 from readability_triton import contracts
-from readability_triton.artifacts.corpus import generate_corpus
+from readability_triton.artifacts.corpus import default_texts
 from readability_triton.artifacts.demo import make_encoder, minilm_directory
 from readability_triton.bert import export as E
 from readability_triton.bert.checkpoint import special_ids
 from readability_triton.bert.modules import PooledRegressor
 from readability_triton.bert.runner import OnnxRunner, TorchScriptRunner
 from readability_triton.bert.verify import real_inputs
-from readability_triton.data import COMMONLIT_CSV, read_table
 from readability_triton.tokenizer import WordPieceTokenizer
 
 
@@ -56,7 +55,7 @@ def main(argv=None) -> int:
     parser.add_argument("--max-length", type=int, default=contracts.DEFAULT_MAX_LENGTH)
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
-    texts = read_table(COMMONLIT_CSV).texts[:512] if os.path.isfile(COMMONLIT_CSV) else generate_corpus(512)[0]
+    texts = default_texts(512)[0]
     tokenizer = WordPieceTokenizer.from_directory(minilm_directory(), args.max_length)
     encoder = make_encoder("minilm", tokenizer.vocab_size, args.max_length)
     torch.manual_seed(0)

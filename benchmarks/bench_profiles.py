@@ -27,7 +27,7 @@ import sys
 import tempfile
 
 from readability_triton import contracts as C
-from readability_triton.data import COMMONLIT_CSV, read_table
+from readability_triton.artifacts.corpus import default_texts
 from readability_triton.threads import PLAN_ENV
 from readability_triton.triton import bench, configs, repository
 from readability_triton.triton.installation import native_backends
@@ -63,11 +63,7 @@ def main(argv=None) -> int:
     parser.add_argument("--logs", default=None, help="keep the servers' logs in this folder")
     args = parser.parse_args(argv)
     concurrency = tuple(int(c) for c in args.concurrency.split(","))
-    texts = read_table(COMMONLIT_CSV).texts if os.path.isfile(COMMONLIT_CSV) else None
-    if texts is None:
-        from readability_triton.artifacts.corpus import generate_corpus
-
-        texts = generate_corpus(400)[0]
+    texts = default_texts()[0]
     chosen = [VARIANTS[int(i)] for i in args.variants.split(",")] if args.variants else list(VARIANTS)
     results = []
     with tempfile.TemporaryDirectory(prefix="bench-profiles-") as tmp:

@@ -5,9 +5,11 @@ demo built on it are illustrative, not CommonLit-calibrated.
 """
 from __future__ import annotations
 
+import os
 import random
 import re
 
+from ..data import COMMONLIT_CSV, read_table
 from ..errors import DemoError
 
 CORPUS_VERSION = 2
@@ -124,3 +126,13 @@ def generate_corpus(n_texts: int = DEFAULT_CORPUS_SIZE, seed: int = 0) -> tuple[
     order = list(range(n_texts))
     rng.shuffle(order)
     return [texts[i] for i in order], [targets[i] for i in order]
+
+
+def default_texts(n: int | None = None) -> tuple[list[str], str]:
+    """The texts the tools use when none are given: the shared CommonLit excerpts where
+    they are (`data.COMMONLIT_CSV`), else `n` (default 400) generated ones; and which they
+    are, in words."""
+    if os.path.isfile(COMMONLIT_CSV):
+        texts = read_table(COMMONLIT_CSV).texts
+        return (texts[:n] if n else texts), f"the CommonLit excerpts ({os.path.normpath(COMMONLIT_CSV)})"
+    return generate_corpus(n or 400)[0], "a generated corpus (no CommonLit data here)"

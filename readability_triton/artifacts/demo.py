@@ -271,7 +271,6 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
         M.write_manifest(building, max_length, contracts.N_FEATURES, info)
         # The canary's branch scores, for `assemble` where no BERT runtime is installed (an
         # image of a native profile) to record what the health check must get back.
-
         canary = Pipeline.from_folder(building)([contracts.CANARY_TEXT])
         info["canary"] = {"text": contracts.CANARY_TEXT, "bert": float(canary["bert"][0]),
                           "forest": float(canary["forest"][0])}

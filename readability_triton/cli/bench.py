@@ -6,9 +6,9 @@ import json
 import os
 import sys
 
-from ..artifacts.corpus import generate_corpus
+from ..artifacts.corpus import default_texts
 from ..artifacts.pipeline import Pipeline
-from ..data import COMMONLIT_CSV, read_table
+from ..data import read_table
 from ..errors import CommandError
 from ..texts import as_utf8
 from ..triton import bench
@@ -75,17 +75,12 @@ def register(subparsers) -> None:
 
 
 def _texts(path: str | None, column: str) -> list[str]:
-
     if path is None:
-        if os.path.isfile(COMMONLIT_CSV):
-            return read_table(COMMONLIT_CSV).texts
-
-        return generate_corpus(400)[0]
+        return default_texts()[0]
     return read_table(path, column).texts
 
 
 def cmd_bench(args) -> int:
-
     concurrency = _ints(args.concurrency, "--concurrency")
     per_request = _ints(args.texts_per_request, "--texts-per-request")
     if max(per_request) > 64:
@@ -174,7 +169,6 @@ def cmd_bench(args) -> int:
 
 
 def cmd_perf_input(args) -> int:
-
     texts = _texts(args.data, args.column)
     if args.limit is not None:
         if args.limit < 1:

@@ -49,7 +49,6 @@ def register(subparsers) -> None:
 
 
 def cmd_evaluate(args) -> int:
-
     limit = contracts.MAX_BATCH_SIZE[contracts.ENSEMBLE]
     if args.batch_size < 1 or (args.url and args.batch_size > limit):
         raise CommandError(f"--batch-size must be at least 1 (and at most {limit}, the ensemble's max_batch_size, "

@@ -45,12 +45,10 @@ def register(subparsers) -> None:
 
 
 def _read(path: str, column: str):
-
     return read_table(path, column)
 
 
 def cmd_vocabulary(args) -> int:
-
     n = VOCABULARY_SIZE if args.n is None else args.n
     if n < 1:
         raise CommandError(f"--n must be at least 1, got {n}")

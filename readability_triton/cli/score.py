@@ -68,7 +68,6 @@ def register(subparsers) -> None:
 
 
 def _read_texts(args) -> list[str]:
-
     if args.csv_path:
         return read_table(args.csv_path, args.column).texts
     if args.texts:
@@ -87,7 +86,6 @@ _COLUMNS = (("BERT_SCORE", "bert", "bert_score", "BERT"), ("FOREST_SCORE", "fore
 
 
 def cmd_score(args) -> int:
-
     if not 1 <= args.batch_size <= BATCH_LIMIT:
         raise CommandError(f"--batch-size must be between 1 and {BATCH_LIMIT} (the ensemble's max_batch_size)")
     try:
@@ -136,7 +134,6 @@ def print_table(scores, width: int = 60, latency: bool = False, outputs=contract
 
 
 def cmd_demo(args) -> int:
-
     data = args.data
     if data is None and os.path.isfile(COMMONLIT_CSV):
         data = os.path.normpath(COMMONLIT_CSV)

@@ -19,7 +19,6 @@ from ..triton.server import TritonServer
 
 
 def register(subparsers) -> None:
-
     p = subparsers.add_parser(
         "assemble", help="build a complete model repository for a profile from an artifact set",
         description="Write the configs of a profile (gpu, hybrid, cpu, portable, portable-gpu), the Python models' "
@@ -114,7 +113,6 @@ def register(subparsers) -> None:
 
 
 def cmd_assemble(args) -> int:
-
     triton_version = args.triton_version or releases.TESTED
     manifest = assemble(args.artifacts, args.out, args.profile, bert_weight=args.bert_weight,
                         forest_weight=args.forest_weight,

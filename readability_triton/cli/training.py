@@ -33,7 +33,6 @@ def _quiet_transformers() -> None:
 
 
 def _read_training_data(path: str, column: str, target: str):
-
     table = read_table(path, column, target)
     if len(table.texts) < 2:
         raise CommandError(f"{path}: {len(table.texts)} row; training needs at least 2 texts with targets")
@@ -49,7 +48,6 @@ def _positive(name: str, value, minimum=1):
 
 
 def cmd_train_forest(args) -> int:
-
     for name, value in (("--n-estimators", args.n_estimators), ("--max-depth", args.max_depth),
                         ("--min-samples-leaf", args.min_samples_leaf)):
         _positive(name, value)
@@ -116,7 +114,6 @@ def cmd_export_bert(args) -> int:
 
 
 def cmd_train_blend(args) -> int:
-
     table = _read_training_data(args.data, args.column, args.target)
     record = fit_set_blend(args.artifacts, table.texts, table.targets, bert_format=args.bert_format,
                            progress=progress)
@@ -171,7 +168,6 @@ def cmd_build_demo(args) -> int:
 
 
 def register(subparsers) -> None:
-
     p = subparsers.add_parser(
         "train-forest", help="fit the feature vocabulary and the random forest; write checkpoint.tl",
         description="Fit the feature vocabulary on the training texts, compute the 207 readability features "

@@ -175,7 +175,6 @@ def float32_exact_thresholds(model) -> int:
 
 
 def _vocabulary(texts, n: int = contracts.VOCABULARY_SIZE):
-
     try:
         return build_vocabulary(texts, n=n)
     except ValueError as err:
@@ -185,7 +184,6 @@ def _vocabulary(texts, n: int = contracts.VOCABULARY_SIZE):
 
 
 def features_of(texts, vocabulary) -> np.ndarray:
-
     X = np.asarray(featurize(list(texts), vocabulary), dtype=np.float32)
     if X.shape != (len(texts), contracts.N_FEATURES):
         raise RuntimeError(f"featurize returned {X.shape}, the contract is ({len(texts)}, {contracts.N_FEATURES})")

@@ -29,9 +29,41 @@ from dataclasses import dataclass
 from .. import contracts as C
 from ..errors import AssemblyError
 
-PROFILES = ("gpu", "hybrid", "cpu", "portable", "portable-gpu")
+
+@dataclass(frozen=True)
+class Profile:
+    """Where the models of one profile run (see the table above)."""
+
+    name: str
+    #: preprocess, featurize and postprocess (validate is on the CPU in every profile)
+    python_steps: str
+    #: bert and forest
+    models: str
+    #: bert and forest as Python models (ONNX Runtime or torch; Treelite or the array walk),
+    #: for a server with only the python backend; else Triton's own backends
+    portable: bool
+
+    @property
+    def cupy(self) -> bool:
+        """Python steps on the GPU: CuPy (and cuDF where it installs)."""
+        return self.python_steps == "KIND_GPU"
+
+    @property
+    def torch(self) -> bool:
+        """BERT run by torch in a Python model (TorchScript on the GPU, DLPack in and out)."""
+        return self.portable and self.models == "KIND_GPU"
+
+
+PROFILE = {p.name: p for p in (
+    Profile("gpu", "KIND_GPU", "KIND_GPU", portable=False),
+    Profile("hybrid", "KIND_CPU", "KIND_GPU", portable=False),
+    Profile("cpu", "KIND_CPU", "KIND_CPU", portable=False),
+    Profile("portable", "KIND_CPU", "KIND_CPU", portable=True),
+    Profile("portable-gpu", "KIND_GPU", "KIND_GPU", portable=True),
+)}
+PROFILES = tuple(PROFILE)
 #: Profiles whose bert and forest are Python models.
-PORTABLE_PROFILES = ("portable", "portable-gpu")
+PORTABLE_PROFILES = tuple(name for name, p in PROFILE.items() if p.portable)
 #: The backend (platform) that serves each BERT format natively.
 BERT_PLATFORMS = {"onnx": "onnxruntime_onnx", "torchscript": "pytorch_libtorch"}
 #: The canonical (model_repository/) format, and the one `assemble` picks when an artifact
@@ -108,22 +140,22 @@ class Placement:
 
 
 def placement(model: str, profile: str, bert_format: str = DEFAULT_BERT_FORMAT) -> Placement:
-    if profile not in PROFILES:
+    """Where `model` runs in `profile` (its BERT model in `bert_format`)."""
+    if profile not in PROFILE:
         raise AssemblyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    where = PROFILE[profile]
     if model == C.ENSEMBLE:
         return Placement("ensemble", None)
-    gpu_python = profile in ("gpu", "portable-gpu")
-    gpu_models = profile in ("gpu", "hybrid", "portable-gpu")
     if model == C.VALIDATE:  # BYTES in, BYTES out: CPU work in every profile
         return Placement("python", "KIND_CPU")
     if model in C.PYTHON_MODELS:
-        return Placement("python", "KIND_GPU" if gpu_python else "KIND_CPU")
-    if profile in PORTABLE_PROFILES:
-        return Placement("python", "KIND_GPU" if gpu_models else "KIND_CPU")
+        return Placement("python", where.python_steps)
+    if where.portable:
+        return Placement("python", where.models)
     if bert_format not in BERT_PLATFORMS:
         raise AssemblyError(f"BERT format {bert_format!r}: choose one of {', '.join(BERT_PLATFORMS)}")
     native = {C.BERT: BERT_PLATFORMS[bert_format], C.FOREST: "fil"}[model]
-    return Placement(native, "KIND_GPU" if gpu_models else "KIND_CPU")
+    return Placement(native, where.models)
 
 
 def backend_file(model: str, profile: str) -> str | None:

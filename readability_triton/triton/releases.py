@@ -31,6 +31,7 @@ import sys
 from dataclasses import dataclass
 
 from ..errors import ReleaseError
+from .profiles import PROFILE
 
 #: The release whose core the test suite runs (the pytriton wheel's tritonserver 2.51).
 TESTED = "24.10"
@@ -92,20 +93,20 @@ class Release:
         stub can take, and for the profiles with Python steps on the GPU CuPy for the image's
         CUDA. cuDF is installed separately and may be missing (see `optional`)."""
         reqs = [self.numpy]
-        if profile in ("gpu", "portable-gpu"):
+        if PROFILE[profile].cupy:
             reqs.append(self.cupy)
         return reqs
 
     def optional(self, profile: str) -> list[str]:
         """What the image installs if pip has it for this Python (WordPiece on the GPU)."""
-        return [self.cudf] if profile in ("gpu", "portable-gpu") else []
+        return [self.cudf] if PROFILE[profile].cupy else []
 
     def extras(self, profile: str) -> str:
         """The package's extras for `profile` in this image: what its Python models run, and
         the client `serve`'s health check uses. The native profiles (gpu, hybrid, cpu) run
         BERT and the forest in Triton's own backends: no ONNX Runtime, Treelite or torch."""
-        return {"portable": "serve,portable,client",
-                "portable-gpu": "serve,portable,torchscript,client"}.get(profile, "serve,client")
+        where = PROFILE[profile]
+        return "serve," + ("portable," if where.portable else "") + ("torchscript," if where.torch else "") + "client"
 
     def constraints(self, profile: str) -> list[str]:
         """The pins the image installs `profile` under (a pip constraints file): every heavy
@@ -113,9 +114,9 @@ class Release:
         Runtime 1.18+ reads the exported opset-18, IR-10 model; Treelite 4.x reads the
         checkpoints FIL reads; torch for the image's CUDA comes from PIP_EXTRA_INDEX_URL)."""
         pins = [self.numpy, "tokenizers>=0.19,<1", "tritonclient>=2.41,<3", "protobuf>=4,<7"]
-        if profile in ("portable", "portable-gpu"):
+        if PROFILE[profile].portable:
             pins += ["onnxruntime>=1.18,<2", "treelite>=4,<5"]
-        if profile == "portable-gpu":
+        if PROFILE[profile].torch:
             pins.append("torch>=2.5,<3")
         return pins + self.requirements(profile)[1:]
 

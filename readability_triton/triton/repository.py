@@ -24,7 +24,15 @@ from . import releases
 from .configs import edit_config, read_config, render_config
 from .health import CANARY, Canary
 from .installation import available_backends, prepare_backends
-from .profiles import DEFAULT_BERT_FORMAT, DEFAULT_TENSORRT_CACHE, PORTABLE_BACKENDS, PROFILES, VERSION, backend_file
+from .profiles import (
+    DEFAULT_BERT_FORMAT,
+    DEFAULT_TENSORRT_CACHE,
+    PORTABLE_BACKENDS,
+    PROFILE,
+    PROFILES,
+    VERSION,
+    backend_file,
+)
 
 
 def backends_root() -> str:
@@ -55,7 +63,7 @@ def pick_bert_format(artifacts: str, profile: str, wanted: str | None = None) ->
     if wanted is None:
         found = M.bert_formats(artifacts)
         if len(found) == 2:
-            return "torchscript" if profile == "portable-gpu" else DEFAULT_BERT_FORMAT
+            return "torchscript" if PROFILE[profile].torch else DEFAULT_BERT_FORMAT
     return M.choose_bert_format(artifacts, wanted)
 
 
@@ -96,8 +104,8 @@ def assemble(artifacts: str, out: str, profile: str, bert_weight: float | None =
         target = os.path.join(out, model, VERSION)
         for name in list(names) + M.present(artifacts, M.OPTIONAL_FILES.get(model, ())) + [M.MANIFEST]:
             shutil.copyfile(os.path.join(artifacts, name), os.path.join(target, name))
-    if profile == "portable-gpu":  # the forest as arrays, for the CuPy tree walk (no Treelite needed there)
-
+    if PROFILE[profile].portable and PROFILE[profile].models == "KIND_GPU":
+        # the forest as arrays, for the CuPy tree walk (no Treelite needed there)
         folder = os.path.join(out, C.FOREST, VERSION)
         export_forest_arrays(os.path.join(folder, M.CHECKPOINT), os.path.join(folder, FOREST_ARRAYS))
     record_canary(out, canary_tolerance(profile, tensorrt), manifest, (bert_weight, forest_weight))
