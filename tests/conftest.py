@@ -86,3 +86,18 @@ def tiny_artifacts(tmp_path_factory):
     build_demo(str(out), data=None, bert="tiny", max_length=64, folds=2, corpus_size=240,
                forest_params={"n_estimators": 12, "max_depth": 8})
     return str(out)
+
+
+@pytest.fixture(scope="session")
+def portable_server(tiny_artifacts, tmp_path_factory):
+    """One tritonserver on the `portable` repository of `tiny_artifacts`, as assembled (no
+    test settings), shared by the suites that only send it requests (conformance,
+    perf_analyzer, Prometheus). A suite that changes the server, stresses it on purpose or
+    needs other settings starts its own."""
+    from served import assemble_portable, start_server
+
+    root = tmp_path_factory.mktemp("portable-server")
+    repo = assemble_portable(tiny_artifacts, str(root / "repository"))
+    server = start_server(repo, str(root / "server.log"), str(root / "backends"))
+    yield server
+    assert server.stop() == 0

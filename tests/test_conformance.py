@@ -15,7 +15,7 @@ import sys
 
 import numpy as np
 import pytest
-from served import CLIENTS, Failure, assemble_portable, score_texts, served_weights, start_server
+from served import CLIENTS, Failure, score_texts, served_weights
 
 from readability_triton import contracts as C
 from readability_triton import scoring
@@ -29,12 +29,8 @@ SELECTIONS = [None] + [list(s) for k in (1, 2, 3) for s in itertools.combination
 
 
 @pytest.fixture(scope="module")
-def server(tiny_artifacts, tmp_path_factory):
-    root = tmp_path_factory.mktemp("conformance")
-    repo = assemble_portable(tiny_artifacts, str(root / "repository"))
-    server = start_server(repo, str(root / "server.log"), str(root / "backends"))
-    yield server
-    assert server.stop() == 0
+def server(portable_server):
+    return portable_server
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,6 @@ import subprocess
 import sys
 
 import pytest
-from served import assemble_portable, start_server
 
 from readability_triton.triton import bench
 
@@ -27,12 +26,8 @@ def _binary() -> str:
 
 
 @pytest.fixture(scope="module")
-def server(tiny_artifacts, tmp_path_factory):
-    root = tmp_path_factory.mktemp("perf")
-    repo = assemble_portable(tiny_artifacts, str(root / "repository"))
-    server = start_server(repo, str(root / "server.log"), str(root / "backends"))
-    yield server
-    server.stop()
+def server(portable_server):
+    return portable_server
 
 
 @pytest.fixture(scope="module")

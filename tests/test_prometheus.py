@@ -24,7 +24,7 @@ import urllib.request
 
 import pytest
 import yaml
-from served import assemble_portable, score_texts, start_server
+from served import score_texts
 
 from readability_triton.triton.server import free_port
 
@@ -56,13 +56,12 @@ def _gpu_only(expr: str) -> bool:
 
 
 @pytest.fixture(scope="module")
-def prometheus(tiny_artifacts, tmp_path_factory):
+def prometheus(portable_server, tmp_path_factory):
     binary = shutil.which("prometheus") or ("/usr/bin/prometheus" if os.path.exists("/usr/bin/prometheus") else None)
     if binary is None:
         pytest.skip("prometheus is not installed (apt-get install prometheus; .ci/run installs it)")
     root = tmp_path_factory.mktemp("prometheus")
-    repo = assemble_portable(tiny_artifacts, str(root / "repository"))
-    server = start_server(repo, str(root / "server.log"), str(root / "backends"))
+    server = portable_server
     port = free_port()
     (root / "prometheus.yml").write_text(yaml.safe_dump({
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
@@ -98,7 +97,6 @@ def prometheus(tiny_artifacts, tmp_path_factory):
     finally:
         process.terminate()
         process.wait(timeout=30)
-        server.stop()
 
 
 def _query(base: str, expr: str) -> dict:

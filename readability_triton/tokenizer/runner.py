@@ -4,8 +4,7 @@ from __future__ import annotations
 import os
 
 from ..device import Device, as_device
-from ..layout import MANIFEST, load_manifest
-from .files import TOKENIZER_FILES
+from ..layout import MANIFEST, TOKENIZER_FILES, load_manifest
 from .wordpiece import WordPieceTokenizer
 
 
