@@ -17,8 +17,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = "readability_triton"
 TRAINING = {f"{PACKAGE}.bert.training", f"{PACKAGE}.bert.export", f"{PACKAGE}.bert.verify",
