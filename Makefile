@@ -62,10 +62,11 @@ native-backends: $(STAMP)
 test: lint deploy-check native-backends
 	$(PY) -m pytest -q
 
-# The edit loop: lint, then every test not marked integration or docker (no tritonserver,
-# no whole-program runs, no image): under a minute. `make test` stays the whole suite.
+# The edit loop: lint, then every test not marked integration, docker or slow (no
+# tritonserver, no whole-program runs, no image, no model training or export, no pass over
+# the whole CommonLit set): under a minute. `make test` stays the whole suite.
 check: lint
-	$(PY) -m pytest -q -m "not integration and not docker"
+	$(PY) -m pytest -q -m "not integration and not docker and not slow"
 
 gpu-check:
 	bash scripts/gpu-check.sh

@@ -4,7 +4,9 @@
   Python models run in-process; integration tests use the real module inside a real
   tritonserver);
 - tests marked `gpu` are skipped, with the reason, where no CUDA GPU with CuPy is present;
-- `commonlit` gives the shared CommonLit excerpts, or skips saying where they are missing.
+- `commonlit` gives the shared CommonLit excerpts, or skips saying where they are missing;
+- `tiny_artifacts` is a small complete artifact set (cached in .cache/test-artifacts), and
+  `portable_server` one tritonserver on it for the suites that only send it requests.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(HERE, "stubs"))
 sys.path.insert(0, HERE)
 
@@ -38,6 +41,8 @@ def pytest_collection_modifyitems(config, items):
     reason = None
     checked = False
     for item in items:
+        if "commonlit" in getattr(item, "fixturenames", ()):  # a pass over the whole shared set
+            item.add_marker(pytest.mark.slow)
         if item.get_closest_marker("gpu") is not None:
             if not checked:
                 reason, checked = _gpu_reason(), True
@@ -82,10 +87,13 @@ def tiny_artifacts(tmp_path_factory):
         return prepared
     from readability_triton.artifacts.demo import build_demo
 
-    out = tmp_path_factory.mktemp("tiny") / "artifacts"
-    build_demo(str(out), data=None, bert="tiny", max_length=64, folds=2, corpus_size=240,
+    # Cached like the demo's set: build_demo keeps it while its key (the options, the code
+    # of the packages that build it, the libraries' versions) and every file's checksum
+    # hold, and rebuilds it otherwise. Tests read it and never write to it.
+    out = os.path.join(ROOT, ".cache", "test-artifacts", "tiny")
+    build_demo(out, data=None, bert="tiny", max_length=64, folds=2, corpus_size=240,
                forest_params={"n_estimators": 12, "max_depth": 8})
-    return str(out)
+    return out
 
 
 @pytest.fixture(scope="session")

@@ -22,6 +22,8 @@ from readability_triton.cli import main  # noqa: E402
 from readability_triton.layout import load_manifest  # noqa: E402
 from readability_triton.tokenizer import WordPieceTokenizer  # noqa: E402
 
+pytestmark = pytest.mark.slow  # trains and exports models (make check leaves it out)
+
 MAX_LENGTH = 32
 TEXTS = [
     "The cat sat on the mat.",

@@ -21,6 +21,8 @@ from readability_triton.artifacts.pipeline import Pipeline  # noqa: E402
 from readability_triton.cli import main  # noqa: E402
 from readability_triton.layout import TRAINING_RECORD, load_manifest  # noqa: E402
 
+pytestmark = pytest.mark.slow  # trains and exports models (make check leaves it out)
+
 MAX_LENGTH = 32
 
 

@@ -24,6 +24,8 @@ from readability_triton.layout import (  # noqa: E402
     load_manifest,
 )
 
+pytestmark = pytest.mark.slow  # trains and exports models (make check leaves it out)
+
 MAX_LENGTH = 64
 SMALL = ["--bert", "tiny", "--corpus-size", "80", "--folds", "2", "--max-length", str(MAX_LENGTH)]
 #: Where ONNX is not under test: the TorchScript export only (no dynamo ONNX export, ~4 s each).
