@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import EvaluationError
-from ..layout import Manifest, load_manifest
+from ..layout import Manifest, load_manifest, update_manifest
 from ..metrics import data_digest, fit_blend, text_fingerprints
 from .pipeline import Pipeline
 
@@ -75,4 +75,15 @@ def fit_set_blend(folder: str, texts, targets, bert_format: str | None = None, p
     predicted = pipeline(texts, progress=progress)
     record = fit_blend(predicted["bert"], predicted["forest"], y)
     record["fitted_on"] = f"the set's predictions of {len(y)} texts it did not train on (as served, in process)"
+    return record
+
+
+def train_blend(folder: str, texts, targets, bert_format: str | None = None, progress=None,
+                data: dict | None = None) -> dict:
+    """`train-blend`: `fit_set_blend`, recorded as the `blend` section of the set's
+    manifest.json (with `data`, where the texts came from), where `assemble` reads it."""
+    record = fit_set_blend(folder, texts, targets, bert_format=bert_format, progress=progress)
+    if data is not None:
+        record["data"] = data
+    update_manifest(folder, "blend", record)
     return record

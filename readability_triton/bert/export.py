@@ -22,7 +22,7 @@ import torch
 
 from .. import contracts
 from ..errors import BertError, ExportError
-from ..layout import BERT_FORMATS, TRAINING_RECORD
+from ..layout import BERT_FORMATS, TRAINING_RECORD, update_manifest
 from .checkpoint import check_compatible, load_sequence_regressor, load_tokenizer, special_ids, write_tokenizer
 from .modules import EagerReference, SequenceRegressor
 from .runner import onnx_session
@@ -204,7 +204,10 @@ def export_onnx(module, out_path: str, *, max_length: int, vocab_size: int, ids:
 
 def export_checkpoint(checkpoint: str, out_path: str, max_length: int = contracts.DEFAULT_MAX_LENGTH,
                       half: bool = False, tokenizer: str | None = None, log=None, format: str = "onnx") -> dict:
-    """`export-bert`: checkpoint folder -> verified `out_path` (ONNX or TorchScript) + tokenizer files."""
+    """`export-bert`: checkpoint folder -> verified `out_path` (ONNX or TorchScript) + tokenizer
+    files; where `out_path` has the artifact set's name for the format (`model.onnx`,
+    `model.pt`), the folder's manifest.json is (re)written too, this export recorded under
+    `bert.export_<format>` (`result["manifest"]` says whether)."""
     if format not in BERT_FORMATS:
         raise BertError(f"--format {format!r}: choose one of {', '.join(BERT_FORMATS)}")
     if half and format != "torchscript":
@@ -237,4 +240,9 @@ def export_checkpoint(checkpoint: str, out_path: str, max_length: int = contract
             training = json.load(handle)
         kept = ("cv_rmse", "fold_rmse", "oof", "data_digest", "texts_seen", "settings")
         result["training"] = {k: training[k] for k in kept if k in training}
+    in_set = os.path.basename(out_path) == BERT_FORMATS[format]
+    if in_set:
+        update_manifest(os.path.dirname(os.path.abspath(out_path)), "bert", result, max_length=max_length,
+                        key=f"export_{format}")
+    result["manifest"] = in_set
     return result

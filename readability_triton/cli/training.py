@@ -10,13 +10,13 @@ from __future__ import annotations
 import os
 
 from .. import contracts
-from ..artifacts.blend import fit_set_blend
+from ..artifacts.blend import train_blend
 from ..artifacts.demo import build_demo
 from ..data import read_table
 from ..errors import CommandError
 from ..forest import training as F
 from ..forest.training import DEFAULTS as FOREST
-from ..layout import BERT_FORMATS, update_manifest
+from ..layout import BERT_FORMATS
 from .common import data_arguments, log, progress
 
 
@@ -39,6 +39,11 @@ def _read_training_data(path: str, column: str, target: str):
     return table
 
 
+def _data(args) -> dict:
+    """Where the training texts came from, for the manifest."""
+    return {"path": os.path.abspath(args.data), "column": args.column, "target": args.target}
+
+
 def _positive(name: str, value, minimum=1):
     if value is not None and value < minimum:
         raise CommandError(f"{name} {value}: must be at least {minimum}")
@@ -57,9 +62,7 @@ def cmd_train_forest(args) -> int:
     record = F.train_forest(table.texts, table.targets, args.out, folds=args.folds, backend=args.backend,
                             seed=args.seed, progress=progress, log=log, n_estimators=args.n_estimators,
                             max_depth=args.max_depth, max_features=args.max_features,
-                            min_samples_leaf=args.min_samples_leaf)
-    record["data"] = {"path": os.path.abspath(args.data), "column": args.column, "target": args.target}
-    update_manifest(args.out, "forest", record)
+                            min_samples_leaf=args.min_samples_leaf, data=_data(args))
     if "cv_rmse" in record:
         print(f"forest: {record['folds']}-fold CV RMSE {record['cv_rmse']:.4f} "
               f"(predicting the mean: {record['mean_rmse']:.4f})")
@@ -100,12 +103,7 @@ def cmd_export_bert(args) -> int:
         raise CommandError(f"--out {args.out}: an artifact set names the {args.format} model {name}")
     result = B.export_checkpoint(args.checkpoint, out, max_length=args.max_length, half=args.half,
                                  tokenizer=args.tokenizer, log=log, format=args.format)
-    directory = os.path.dirname(os.path.abspath(out))
-    if os.path.basename(out) == name:
-        update_manifest(directory, "bert", result, max_length=args.max_length, key=f"export_{args.format}")
-        note = " and manifest.json"
-    else:
-        note = f" (no manifest.json: the artifact set names it {name})"
+    note = " and manifest.json" if result["manifest"] else f" (no manifest.json: the artifact set names it {name})"
     what = "ONNX Runtime's output" if args.format == "onnx" else "the traced module"
     print(f"bert: {what} matches eager PyTorch (max |diff| {result['max_abs_diff']:.3g} <= "
           f"{result['tolerance']:g}, {result['dtype']}, batches {', '.join(result['per_batch_size'])})")
@@ -115,10 +113,8 @@ def cmd_export_bert(args) -> int:
 
 def cmd_train_blend(args) -> int:
     table = _read_training_data(args.data, args.column, args.target)
-    record = fit_set_blend(args.artifacts, table.texts, table.targets, bert_format=args.bert_format,
-                           progress=progress)
-    record["data"] = {"path": os.path.abspath(args.data), "column": args.column, "target": args.target}
-    update_manifest(args.artifacts, "blend", record)
+    record = train_blend(args.artifacts, table.texts, table.targets, bert_format=args.bert_format,
+                         progress=progress, data=_data(args))
     rmse = record["rmse"]
     print(f"SCORE = {record['bert_weight']:.4f} BERT + {record['forest_weight']:.4f} forest, fitted on "
           f"{record['fitted_on']}")

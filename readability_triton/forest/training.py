@@ -32,7 +32,7 @@ import numpy as np
 from .. import contracts
 from ..errors import ForestError
 from ..features import Vocabulary, build_vocabulary, featurize
-from ..layout import CHECKPOINT, VOCABULARY
+from ..layout import CHECKPOINT, VOCABULARY, update_manifest
 from ..metrics import data_digest, mean_rmse, out_of_fold, rmse, text_fingerprints
 from .checkpoint import gtil_predict, treelite_module
 
@@ -274,10 +274,13 @@ def write_checkpoint(fitted: FittedForest, path: str, check_rows: np.ndarray | N
 
 
 def train_forest(texts, targets, out_dir: str, *, folds: int = 5, backend: str = "auto", seed: int = 0,
-                 progress=None, log=None, **params) -> dict:
+                 progress=None, log=None, data: dict | None = None, **params) -> dict:
     """`train-forest`: optional K-fold CV, then vocabulary + features + forest on all the
-    texts, written to `out_dir/checkpoint.tl` and `out_dir/vocabulary.json`. Returns the
-    training record (CV RMSE, hyper-parameters, checkpoint facts)."""
+    texts, written to `out_dir/checkpoint.tl` and `out_dir/vocabulary.json`, and
+    `out_dir/manifest.json` (re)written over the files there with this record as its
+    `forest` section (with `data`, where the texts came from): the forest branch of an
+    artifact set `assemble` accepts. Returns the training record (CV RMSE,
+    hyper-parameters, checkpoint facts)."""
     log = log or (lambda message: None)
     params = {**DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
     check_params(**params)
@@ -311,4 +314,7 @@ def train_forest(texts, targets, out_dir: str, *, folds: int = 5, backend: str =
     log(f"wrote {CHECKPOINT} ({record['checkpoint']['num_tree']} trees, "
         f"{record['checkpoint']['num_feature']} features; Treelite {record['checkpoint']['treelite']}; "
         f"round trip max |diff| {record['checkpoint']['round_trip_max_abs_diff']:.2g}) and {VOCABULARY}")
+    if data is not None:
+        record["data"] = data
+    update_manifest(out_dir, "forest", record)
     return record
