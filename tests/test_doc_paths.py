@@ -71,6 +71,20 @@ def _named() -> dict[str, list[str]]:
     return named
 
 
+#: A file of the source tree named in the READMEs (`readability_triton/triton/server.py`).
+FILE = re.compile(r"(?<![\w/{,.-])((?:readability_triton|backends|tests|benchmarks|scripts|deploy|model_repository|"
+                  r"constraints)/[A-Za-z0-9_./-]*[A-Za-z0-9_])")
+
+
+def test_every_file_the_readmes_name_exists():
+    missing = []
+    for readme in ("README.md", "model_repository/README.md"):
+        text = open(os.path.join(ROOT, readme), encoding="utf-8").read()
+        missing += [f"{readme}: {path}" for path in sorted(set(FILE.findall(text)))
+                    if not os.path.exists(os.path.join(ROOT, path))]
+    assert not missing, missing
+
+
 def test_every_module_path_the_docs_name_exists():
     missing = {name: where for name, where in _named().items() if not _resolves(name)}
     assert not missing, missing

@@ -207,7 +207,7 @@ def export_checkpoint(checkpoint: str, out_path: str, max_length: int = contract
     """`export-bert`: checkpoint folder -> verified `out_path` (ONNX or TorchScript) + tokenizer
     files; where `out_path` has the artifact set's name for the format (`model.onnx`,
     `model.pt`), the folder's manifest.json is (re)written too, this export recorded under
-    `bert.export_<format>` (`result["manifest"]` says whether)."""
+    `info["bert"]["export_<format>"]` (`result["manifest"]` says whether)."""
     if format not in BERT_FORMATS:
         raise BertError(f"--format {format!r}: choose one of {', '.join(BERT_FORMATS)}")
     if half and format != "torchscript":
