@@ -17,24 +17,9 @@ from .. import contracts
 from ..errors import BertError
 from ..layout import TRAINING_RECORD
 from ..metrics import data_digest, out_of_fold, rmse, text_fingerprints
+from ..progress import no_progress
 from .checkpoint import check_checkpoint_folder, load_tokenizer, write_tokenizer
 from .modules import encode_texts, length_batches
-
-
-class _no_progress:
-    """A progress bar that shows nothing (the CLI passes a real one)."""
-
-    def __init__(self, *args, **kwargs):
-        self.n = 0
-
-    def update(self, n=1):
-        self.n += n
-
-    def set_postfix(self, **kwargs):
-        pass
-
-    def close(self):
-        pass
 
 
 def pick_device(name: str = "auto"):
@@ -156,7 +141,7 @@ def train_bert(texts, targets, base: str, out: str, *, epochs: int = 3, lr: floa
     (one model per fold, RMSE on each held-out fold), then the model saved to `out` is
     trained on all the data. Returns the training record (also written to
     `out/training.json`)."""
-    progress = progress or _no_progress
+    progress = progress or no_progress
     log = log or (lambda message: None)
     if epochs < 1 or batch_size < 1 or lr <= 0 or weight_decay < 0 or not 0 <= warmup < 1:
         raise BertError("--epochs and --batch-size must be at least 1, --lr positive, --weight-decay >= 0 and "

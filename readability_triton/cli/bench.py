@@ -112,7 +112,6 @@ def cmd_bench(args) -> int:
             server.start(timeout=300)
             url = server.grpc_url if args.protocol == "grpc" else server.http_url
         else:
-
             url = args.url
             health = check(url, args.protocol, timeout=30.0)
             if not health.ok:
@@ -121,31 +120,26 @@ def cmd_bench(args) -> int:
             pipeline = Pipeline.from_folder(args.artifacts) if args.artifacts else None
             if pipeline is None:
                 print("no --artifacts: the in-process row is left out", file=sys.stderr)
-        total = len(concurrency) * len(per_request) * args.duration
-        with progress(total=total, unit="s", desc="bench", bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s") as bar:
-            def advance(seconds):
-                bar.update(seconds - bar.n)
+        perf_input = None
+        if args.engine == "both":
+            import shutil
+            import tempfile
 
-            perf_input = None
-            if args.engine == "both":
-                import shutil
-                import tempfile
-
-                binary = shutil.which("perf_analyzer") or os.path.join(os.path.dirname(sys.executable),
-                                                                       "perf_analyzer")
-                if not os.path.isfile(binary):
-                    raise CommandError("--engine both: no perf_analyzer (scripts/perf_analyzer.sh puts it into the "
-                                       "venv)")
-                descriptor, perf_input = tempfile.mkstemp(prefix="perf-input-", suffix=".json")
-                with os.fdopen(descriptor, "w", encoding="utf-8") as document:
-                    json.dump(bench.perf_input(texts), document, ensure_ascii=False)
-            try:
-                rows = bench.run(url, args.protocol, texts, concurrency, per_request, args.duration, pipeline,
-                                 args.warmup, progress=advance, perf_analyzer_input=perf_input,
-                                 perf_analyzer_binary=binary if perf_input else "perf_analyzer")
-            finally:
-                if perf_input:
-                    os.remove(perf_input)
+            binary = shutil.which("perf_analyzer") or os.path.join(os.path.dirname(sys.executable),
+                                                                   "perf_analyzer")
+            if not os.path.isfile(binary):
+                raise CommandError("--engine both: no perf_analyzer (scripts/perf_analyzer.sh puts it into the "
+                                   "venv)")
+            descriptor, perf_input = tempfile.mkstemp(prefix="perf-input-", suffix=".json")
+            with os.fdopen(descriptor, "w", encoding="utf-8") as document:
+                json.dump(bench.perf_input(texts), document, ensure_ascii=False)
+        try:
+            rows = bench.run(url, args.protocol, texts, concurrency, per_request, args.duration, pipeline,
+                             args.warmup, progress=progress, perf_analyzer_input=perf_input,
+                             perf_analyzer_binary=binary if perf_input else "perf_analyzer")
+        finally:
+            if perf_input:
+                os.remove(perf_input)
     finally:
         if server is not None:
             server.stop()

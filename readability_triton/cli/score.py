@@ -98,8 +98,7 @@ def cmd_score(args) -> int:
         if not client.ready():
             raise CommandError(f"no ready 'readability' model at {url} ({args.protocol}); start one "
                                "with `readability-triton serve --repository REPO`")
-        with progress(total=len(texts), unit="text", desc="scoring") as bar:
-            scores = client.score(texts, progress=bar, outputs=outputs)
+        scores = client.score(texts, progress=progress, outputs=outputs)
     if args.out:
         # CSV columns: text, then the requested scores in the order score, bert_score, forest_score
         columns = [c for c in (_COLUMNS[2], _COLUMNS[0], _COLUMNS[1]) if c[0] in outputs]

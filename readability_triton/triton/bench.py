@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .. import contracts as C
+from ..progress import no_progress
 from .client import ThreadClients, text_input, triton_client
 from .load import Outcome, closed_loop, percentiles
 
@@ -166,44 +167,45 @@ def in_process_rate(pipeline, texts, per_request: int, seconds: float) -> float:
     return done / (time.perf_counter() - begin)
 
 
-def _offset(progress, base: float):
-    if progress is None:
-        return None
-    return lambda seconds: progress(base + seconds)
-
-
 def run(url: str, protocol: str, texts, concurrency=(1, 4, 16), texts_per_request=(1,), duration: float = 10.0,
-        pipeline=None, warmup: float = 2.0, progress=None, perf_analyzer_input: str | None = None,
+        pipeline=None, warmup: float = 2.0, progress=no_progress, perf_analyzer_input: str | None = None,
         perf_analyzer_binary: str = "perf_analyzer") -> list[Row]:
-    """All rows (see the module doc); `progress(seconds_done)` is called as the load runs.
+    """All rows (see the module doc); `progress` (see `readability_triton.progress`) counts the
+    seconds of load measured.
     With `perf_analyzer_input` (a perf-input file of the same texts), perf_analyzer measures
     each row of one text per request right after bench does (`Row.perf_analyzer`)."""
     rows = []
     done = 0.0
-    for per_request in texts_per_request:
-        for clients in concurrency:
-            # The in-process rate right before and right after the row, averaged: the ratio
-            # compares like with like even when the machine's speed drifts between rows.
-            samples = [in_process_rate(pipeline, texts, per_request, min(duration, 10.0) / 2)] if pipeline else []
-            work, close = _work(url, protocol, texts, per_request)
-            try:
-                if warmup:
-                    closed_loop(work, clients, warmup)
-                before = settled_statistics(url, protocol)
-                outcomes = closed_loop(work, clients, duration, progress=_offset(progress, done))
-                after = settled_statistics(url, protocol)
-            finally:
-                close()
-            done += duration
-            if pipeline is not None:
-                samples.append(in_process_rate(pipeline, texts, per_request, min(duration, 10.0) / 2))
-            ok = [o for o in outcomes if o.ok]
-            rows.append(Row(per_request, clients, duration, len(outcomes), len(outcomes) - len(ok),
-                            len(ok) * per_request / duration, percentiles([o.latency for o in ok], (50, 95, 99)),
-                            breakdown(before, after), statistics.fmean(samples) if samples else None))
-            if perf_analyzer_input and per_request == 1:
-                rows[-1].perf_analyzer = perf_analyzer(url, protocol, perf_analyzer_input, clients, duration,
-                                                       perf_analyzer_binary)
+    bar = progress(total=int(len(concurrency) * len(texts_per_request) * duration), desc="bench", unit="s")
+
+    def advance(seconds: float) -> None:
+        bar.update(int(done + seconds) - bar.n)
+
+    with bar:
+        for per_request in texts_per_request:
+            for clients in concurrency:
+                # The in-process rate right before and right after the row, averaged: the ratio
+                # compares like with like even when the machine's speed drifts between rows.
+                samples = [in_process_rate(pipeline, texts, per_request, min(duration, 10.0) / 2)] if pipeline else []
+                work, close = _work(url, protocol, texts, per_request)
+                try:
+                    if warmup:
+                        closed_loop(work, clients, warmup)
+                    before = settled_statistics(url, protocol)
+                    outcomes = closed_loop(work, clients, duration, progress=advance)
+                    after = settled_statistics(url, protocol)
+                finally:
+                    close()
+                done += duration
+                if pipeline is not None:
+                    samples.append(in_process_rate(pipeline, texts, per_request, min(duration, 10.0) / 2))
+                ok = [o for o in outcomes if o.ok]
+                rows.append(Row(per_request, clients, duration, len(outcomes), len(outcomes) - len(ok),
+                                len(ok) * per_request / duration, percentiles([o.latency for o in ok], (50, 95, 99)),
+                                breakdown(before, after), statistics.fmean(samples) if samples else None))
+                if perf_analyzer_input and per_request == 1:
+                    rows[-1].perf_analyzer = perf_analyzer(url, protocol, perf_analyzer_input, clients, duration,
+                                                           perf_analyzer_binary)
     return rows
 
 

@@ -17,6 +17,7 @@ import numpy as np
 
 from .. import contracts as C
 from ..errors import ClientError
+from ..progress import no_progress
 from ..texts import to_rows
 
 
@@ -195,19 +196,20 @@ class ReadabilityClient:
             got[name] = array.reshape(-1)
         return got, elapsed
 
-    def score(self, texts: list[str], progress=None, outputs=C.OUTPUTS) -> list[Score]:
-        """Scores of `texts`, one request per `batch_size` texts, asking for `outputs`."""
+    def score(self, texts: list[str], progress=no_progress, outputs=C.OUTPUTS) -> list[Score]:
+        """Scores of `texts`, one request per `batch_size` texts, asking for `outputs`
+        (`progress`: see `readability_triton.progress`)."""
         names = parse_outputs(outputs)
         results: list[Score] = []
-        for start in range(0, len(texts), self.batch_size):
-            chunk = texts[start:start + self.batch_size]
-            out, elapsed = self.infer_batch(chunk, names)
-            columns = {name: (out[name].tolist() if name in out else [None] * len(chunk)) for name in C.OUTPUTS}
-            for i, text in enumerate(chunk):
-                results.append(Score(text, columns[C.SCORE][i], columns[C.BERT_SCORE][i], columns[C.FOREST_SCORE][i],
-                                     elapsed))
-            if progress is not None:
-                progress.update(len(chunk))
+        with progress(total=len(texts), desc="scoring", unit="text") as bar:
+            for start in range(0, len(texts), self.batch_size):
+                chunk = texts[start:start + self.batch_size]
+                out, elapsed = self.infer_batch(chunk, names)
+                columns = {name: (out[name].tolist() if name in out else [None] * len(chunk)) for name in C.OUTPUTS}
+                for i, text in enumerate(chunk):
+                    results.append(Score(text, columns[C.SCORE][i], columns[C.BERT_SCORE][i],
+                                         columns[C.FOREST_SCORE][i], elapsed))
+                bar.update(len(chunk))
         return results
 
 
@@ -237,17 +239,13 @@ SERVED = {"score": C.SCORE, "bert": C.BERT_SCORE, "forest": C.FOREST_SCORE}
 
 
 def served_predictions(url: str, texts, *, protocol: str = "http", batch_size: int = 32,
-                       progress=None, outputs=C.OUTPUTS) -> dict[str, np.ndarray]:
+                       progress=no_progress, outputs=C.OUTPUTS) -> dict[str, np.ndarray]:
     """The ensemble's `outputs` (by default SCORE, BERT_SCORE and FOREST_SCORE) for
     `texts` from the server at `url`, keyed "score", "bert", "forest"."""
-    from contextlib import nullcontext
-
     texts = list(texts)
     with ReadabilityClient(url, protocol, batch_size=batch_size) as client:
         if not client.ready():
             raise ClientError(f"no ready '{C.ENSEMBLE}' model at {url} ({protocol})")
-        bar = progress(total=len(texts), desc="scoring", unit="text") if progress else nullcontext(None)
-        with bar as b:
-            scores = client.score(texts, progress=b, outputs=outputs)
+        scores = client.score(texts, progress=progress, outputs=outputs)
     return {branch: np.array([getattr(s, branch) for s in scores], np.float32)
             for branch, output in SERVED.items() if output in outputs}
