@@ -63,6 +63,19 @@ def text_fingerprints(texts) -> list[str]:
     return [hashlib.sha256(t.encode("utf-8") if isinstance(t, str) else bytes(t)).hexdigest()[:10] for t in texts]
 
 
+def check_folds(folds: int, n: int | None, *, optional: bool = True, what: str = "--folds",
+                error: type[Exception] = EvaluationError) -> int:
+    """`folds` for a K-fold cross-validation over `n` texts (None: not known yet): 2 to `n`,
+    or, where the cross-validation is `optional`, 0 or 1 to leave it out (returned as 0);
+    else `error`."""
+    if optional and folds in (0, 1):
+        return 0
+    if folds < 2 or (n is not None and folds > n):
+        span = f"2 to {n}" if n is not None else "2 or more"
+        raise error(f"{what} {folds}: cross-validation needs {span} folds" + (" (0 leaves it out)" if optional else ""))
+    return folds
+
+
 def fold_splits(n: int, folds: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
     """(train, held-out) index arrays of a shuffled K-fold split (scikit-learn's KFold)."""
     from sklearn.model_selection import KFold
@@ -76,8 +89,7 @@ def out_of_fold(targets, folds: int, fit_predict: Callable[[np.ndarray, np.ndarr
     `fit_predict(train, held)` (index arrays) fits on `train` and returns the predictions
     for `held`. The one K-fold loop of the project (forest, BERT, the demo's head)."""
     y = np.asarray(targets, dtype=np.float64)
-    if not 2 <= folds <= len(y):
-        raise EvaluationError(f"{folds} folds: cross-validation needs 2 to {len(y)} folds")
+    check_folds(folds, len(y), optional=False, what="folds")
     oof = np.zeros(len(y), dtype=np.float64)
     per_fold = []
     splits = fold_splits(len(y), folds, seed)

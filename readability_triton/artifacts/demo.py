@@ -50,7 +50,7 @@ from ..bert.runner import RUNNERS
 from ..data import read_table
 from ..errors import DemoError
 from ..forest import training as F
-from ..metrics import fit_blend
+from ..metrics import check_folds, fit_blend
 from .corpus import CORPUS_VERSION, DEFAULT_CORPUS_SIZE, generate_corpus
 from .pipeline import Pipeline
 
@@ -181,8 +181,7 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
     if bert not in BERT_KINDS:
         raise DemoError(f"--bert {bert!r}: choose one of {', '.join(BERT_KINDS)}")
     contracts.check_max_length(max_length, "--max-length", DemoError)
-    if folds < 2:
-        raise DemoError(f"--folds {folds}: build-demo chooses the BERT head by cross-validation; use 2 or more")
+    check_folds(folds, None, optional=False, error=DemoError)  # the BERT head is chosen by cross-validation
     bert_formats = tuple(dict.fromkeys(bert_formats))
     unknown = [f for f in bert_formats if f not in M.BERT_FORMATS]
     if unknown or not bert_formats:

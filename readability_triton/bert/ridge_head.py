@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DemoError
-from ..metrics import mean_rmse, out_of_fold, rmse
+from ..metrics import check_folds, mean_rmse, out_of_fold, rmse
 
 #: Ridge penalties tried (by generalised cross-validation) for the BERT head.
 RIDGE_ALPHAS = tuple(float(a) for a in np.logspace(-3, 4, 29))
@@ -50,8 +50,7 @@ def select_head(pooled: dict, targets, folds: int = 5, seed: int = 0) -> dict:
     from sklearn.linear_model import RidgeCV
 
     y = np.asarray(targets, dtype=np.float64)
-    if folds < 2 or folds > len(y):
-        raise DemoError(f"--folds {folds}: choosing the BERT head needs 2 to {len(y)} folds")
+    check_folds(folds, len(y), optional=False, error=DemoError)  # the head is chosen by cross-validation
     scores, oofs = {}, {}
     for pooling, X in pooled.items():
         def fit_predict(train, held, X=X):

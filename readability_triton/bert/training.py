@@ -16,7 +16,7 @@ import torch
 from .. import contracts
 from ..errors import BertError
 from ..layout import TRAINING_RECORD
-from ..metrics import data_digest, out_of_fold, rmse, text_fingerprints
+from ..metrics import check_folds, data_digest, out_of_fold, rmse, text_fingerprints
 from ..progress import no_progress
 from .checkpoint import check_checkpoint_folder, load_tokenizer, write_tokenizer
 from .modules import encode_texts, length_batches
@@ -146,10 +146,7 @@ def train_bert(texts, targets, base: str, out: str, *, epochs: int = 3, lr: floa
     if epochs < 1 or batch_size < 1 or lr <= 0 or weight_decay < 0 or not 0 <= warmup < 1:
         raise BertError("--epochs and --batch-size must be at least 1, --lr positive, --weight-decay >= 0 and "
                         "--warmup in [0, 1)")
-    if folds < 0:
-        raise BertError(f"--folds {folds}: use 0 or 1 (no cross-validation) or at least 2")
-    if folds > len(texts):
-        raise BertError(f"--folds {folds}: only {len(texts)} texts; use fewer folds")
+    folds = check_folds(folds, len(texts), error=BertError)
     check_checkpoint_folder(base, "--base")
     from transformers import AutoConfig
 

@@ -56,8 +56,6 @@ def cmd_train_forest(args) -> int:
     for name, value in (("--n-estimators", args.n_estimators), ("--max-depth", args.max_depth),
                         ("--min-samples-leaf", args.min_samples_leaf)):
         _positive(name, value)
-    if args.folds is not None and args.folds < 0:
-        raise CommandError(f"--folds {args.folds}: use 0 (no cross-validation) or 2 or more")
     table = _read_training_data(args.data, args.column, args.target)
     record = F.train_forest(table.texts, table.targets, args.out, folds=args.folds, backend=args.backend,
                             seed=args.seed, progress=progress, log=log, n_estimators=args.n_estimators,
@@ -135,7 +133,6 @@ def ensure_demo_artifacts(out: str, data: str | None = None, bert: str = "minilm
 
 def cmd_build_demo(args) -> int:
     contracts.check_max_length(args.max_length, "--max-length", CommandError)
-    _positive("--folds", args.folds, 2)
     _positive("--corpus-size", args.corpus_size, 2)
     result = ensure_demo_artifacts(args.out, data=args.data, bert=args.bert, max_length=args.max_length,
                                    folds=args.folds, seed=args.seed, column=args.column, target=args.target,

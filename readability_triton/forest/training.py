@@ -33,7 +33,7 @@ from .. import contracts
 from ..errors import ForestError
 from ..features import Vocabulary, build_vocabulary, featurize
 from ..layout import CHECKPOINT, VOCABULARY, update_manifest
-from ..metrics import data_digest, mean_rmse, out_of_fold, rmse, text_fingerprints
+from ..metrics import check_folds, data_digest, mean_rmse, out_of_fold, rmse, text_fingerprints
 from .checkpoint import gtil_predict, treelite_module
 
 #: Hyper-parameters of the forest (both libraries). max_features and min_samples_leaf
@@ -208,8 +208,7 @@ def cross_validate(texts, targets, folds: int = 5, *, backend: str = "sklearn", 
     """K-fold CV RMSE; vocabulary, features and forest are refitted inside each fold."""
     texts = list(texts)
     y = np.asarray(targets, dtype=np.float64)
-    if folds < 2 or folds > len(texts):
-        raise ForestError(f"--folds {folds}: cross-validation needs 2 to {len(texts)} folds (0 turns it off)")
+    check_folds(folds, len(texts), optional=False, error=ForestError)
 
     def fit_predict(train, held):
         fitted = fit([texts[i] for i in train], y[train], backend=backend, seed=seed, **params)
@@ -290,8 +289,7 @@ def train_forest(texts, targets, out_dir: str, *, folds: int = 5, backend: str =
         raise ForestError(f"{len(texts)} texts but {len(y)} targets")
     if len(texts) < 2:
         raise ForestError(f"{len(texts)} training text(s); a forest needs at least 2")
-    if folds == 1 or folds < 0:
-        folds = 0
+    folds = check_folds(folds, len(texts), error=ForestError)
     backend = choose_backend(backend)
     started = time.perf_counter()
     record = {"backend": backend, "seed": seed, "n_texts": len(texts), **params,
