@@ -44,7 +44,7 @@ import numpy as np
 
 from .. import contracts
 from .. import layout as M
-from ..bert.checkpoint import load_tokenizer, special_ids, write_tokenizer
+from ..bert.checkpoint import check_compatible, load_tokenizer, special_ids, write_tokenizer
 from ..bert.ridge_head import embed, install_head, select_head
 from ..bert.runner import RUNNERS
 from ..data import read_table
@@ -104,11 +104,8 @@ def make_encoder(kind: str, vocab_size: int, max_length: int, seed: int = 0):
         encoder = BertModel(config)
     else:
         raise DemoError(f"--bert {kind!r}: choose one of {', '.join(BERT_KINDS)}")
-    limit = encoder.config.max_position_embeddings
-    if max_length > limit:
-        raise DemoError(f"--max-length {max_length}: the {kind} encoder has position embeddings for {limit} tokens")
-    if encoder.config.vocab_size < vocab_size:
-        raise DemoError(f"the tokenizer has {vocab_size} tokens, the {kind} encoder embeds {encoder.config.vocab_size}")
+    check_compatible(f"the {kind} encoder", encoder.config.vocab_size, tokens=vocab_size, max_length=max_length,
+                     max_positions=encoder.config.max_position_embeddings, error=DemoError)
     return encoder.eval()
 
 

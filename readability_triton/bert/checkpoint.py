@@ -80,16 +80,18 @@ def special_ids(tokenizer) -> dict[str, int]:
     return ids
 
 
-def check_compatible(tokenizer, vocab_size: int, source: str, max_length: int | None = None,
-                     max_positions: int | None = None) -> None:
-    """BertError unless every id of `tokenizer` (when given) has an embedding among the
-    model's `vocab_size`, and (given both) `max_length` fits the model's `max_positions`."""
-    if tokenizer is not None and tokenizer.vocab_size > vocab_size:
-        raise BertError(f"{source}: the tokenizer has {tokenizer.vocab_size} tokens but the model embeds only "
-                        f"{vocab_size}; the tokenizer belongs to another model")
+def check_compatible(source: str, vocab_size: int, *, tokens: int | None = None, max_length: int | None = None,
+                     max_positions: int | None = None, error: type[Exception] = BertError) -> None:
+    """The one check that a tokenizer and a model belong together: `error` unless every id
+    of a tokenizer of `tokens` ids has an embedding among the model's `vocab_size`, and
+    `max_length` fits the model's `max_positions` (each where given). `source` names the
+    model in the message."""
+    if tokens is not None and tokens > vocab_size:
+        raise error(f"{source}: the tokenizer has {tokens} tokens but the model embeds only {vocab_size}; the "
+                    "tokenizer belongs to another model")
     if max_length is not None and max_positions is not None and max_length > max_positions:
-        raise BertError(f"--max-length {max_length}: the model has position embeddings for {max_positions} tokens; "
-                        f"use --max-length {max_positions} or less")
+        raise error(f"--max-length {max_length}: {source} has position embeddings for {max_positions} tokens; "
+                    f"use --max-length {max_positions} or less")
 
 
 def write_tokenizer(source: str, directory: str, max_length: int, vocab_size: int | None = None) -> list[str]:
@@ -104,5 +106,5 @@ def write_tokenizer(source: str, directory: str, max_length: int, vocab_size: in
                         "that has them") from None
     tokenizer = load_tokenizer(directory, max_length, "the exported model")
     if vocab_size is not None:
-        check_compatible(tokenizer, vocab_size, source)
+        check_compatible(source, vocab_size, tokens=tokenizer.vocab_size)
     return written

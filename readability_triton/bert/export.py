@@ -218,9 +218,10 @@ def export_checkpoint(checkpoint: str, out_path: str, max_length: int = contract
     model = load_sequence_regressor(checkpoint)
     vocab_size = int(model.config.vocab_size)
     source = tokenizer or checkpoint
-    check_compatible(None, vocab_size, source, max_length, getattr(model.config, "max_position_embeddings", None))
+    check_compatible(checkpoint, vocab_size, max_length=max_length,
+                     max_positions=getattr(model.config, "max_position_embeddings", None))
     tok = load_tokenizer(source, max_length, "export-bert (pass the folder with vocab.txt as --tokenizer)")
-    check_compatible(tok, vocab_size, source)
+    check_compatible(source, vocab_size, tokens=tok.vocab_size)
     ids = special_ids(tok)
     if format == "onnx":
         result = export_onnx(SequenceRegressor(model), out_path, max_length=max_length, vocab_size=vocab_size, ids=ids,

@@ -18,7 +18,7 @@ from ..errors import BertError
 from ..layout import TRAINING_RECORD
 from ..metrics import check_folds, data_digest, out_of_fold, rmse, text_fingerprints
 from ..progress import no_progress
-from .checkpoint import check_checkpoint_folder, load_tokenizer, write_tokenizer
+from .checkpoint import check_checkpoint_folder, check_compatible, load_tokenizer, write_tokenizer
 from .modules import encode_texts, length_batches
 
 
@@ -151,13 +151,10 @@ def train_bert(texts, targets, base: str, out: str, *, epochs: int = 3, lr: floa
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(base)
-    limit = getattr(config, "max_position_embeddings", None)
-    if limit is not None and max_length > limit:
-        raise BertError(f"--max-length {max_length}: {base} has position embeddings for {limit} tokens")
+    check_compatible(base, config.vocab_size, max_length=max_length,
+                     max_positions=getattr(config, "max_position_embeddings", None))
     tokenizer = load_tokenizer(base, max_length, "train-bert (the --base folder must hold its tokenizer)")
-    if tokenizer.vocab_size > config.vocab_size:
-        raise BertError(f"{base}: the tokenizer has {tokenizer.vocab_size} tokens but the model embeds only "
-                        f"{config.vocab_size}")
+    check_compatible(base, config.vocab_size, tokens=tokenizer.vocab_size)
     torch_device = pick_device(device)
     input_ids, attention_mask = encode_texts(tokenizer, texts)
     y = np.asarray(targets, dtype=np.float64)
