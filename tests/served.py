@@ -44,10 +44,15 @@ def served_weights(repo: str) -> tuple[float, float]:
     return (float(post.parameters[C.BERT_WEIGHT].string_value), float(post.parameters[C.FOREST_WEIGHT].string_value))
 
 
-def start_server(repo: str, log_file: str, backend_dir: str, **kw) -> TritonServer:
-    server = TritonServer(repo, log_file=log_file, backend_dir=backend_dir, **kw)
+def start_server(repo: str, log_file: str, backend_dir: str | None = None, timeout: float = 240,
+                 **kw) -> TritonServer:
+    """The tests' one way to start a tritonserver on `repo` (keyword arguments go to
+    `TritonServer`): ready, or the end of its log printed before the error."""
+    if backend_dir is not None:
+        kw["backend_dir"] = backend_dir
+    server = TritonServer(repo, log_file=log_file, **kw)
     try:
-        server.start(timeout=240)
+        server.start(timeout=timeout)
     except Exception:
         print(server.log_tail(80))
         raise

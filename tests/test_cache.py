@@ -17,11 +17,10 @@ import urllib.request
 
 import numpy as np
 import pytest
-from served import Failure, score_texts
+from served import Failure, score_texts, start_server
 
 from readability_triton import contracts as C
 from readability_triton.triton import configs, repository
-from readability_triton.triton.server import TritonServer
 
 pytestmark = pytest.mark.integration
 TEXTS = ["The cat sat on the mat. It was happy.",
@@ -35,8 +34,7 @@ def cached(tiny_artifacts, tmp_path_factory):
     root = tmp_path_factory.mktemp("cache")
     repo = str(root / "repository")
     repository.assemble(tiny_artifacts, repo, "portable", response_cache=True)
-    server = TritonServer(repo, log_file=str(root / "server.log"), cache_size=CACHE_BYTES)
-    server.start(timeout=240)
+    server = start_server(repo, str(root / "server.log"), cache_size=CACHE_BYTES)
     yield server
     assert server.stop() == 0
 
@@ -110,8 +108,7 @@ def test_an_ensemble_cached_whole_answers_with_the_first_selection(tiny_artifact
     repository.assemble(tiny_artifacts, repo, "portable")
     configs.edit_config(os.path.join(repo, C.ENSEMBLE, "config.pbtxt"),
                         lambda config: setattr(config.response_cache, "enable", True))
-    server = TritonServer(repo, log_file=str(tmp_path / "server.log"), cache_size=CACHE_BYTES)
-    server.start(timeout=240)
+    server = start_server(repo, str(tmp_path / "server.log"), cache_size=CACHE_BYTES)
     try:
         first = score_texts(server, "grpc", TEXTS, [C.SCORE])
         second = score_texts(server, "http", TEXTS, None)  # asks for all three

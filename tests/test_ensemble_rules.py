@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 import pytest
+from served import start_server
 
 from readability_triton.triton.load import Outcome, closed_loop
 from readability_triton.triton.server import TritonServer
@@ -144,10 +145,7 @@ def _send(client, module, payload: bytes):
 def _serve(tmp_path, safe: bool, serial: bool = False) -> TritonServer:
     name = ("safe" if safe else "unsafe") + ("-serial" if serial else "")
     repo = make_repository(str(tmp_path / name), safe, serial)
-    server = TritonServer(repo, log_file=str(tmp_path / f"{name}.log"),
-                          backend_dir=str(tmp_path / "backends"), exit_timeout=3)
-    server.start(timeout=120)
-    return server
+    return start_server(repo, str(tmp_path / f"{name}.log"), str(tmp_path / "backends"), timeout=120, exit_timeout=3)
 
 
 def _raw_sigterm(server: TritonServer) -> tuple[int, str]:

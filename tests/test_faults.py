@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 import pytest
-from served import assemble_portable, score_texts
+from served import assemble_portable, score_texts, start_server
 
 from readability_triton import contracts as C
 from readability_triton.triton import load
@@ -35,9 +35,7 @@ def repo(tiny_artifacts, tmp_path_factory):
 
 
 def _server(repo, tmp_path, name, **kw) -> TritonServer:
-    server = TritonServer(repo, log_file=str(tmp_path / f"{name}.log"), backend_dir=str(tmp_path / "backends"), **kw)
-    server.start(timeout=240)
-    return server
+    return start_server(repo, str(tmp_path / f"{name}.log"), str(tmp_path / "backends"), **kw)
 
 
 def _log(server) -> str:

@@ -20,11 +20,11 @@ import urllib.request
 
 import numpy as np
 import pytest
-from served import assemble_portable, text_rows
+from served import assemble_portable, start_server, text_rows
 
 from readability_triton import contracts as C
 from readability_triton.triton.load import rss_by_process
-from readability_triton.triton.server import TritonServer, free_port
+from readability_triton.triton.server import free_port
 
 pytestmark = pytest.mark.integration
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,8 +37,7 @@ TEXTS = ["The cat sat on the mat.", "Notwithstanding the aforementioned stipulat
 def server(tiny_artifacts, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gateway")
     repo = assemble_portable(tiny_artifacts, str(tmp / "repository"))
-    server = TritonServer(repo, log_file=str(tmp / "server.log"), backend_dir=str(tmp / "backends"))
-    server.start(timeout=240)
+    server = start_server(repo, str(tmp / "server.log"), str(tmp / "backends"))
     yield server
     server.stop()
 

@@ -18,12 +18,11 @@ import os
 
 import numpy as np
 import pytest
-from served import CLIENTS, Failure, score_texts, side_by_side
+from served import CLIENTS, Failure, score_texts, side_by_side, start_server
 
 from readability_triton import contracts as C
 from readability_triton.triton import configs, repository
 from readability_triton.triton.installation import native_backends
-from readability_triton.triton.server import TritonServer
 
 pytestmark = pytest.mark.integration
 TEXTS = ["The cat sat on the mat. It was happy.",
@@ -57,8 +56,7 @@ def served(request, native, tiny_artifacts, tmp_path_factory):
     repo = str(root / "repository")
     repository.assemble(tiny_artifacts, repo, "cpu", bert_format=request.param)
     view = repository.python_forest_view(repo, str(root / "view"))
-    server = TritonServer(view, log_file=str(root / "server.log"), native=native)
-    server.start(timeout=240)
+    server = start_server(view, str(root / "server.log"), native=native)
     yield request.param, server
     assert server.stop() == 0
 

@@ -39,7 +39,6 @@ def chain(request, tmp_path_factory):
     import torch
 
     from readability_triton.triton.installation import native_backends
-    from readability_triton.triton.server import TritonServer
 
     native = native_backends()
     if request.param == "cpu" and native is None:
@@ -70,9 +69,8 @@ def chain(request, tmp_path_factory):
     assert (repo / "bert" / "1" / "model.onnx").is_file() and not (repo / "bert" / "1" / "model.pt").exists()
     if request.param == "cpu":
         assert configs.read_config(str(repo / "bert" / "config.pbtxt")).platform == "onnxruntime_onnx"
-        server = TritonServer(repository.python_forest_view(str(repo), str(root / "view")),
-                              log_file=str(root / "server.log"), native=native)
-        server.start(timeout=240)
+        server = start_server(repository.python_forest_view(str(repo), str(root / "view")),
+                              str(root / "server.log"), native=native)
     else:
         server = start_server(str(repo), str(root / "server.log"), str(root / "backends"))
     yield server, model, artifacts

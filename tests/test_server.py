@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
-from served import served_weights, settled
+from served import served_weights, settled, start_server
 from tritonclient.utils import InferenceServerException
 
 from readability_triton import contracts as C
@@ -20,7 +20,7 @@ from readability_triton import scoring
 from readability_triton.layout import load_manifest
 from readability_triton.triton import configs, repository
 from readability_triton.triton.client import ReadabilityClient
-from readability_triton.triton.server import TritonServer, free_port
+from readability_triton.triton.server import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -52,12 +52,7 @@ def repo(tiny_artifacts, tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(repo, tmp_path_factory):
     log = tmp_path_factory.mktemp("log") / "server.log"
-    server = TritonServer(repo, log_file=str(log), backend_dir=str(tmp_path_factory.mktemp("backends")))
-    try:
-        server.start(timeout=240)
-    except Exception:
-        print(server.log_tail(80))
-        raise
+    server = start_server(repo, str(log), str(tmp_path_factory.mktemp("backends")))
     yield server
     status = server.stop()
     assert server.process.poll() is not None, "the server must be gone after stop()"

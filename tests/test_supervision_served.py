@@ -22,13 +22,13 @@ import urllib.request
 
 import numpy as np
 import pytest
-from served import assemble_portable, text_rows
+from served import assemble_portable, start_server, text_rows
 
 from readability_triton import contracts as C
 from readability_triton.triton import health as H
 from readability_triton.triton.admin import ADMIN_KEY_ENV
 from readability_triton.triton.processes import alive, python_stubs
-from readability_triton.triton.server import TritonServer, free_port
+from readability_triton.triton.server import free_port
 
 pytestmark = pytest.mark.integration
 KEY = "test-admin-key-1"
@@ -143,9 +143,7 @@ def test_the_repository_api_is_closed_to_clients_without_the_key(repo, tmp_path)
     import tritonclient.http as http
     from tritonclient.utils import InferenceServerException
 
-    server = TritonServer(repo, log_file=str(tmp_path / "server.log"), backend_dir=str(tmp_path / "backends"),
-                          admin_key=KEY)
-    server.start(timeout=240)
+    server = start_server(repo, str(tmp_path / "server.log"), str(tmp_path / "backends"), admin_key=KEY)
     try:
         base = f"http://{server.http_url}"
         for method, path in (("POST", "/v2/repository/index"), ("POST", "/v2/repository/models/postprocess/unload"),

@@ -1,6 +1,12 @@
 """Each model's `config.pbtxt` for a profile, rendered from the tensor contracts
 (`contracts`) and the placement of the profile (`profiles`).
 
+Each config is built as Triton's own `ModelConfig` message (tritonclient's copy of the
+proto: a field that does not exist or a bad enum value cannot be written) and printed in
+protobuf's text format, which leaves out fields at their default: a queue policy's
+`timeout_action: REJECT` and a `max_queue_delay_microseconds` of 0 (the CPU instances) are
+set but not shown. Changes to a written config are field edits (`edit_config`).
+
 `model_repository/` in the source tree holds the canonical (`gpu`) configs, written by
 `python -m readability_triton.triton.configs model_repository`; a test keeps the two
 identical.
