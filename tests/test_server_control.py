@@ -173,3 +173,36 @@ def test_a_repository_path_the_stub_command_cannot_carry_is_refused_before_the_s
     repo.mkdir()
     with pytest.raises(S.ServerError, match="shell"):
         S.TritonServer(str(repo)).start()
+
+
+def test_model_control_failures_are_server_errors(tmp_path):
+    """A server that closes the connection (as a dying tritonserver does) or nothing
+    listening: model control raises ServerError, which `drain` and `stop` handle, and never
+    a transport's own exception that would get out of `stop()` before the signal."""
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def close_every_connection():
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            connection.close()
+
+    threading.Thread(target=close_every_connection, daemon=True).start()
+    closing = S.TritonServer(str(tmp_path), http_port=listener.getsockname()[1], admin_key="k")
+    try:
+        for call in (closing.model_states, lambda: closing.unload("bert"), lambda: closing.load("bert"),
+                     closing.execution_counts, closing.ensemble_steps):
+            with pytest.raises(S.ServerError):
+                call()
+    finally:
+        listener.close()
+    nobody = S.TritonServer(str(tmp_path), http_port=S.free_port(), admin_key="k")
+    with pytest.raises(S.ServerError):
+        nobody.model_states()

@@ -176,10 +176,15 @@ def run(url: str, protocol: str, texts, concurrency=(1, 4, 16), texts_per_reques
     each row of one text per request right after bench does (`Row.perf_analyzer`)."""
     rows = []
     done = 0.0
-    bar = progress(total=int(len(concurrency) * len(texts_per_request) * duration), desc="bench", unit="s")
+    bar = (progress or no_progress)(total=int(len(concurrency) * len(texts_per_request) * duration), desc="bench",
+                                    unit="s")
+    shown = 0
 
     def advance(seconds: float) -> None:
-        bar.update(int(done + seconds) - bar.n)
+        nonlocal shown
+        now = int(done + seconds)
+        bar.update(now - shown)
+        shown = now
 
     with bar:
         for per_request in texts_per_request:

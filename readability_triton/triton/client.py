@@ -201,7 +201,7 @@ class ReadabilityClient:
         (`progress`: see `readability_triton.progress`)."""
         names = parse_outputs(outputs)
         results: list[Score] = []
-        with progress(total=len(texts), desc="scoring", unit="text") as bar:
+        with (progress or no_progress)(total=len(texts), desc="scoring", unit="text") as bar:
             for start in range(0, len(texts), self.batch_size):
                 chunk = texts[start:start + self.batch_size]
                 out, elapsed = self.infer_batch(chunk, names)

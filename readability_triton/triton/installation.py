@@ -1,7 +1,17 @@
-"""Where tritonserver comes from and what it needs to run outside a container: the
-binary and python backend in the `nvidia-pytriton` wheel (or an installed tritonserver at
-$READABILITY_TRITON_HOME), Triton's own native backends built here (`make native-backends`),
-and the environment the server and its Python stubs run in.
+"""Where tritonserver comes from and what it needs to run outside a container: the binary
+and python backend in the `nvidia-pytriton` wheel (Triton 2.51, no pytorch_libtorch or FIL
+backend), or an installed tritonserver at $READABILITY_TRITON_HOME; Triton's own native
+backends built here (`make native-backends`); the environment the server and its stubs run
+in. Outside a container the wheel's server needs (checked on this project's machines):
+
+- a backend directory `<dir>/python/` with `libtriton_python.so`,
+  `triton_python_backend_utils.py` and the stub built for *this* Python
+  (`python_backend_stubs/3.X/triton_python_backend_stub`);
+- `LD_LIBRARY_PATH` with the wheel's `nvidia_pytriton.libs` and this Python's `LIBDIR`
+  (the stub links `libpython3.X.so.1.0`; a Python built without a shared libpython
+  cannot host it);
+- this Python's `bin` first on `PATH`, so the stub runs the models with this
+  environment's packages.
 """
 from __future__ import annotations
 

@@ -82,13 +82,15 @@ def assemble(artifacts: str, out: str, profile: str, bert_weight: float | None =
         releases.release(triton_version)
     except releases.ReleaseError as err:
         raise AssemblyError(str(err)) from None
-    given = weight_pair(bert_weight, forest_weight, AssemblyError)
+    weight_pair(bert_weight, forest_weight, AssemblyError)  # both or neither, non-negative, positive sum
     try:
         manifest = M.check_artifacts(artifacts)
         bert_format = pick_bert_format(artifacts, profile, bert_format)
     except M.ManifestError as err:
         raise AssemblyError(str(err)) from None
-    bert_weight, forest_weight = given or manifest.blend_weights or (0.5, 0.5)
+    if bert_weight is None or forest_weight is None:
+        bert_weight, forest_weight = manifest.blend_weights or (0.5, 0.5)
+    weight_pair(bert_weight, forest_weight, AssemblyError)  # the set's own weights too, before anything is written
     # refuse early
     render_config(C.BERT, profile, max_length=manifest.max_length, bert_format=bert_format, tensorrt=tensorrt)
     if os.path.exists(out):

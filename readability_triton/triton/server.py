@@ -1,17 +1,6 @@
-"""Run the official `tritonserver` binary shipped in the `nvidia-pytriton` wheel.
-
-The wheel carries Triton 2.51 (the core of the 24.10 containers) with the python backend
-and the ensemble scheduler, but no pytorch_libtorch or FIL backend: it serves the
-`portable` profile. To run it outside a container (checked on this project's machines):
-
-- a backend directory `<dir>/python/` with `libtriton_python.so`,
-  `triton_python_backend_utils.py` and the stub built for *this* Python
-  (`python_backend_stubs/3.X/triton_python_backend_stub`);
-- `LD_LIBRARY_PATH` with the wheel's `nvidia_pytriton.libs` and this Python's `LIBDIR`
-  (the stub links `libpython3.X.so.1.0`; a Python built without a shared libpython
-  cannot host it);
-- this Python's `bin` first on `PATH`, so the stub runs the models with this
-  environment's packages.
+"""One tritonserver process, started, watched, drained and stopped: the binary of the
+`nvidia-pytriton` wheel (Triton 2.51, the core of the 24.10 containers: python backend and
+ensembles) or an installed one, with the backends and environment `installation` prepares.
 
 The server binds to 127.0.0.1 only and is stopped by PID. It runs with explicit model
 control (every model loaded at start), so that the models can be unloaded and reloaded
@@ -263,18 +252,23 @@ class TritonServer:
     def _call(self, what: str, call, timeout: float = 60.0):
         """`call(client, headers)` with tritonclient's HTTP client of this server, `headers`
         opening the restricted APIs (the admin key); its errors as ServerError."""
-        import tritonclient.http as http
-        from tritonclient.utils import InferenceServerException
-
-        client = http.InferenceServerClient(self.http_url, connection_timeout=timeout, network_timeout=timeout)
         try:
+            import tritonclient.http as http
+            from tritonclient.utils import InferenceServerException
+        except ImportError as err:
+            raise ServerError(f"{what}: model control needs tritonclient ({err}): pip install "
+                              "'readability-triton[client]'") from None
+        client = None
+        try:
+            client = http.InferenceServerClient(self.http_url, connection_timeout=timeout, network_timeout=timeout)
             return call(client, admin_headers(self.admin_key))
         except InferenceServerException as err:
             raise ServerError(f"{what}: {err.message() or err}") from None
-        except OSError as err:
-            raise ServerError(f"{what}: {err}") from None
+        except Exception as err:  # noqa: BLE001 - a closed connection (http.client's), a dead server: all the same here
+            raise ServerError(f"{what}: {type(err).__name__}: {err}") from None
         finally:
-            client.close()
+            if client is not None:
+                client.close()
 
     def model_states(self) -> dict[str, str]:
         """{model: state} from the repository index (READY, UNLOADING, UNAVAILABLE, ...)."""
