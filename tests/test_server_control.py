@@ -167,6 +167,24 @@ def test_the_gate_measures_how_long_requests_have_lately_waited():
     assert gate.busy() is None  # idle
 
 
+def test_a_burst_after_a_long_idle_spell_is_not_taken_for_a_stuck_step():
+    """Found on a server shared by several suites: idle for minutes, then two clients; the
+    first request queued at a step that had answered nothing since the idle spell began
+    made the gate say "requests wait 507 s" and refuse the second."""
+    from readability_triton.triton.admission import Admission
+
+    clock, state = [0.0], {"pending": 0, "queue_us": 5_000_000, "success": 40}
+    gate = Admission(0, 10.0, ["featurize"], url="http://m", refresh=0.0, clock=lambda: clock[0],
+                     fetch=lambda url: _metrics({"featurize": state["pending"]}, {"featurize": state["queue_us"]},
+                                                {"featurize": state["success"]}))
+    assert gate.busy() is None
+    clock[0] += 500.0  # the watcher slept: nothing arrived for 500 s
+    state["pending"] = 1  # a burst: the first request waits at featurize, none answered yet
+    assert gate.busy() is None
+    clock[0] += 11.0  # ... and still none answered 11 s later, with requests queued: stuck
+    assert "wait 11.0 s in the queue of featurize" in gate.busy()
+
+
 @pytest.mark.parametrize("name", ["with space", "paren(s)", "quote'd", "dollar$x"])
 def test_a_repository_path_the_stub_command_cannot_carry_is_refused_before_the_server_hangs(tmp_path, name):
     repo = tmp_path / name

@@ -92,8 +92,8 @@ class Admission:
         self._read_at = -float("inf")
         self._failed = False
         self._verdict: str | None = None
-        #: per model: (time, queue_us, success) samples of the last WINDOW s, and when its
-        #: success count last moved
+        #: per model: (time, queue_us, success, pending) samples of the last WINDOW s, and
+        #: since when it has had requests queued without answering one
         self._history: dict[str, collections.deque] = {m: collections.deque() for m in self.models}
         self._moved: dict[str, float] = {}
         self._background = background
@@ -110,8 +110,11 @@ class Admission:
         for model in self.models:
             m = metrics.get(model, {})
             history = self._history[model]
-            sample = (now, m.get("queue_us", 0.0), m.get("success", 0.0))
-            if not history or sample[2] != history[-1][2]:
+            sample = (now, m.get("queue_us", 0.0), m.get("success", 0.0), m.get("pending", 0.0))
+            # A step is stuck for as long as it has had requests queued and answered none:
+            # counted from its last answer, or from the last reading that found its queue
+            # empty (an idle step, maybe idle for hours before this burst, is not stuck).
+            if not history or sample[2] != history[-1][2] or history[-1][3] == 0:
                 self._moved[model] = now
             history.append(sample)
             while len(history) > 2 and now - history[1][0] >= WINDOW:
