@@ -311,29 +311,22 @@ def _infer(http: str, texts) -> dict:
 
 
 def _throughput(http: str, clients: int, seconds: float) -> dict:
-    import threading
+    """`clients` closed loops of one-text KServe JSON requests (urllib: nothing to install on
+    the GPU machine) on the package's one closed loop."""
+    from readability_triton.triton import load
 
-    done, errors, stop = [0], [0], time.monotonic() + seconds
-    latencies: list[float] = []
+    def work(client: int, i: int):
+        began = time.perf_counter()
+        try:
+            _infer(http, [TEXTS[(client + i) % len(TEXTS)]])
+        except Exception as exc:  # noqa: BLE001 - counted as an error
+            return load.Outcome(began, time.perf_counter() - began, "good", False, str(exc)[:200])
+        return load.Outcome(began, time.perf_counter() - began, "good", True)
 
-    def worker(i):
-        while time.monotonic() < stop:
-            began = time.perf_counter()
-            try:
-                _infer(http, [TEXTS[i % len(TEXTS)]])
-                done[0] += 1
-                latencies.append(time.perf_counter() - began)
-            except Exception:  # noqa: BLE001
-                errors[0] += 1
-
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    latencies.sort()
-    p50 = latencies[len(latencies) // 2] * 1000 if latencies else None
-    return {"clients": clients, "texts_per_s": done[0] / seconds, "p50_ms": p50, "errors": errors[0]}
+    outcomes = load.closed_loop(work, clients, seconds)
+    ok = [o for o in outcomes if o.ok]
+    p50 = load.percentiles([o.latency for o in ok], (50,))["p50"] if ok else None
+    return {"clients": clients, "texts_per_s": len(ok) / seconds, "p50_ms": p50, "errors": len(outcomes) - len(ok)}
 
 
 def phase2(dry: bool, env) -> dict:
