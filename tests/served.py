@@ -38,6 +38,27 @@ def assemble_portable(artifacts: str, out: str, batch_window_us: int | None = No
     return out
 
 
+def portable_in_process(artifacts: str, folder: str, texts) -> dict[str, np.ndarray]:
+    """What the `portable` repository of `artifacts` answers for `texts`, computed in
+    process by the runners its Python models run, keyed by the ensemble's output names."""
+    repo = os.path.join(folder, "repository")
+    repository.assemble(artifacts, repo, "portable")
+    out = repository.repository_pipeline(repo)(texts)
+    return {C.SCORE: out["score"], C.BERT_SCORE: out["bert"], C.FOREST_SCORE: out["forest"]}
+
+
+def system_tool(name: str, debian_path: str, package: str) -> str:
+    """The path of a system program the test needs, or a skip that says how to get it."""
+    import shutil
+
+    import pytest
+
+    path = shutil.which(name) or (debian_path if os.path.exists(debian_path) else None)
+    if path is None:
+        pytest.skip(f"{name} is not installed (apt-get install {package}; .ci/run installs it)")
+    return path
+
+
 def served_weights(repo: str) -> tuple[float, float]:
     """SCORE's weights as the assembled repository's postprocess config holds them."""
     post = configs.read_config(os.path.join(repo, C.POSTPROCESS, "config.pbtxt"))

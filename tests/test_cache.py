@@ -17,7 +17,7 @@ import urllib.request
 
 import numpy as np
 import pytest
-from served import Failure, score_texts, start_server
+from served import Failure, portable_in_process, score_texts, start_server
 
 from readability_triton import contracts as C
 from readability_triton.triton import configs, repository
@@ -41,10 +41,7 @@ def cached(tiny_artifacts, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def expected(tiny_artifacts, tmp_path_factory):
-    repo = str(tmp_path_factory.mktemp("no-cache") / "repository")
-    repository.assemble(tiny_artifacts, repo, "portable")
-    out = repository.repository_pipeline(repo)(TEXTS)
-    return {C.SCORE: out["score"], C.BERT_SCORE: out["bert"], C.FOREST_SCORE: out["forest"]}
+    return portable_in_process(tiny_artifacts, str(tmp_path_factory.mktemp("no-cache")), TEXTS)
 
 
 def _bert_stats(server) -> dict:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import string
 import subprocess
@@ -20,7 +19,7 @@ import urllib.request
 
 import numpy as np
 import pytest
-from served import assemble_portable, start_server, text_rows
+from served import assemble_portable, start_server, system_tool, text_rows
 
 from readability_triton import contracts as C
 from readability_triton.triton.load import rss_by_process
@@ -44,9 +43,7 @@ def server(tiny_artifacts, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def gateway(server, tmp_path_factory):
-    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
-    if nginx is None:
-        pytest.skip("nginx is not installed (apt-get install nginx-light; .ci/run installs it)")
+    nginx = system_tool("nginx", "/usr/sbin/nginx", "nginx-light")
     tmp = tmp_path_factory.mktemp("nginx")
     ports = {"GATEWAY_HTTP_PORT": free_port(), "GATEWAY_GRPC_PORT": free_port()}
     with open(TEMPLATE, encoding="utf-8") as handle:

@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 import pytest
-from served import CLIENTS, Failure, score_texts, side_by_side, start_server
+from served import CLIENTS, Failure, portable_in_process, score_texts, side_by_side, start_server
 
 from readability_triton import contracts as C
 from readability_triton.triton import configs, repository
@@ -44,10 +44,7 @@ def native():
 @pytest.fixture(scope="module")
 def portable(tiny_artifacts, tmp_path_factory):
     """What the portable profile answers, in process (the runners its Python models run)."""
-    repo = str(tmp_path_factory.mktemp("portable") / "repository")
-    repository.assemble(tiny_artifacts, repo, "portable")
-    out = repository.repository_pipeline(repo)(TEXTS)
-    return {C.SCORE: out["score"], C.BERT_SCORE: out["bert"], C.FOREST_SCORE: out["forest"]}
+    return portable_in_process(tiny_artifacts, str(tmp_path_factory.mktemp("portable")), TEXTS)
 
 
 @pytest.fixture(scope="module", params=["onnx", "torchscript"])

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import socket
 import subprocess
 import threading
@@ -24,7 +23,7 @@ import urllib.request
 
 import pytest
 import yaml
-from served import score_texts
+from served import score_texts, system_tool
 
 from readability_triton.triton.server import free_port
 
@@ -57,9 +56,7 @@ def _gpu_only(expr: str) -> bool:
 
 @pytest.fixture(scope="module")
 def prometheus(portable_server, tmp_path_factory):
-    binary = shutil.which("prometheus") or ("/usr/bin/prometheus" if os.path.exists("/usr/bin/prometheus") else None)
-    if binary is None:
-        pytest.skip("prometheus is not installed (apt-get install prometheus; .ci/run installs it)")
+    binary = system_tool("prometheus", "/usr/bin/prometheus", "prometheus")
     root = tmp_path_factory.mktemp("prometheus")
     server = portable_server
     port = free_port()

@@ -55,9 +55,9 @@ def register(subparsers) -> None:
 
     p = subparsers.add_parser(
         "demo", help="build demo artifacts, serve them, score example texts, stop",
-        description="Build (or reuse) demo artifacts, assemble the portable profile, start a real "
-                    "tritonserver on 127.0.0.1, score example texts through the ensemble, print a table "
-                    "and stop the server.")
+        description="Build (or reuse) demo artifacts, assemble them (the cpu profile where Triton's own "
+                    "backends are built, `make native-backends`; else portable), start a real tritonserver "
+                    "on 127.0.0.1, score example texts through the ensemble, print a table and stop the server.")
     p.add_argument("--artifacts", default=".cache/demo-artifacts", metavar="DIR")
     p.add_argument("--repository", default=".cache/demo-repository", metavar="REPO")
     p.add_argument("--data", default=None, metavar="CSV",

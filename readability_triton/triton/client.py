@@ -94,20 +94,23 @@ def text_input(module, texts: Sequence[str | bytes], name: str = C.TEXT):
 
 class ThreadClients:
     """One client per thread (tritonclient's clients are not shared between threads), all
-    closed by `close()`: what the load generators' workers use."""
+    closed by `close()` (a thread that asks again after that gets a new one): what the load
+    generators' workers use."""
 
     def __init__(self, url: str, protocol: str):
         self.url, self.protocol = url, protocol
         self._local = threading.local()
         self._opened: list = []
         self._lock = threading.Lock()
+        self._round = 0  # bumped by close(): clients of an earlier round are closed
 
     def get(self):
         """(module, client) of the calling thread."""
-        if not hasattr(self._local, "client"):
-            self._local.module, self._local.client = triton_client(self.url, self.protocol)
+        if getattr(self._local, "round", None) != self._round:
+            module, client = triton_client(self.url, self.protocol)
             with self._lock:
-                self._opened.append(self._local.client)
+                self._opened.append(client)
+            self._local.module, self._local.client, self._local.round = module, client, self._round
         return self._local.module, self._local.client
 
     def close(self) -> None:
@@ -118,6 +121,7 @@ class ThreadClients:
                 except Exception:  # noqa: BLE001 - a dead server's connection
                     pass
             self._opened.clear()
+            self._round += 1
 
 
 class ReadabilityClient:
