@@ -7,7 +7,10 @@ cost, so it is not fitted here). It is exported both ways with `export-bert`'s o
 functions (each verified against eager PyTorch, as export-bert does), and then the two
 runners the served models use (`TorchScriptRunner`, `OnnxRunner`) score the same
 CommonLit excerpts, tokenized once, at each batch size, in interleaved rounds; each cell
-is the median over rounds of texts per second. On a GPU machine, --gpu adds ONNX
+is the median over rounds of texts per second. The ONNX runner cuts each batch's trailing
+padding off (the export has a dynamic length; TorchScript traces are fixed at max_length);
+the "ONNX padded" column is the same ONNX runner fed the padded batch (`trim=False`), the
+formats compared at equal work. On a GPU machine, --gpu adds ONNX
 Runtime's CUDA and TensorRT providers (not runnable here: no GPU).
 
     .venv/bin/python benchmarks/bench_bert_formats.py [--batch-sizes 1,8,64] [--rounds 5] [--json out.json]
@@ -32,18 +35,20 @@ from readability_triton.artifacts.demo import make_encoder, minilm_directory
 from readability_triton.bert import export as E
 from readability_triton.bert.checkpoint import special_ids
 from readability_triton.bert.modules import PooledRegressor
-from readability_triton.bert.runner import OnnxRunner, TorchScriptRunner
+from readability_triton.bert.runner import OnnxRunner, TorchScriptRunner, trimmed
 from readability_triton.bert.verify import real_inputs
 from readability_triton.tokenizer import WordPieceTokenizer
 
 
-def timed(run, ids, mask, min_seconds: float) -> float:
-    """Texts per second of `run(ids, mask)`, repeated for at least `min_seconds`."""
+def timed(run, ids, mask, batch: int, min_seconds: float) -> float:
+    """Texts per second of `run` on successive batches of `batch` rows of `ids`, `mask`
+    (cycling), for at least `min_seconds`."""
     run(ids[:1], mask[:1])
-    done, started = 0, time.perf_counter()
+    done, started, start = 0, time.perf_counter(), 0
     while time.perf_counter() - started < min_seconds:
-        run(ids, mask)
-        done += len(ids)
+        run(ids[start:start + batch], mask[start:start + batch])
+        done += batch
+        start = (start + batch) % (len(ids) - batch + 1)
     return done / (time.perf_counter() - started)
 
 
@@ -70,7 +75,8 @@ def main(argv=None) -> int:
                                            ids=special)
         exported_onnx = E.export_onnx(module, onnx_path, max_length=args.max_length, vocab_size=tokenizer.vocab_size,
                                       ids=special, real_inputs=real_inputs(tokenizer))
-        runners = {"torchscript": TorchScriptRunner.from_folder(tmp), "onnxruntime": OnnxRunner(onnx_path)}
+        runners = {"torchscript": TorchScriptRunner.from_folder(tmp), "onnxruntime": OnnxRunner(onnx_path),
+                   "onnxruntime_padded": OnnxRunner(onnx_path, trim=False)}
         results["onnxruntime"] = runners["onnxruntime"].version
         results["export_max_abs_diff"] = {"torchscript": exported_pt["max_abs_diff"],
                                           "onnx": exported_onnx["max_abs_diff"]}
@@ -78,24 +84,31 @@ def main(argv=None) -> int:
                        - runners["onnxruntime"](ids_all[:64], mask_all[:64])).max()
         results["runners_max_abs_diff_on_64_excerpts"] = float(agree)
         for batch in map(int, args.batch_sizes.split(",")):
-            ids, mask = ids_all[:batch], mask_all[:batch]
             rates: dict[str, list[float]] = {name: [] for name in runners}
             for _ in range(args.rounds):
                 for name, runner in runners.items():
-                    rates[name].append(timed(runner, ids, mask, args.min_seconds))
+                    rates[name].append(timed(runner, ids_all, mask_all, batch, args.min_seconds))
             row = {"batch_size": batch, **{name: statistics.median(v) for name, v in rates.items()}}
-            row["onnx_vs_torchscript"] = statistics.median(o / t for o, t in zip(rates["onnxruntime"],
-                                                                                  rates["torchscript"]))
+            for name in ("onnxruntime", "onnxruntime_padded"):
+                row[f"{name}_vs_torchscript"] = statistics.median(o / t for o, t in zip(rates[name],
+                                                                                        rates["torchscript"]))
+            lengths = [trimmed(ids_all[i:i + batch], mask_all[i:i + batch])[1].shape[1]
+                       for i in range(0, len(ids_all) - batch + 1, batch)]
+            row["tokens_fed_to_onnx"] = statistics.mean(lengths)
             results["rows"].append(row)
             print(f"batch {batch:>3}: TorchScript {row['torchscript']:7.1f} texts/s, ONNX Runtime "
-                  f"{row['onnxruntime']:7.1f} texts/s ({row['onnx_vs_torchscript']:.2f}x)", file=sys.stderr, flush=True)
+                  f"{row['onnxruntime']:7.1f} texts/s ({row['onnxruntime_vs_torchscript']:.2f}x; padded "
+                  f"{row['onnxruntime_padded']:.1f}, {row['onnxruntime_padded_vs_torchscript']:.2f}x)",
+                  file=sys.stderr, flush=True)
     print(f"\nMiniLM-L6 + layers_mean head, max_length {args.max_length}, fp32, CPU ({os.cpu_count()} cores, torch "
           f"{torch.__version__} with {results['threads']} threads, ONNX Runtime {results['onnxruntime']}); "
           f"the two runners agree within {results['runners_max_abs_diff_on_64_excerpts']:.2g} on 64 excerpts")
-    print(f"{'batch':>5} | {'TorchScript':>12} | {'ONNX Runtime':>12} | ratio")
+    print(f"{'batch':>5} | {'TorchScript':>12} | {'ONNX padded':>12} | ratio | {'ONNX (served)':>13} | ratio | "
+          "ONNX length")
     for row in results["rows"]:
-        print(f"{row['batch_size']:>5} | {row['torchscript']:>12.1f} | {row['onnxruntime']:>12.1f} | "
-              f"{row['onnx_vs_torchscript']:.2f}x")
+        print(f"{row['batch_size']:>5} | {row['torchscript']:>12.1f} | {row['onnxruntime_padded']:>12.1f} | "
+              f"{row['onnxruntime_padded_vs_torchscript']:.2f}x | {row['onnxruntime']:>13.1f} | "
+              f"{row['onnxruntime_vs_torchscript']:.2f}x | {row['tokens_fed_to_onnx']:.0f} of {args.max_length}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(results, handle, indent=2)

@@ -184,7 +184,8 @@ def test_statistics_are_read_once_the_counts_stop_moving():
 @pytest.mark.parametrize("bert_format", [None, "onnx", "torchscript"])
 def test_the_in_process_row_runs_the_served_bert_format(tiny_artifacts, tmp_path, profile, bert_format):
     """bench compares like with like: its in-process pipeline runs the BERT file the served
-    repository holds (portable now serves ONNX by default), with the served thread plan."""
+    repository holds (portable now serves ONNX by default), with the served thread plan and
+    padding."""
     from readability_triton.bert.runner import OnnxRunner, TorchScriptRunner
     from readability_triton.triton import repository
 
@@ -196,6 +197,8 @@ def test_the_in_process_row_runs_the_served_bert_format(tiny_artifacts, tmp_path
     pipeline = repository.repository_pipeline(repo)
     assert isinstance(pipeline.bert, TorchScriptRunner if bert_format == "torchscript" else OnnxRunner)
     assert repository.served_bert(repo).startswith(expected)
+    if isinstance(pipeline.bert, OnnxRunner):  # padding cut off as served: by a Python model, not the native backend
+        assert pipeline.bert.trim == (profile == "portable")
     assert isinstance(pipeline.forest.threads, int)
     if profile == "portable":
         assert pipeline.forest.threads == 1  # the cheap steps' one thread, as served

@@ -97,7 +97,8 @@ def test_onnx_export_is_verified_and_recorded(exported_onnx):
     record = manifest.info["bert"]["export_onnx"]
     assert record["format"] == "onnx" and record["opset"] == 18 and record["dtype"] == "float32"
     assert record["max_abs_diff"] <= 1e-4 and "passed" in record["checker"]
-    assert set(record["per_batch_size"]) == {"1", "2", "5", "8", "4 real texts"}
+    assert set(record["per_batch_size"]) == {"1", "2", "5", "8", "4 real texts", "4 real texts, trimmed"}
+    assert record["dynamic_length"] is True
     assert record["ir_version"] <= 10  # what ONNX Runtime 1.19.2 (Triton 24.10) loads
     assert {"model.onnx", "model.pt"} <= set(manifest.files)  # both formats, one set
     assert "export_torchscript" in manifest.info["bert"]
@@ -105,8 +106,8 @@ def test_onnx_export_is_verified_and_recorded(exported_onnx):
     onnx.checker.check_model(model, full_check=True)
     assert [i.name for i in model.graph.input] == ["input__0", "input__1"]
     assert [o.name for o in model.graph.output] == ["output__0"]
-    batch = model.graph.input[0].type.tensor_type.shape.dim[0]
-    assert batch.dim_param and not batch.dim_value  # a dynamic batch dimension
+    for tensor in model.graph.input:  # dynamic batch and length dimensions
+        assert all(d.dim_param and not d.dim_value for d in tensor.type.tensor_type.shape.dim)
     assert model.graph.input[0].type.tensor_type.elem_type == onnx.TensorProto.INT64
     assert model.graph.output[0].type.tensor_type.elem_type == onnx.TensorProto.FLOAT
 
@@ -133,6 +134,51 @@ def test_onnx_model_equals_eager_on_real_texts(exported_onnx, regression_checkpo
     np.testing.assert_allclose(scores, TorchScriptRunner.from_folder(str(exported_onnx.parent))(ids, mask), atol=1e-5)
     with pytest.raises(ValueError, match="outside the model's vocabulary"):
         runner(ids + 30522, mask)
+
+
+def test_onnx_runner_cuts_padding_off_and_scores_the_same(exported_onnx, tmp_path):
+    """The runner feeds ONNX Runtime the batch without its trailing padding (the scores equal
+    the padded batch's within float rounding); a model with a fixed length (an older
+    export) gets the padded batch, and says so."""
+    import onnx
+
+    from readability_triton.bert.runner import OnnxRunner
+
+    tokenizer = WordPieceTokenizer.from_directory(str(exported_onnx.parent), MAX_LENGTH)
+    ids, mask = tokenizer.encode(["Tom ran home.", "The cat sat on the mat, and the dog sat on the rug."])
+    longest = int(mask.sum(axis=1).max())
+    assert longest < MAX_LENGTH
+    runner = OnnxRunner.from_folder(str(exported_onnx.parent))
+    assert runner.trim and "padding cut off" in runner.describe()
+    seen = []
+    run = runner.session.run
+    runner.session.run = lambda names, feed: seen.append(feed["input__1"].shape) or run(names, feed)
+    trimmed_scores = runner(ids, mask)
+    padded_scores = OnnxRunner.from_folder(str(exported_onnx.parent), trim=False)(ids, mask)
+    assert seen == [(2, longest)]
+    np.testing.assert_allclose(trimmed_scores, padded_scores, atol=1e-5)
+
+    model = onnx.load(str(exported_onnx))
+    for tensor in model.graph.input:
+        tensor.type.tensor_type.shape.dim[1].dim_value = MAX_LENGTH
+    fixed = tmp_path / "model.onnx"
+    onnx.save(model, str(fixed))
+    old = OnnxRunner(str(fixed))
+    assert not old.trim and "padded length" in old.describe()
+    np.testing.assert_allclose(old(ids, mask), padded_scores, atol=1e-6)
+
+
+def test_trimmed_keeps_every_column_up_to_the_last_real_token():
+    from readability_triton.bert.runner import trimmed
+
+    ids = np.arange(12, dtype=np.int64).reshape(2, 6)
+    mask = np.array([[1, 1, 1, 0, 0, 0], [1, 0, 1, 1, 0, 0]], dtype=np.int64)  # a hole in row 2 is kept
+    cut_ids, cut_mask = trimmed(ids, mask)
+    assert cut_ids.tolist() == ids[:, :4].tolist() and cut_mask.tolist() == mask[:, :4].tolist()
+    full = np.ones((2, 6), dtype=np.int64)
+    assert trimmed(ids, full)[0] is ids  # nothing to cut: the same arrays
+    assert trimmed(ids, np.zeros((2, 6), dtype=np.int64))[0].shape == (2, 2)  # at least 2 columns
+    assert trimmed(ids, np.array([[1, 0, 0, 0, 0, 0]] * 2))[0].shape == (2, 2)
 
 
 def test_onnx_export_refuses_a_model_that_does_not_match_eager(tmp_path):

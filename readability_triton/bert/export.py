@@ -1,5 +1,5 @@
 """`export-bert`: a sequence-regression checkpoint exported to ONNX `model.onnx` (the modern
-dynamo exporter, a dynamic batch dimension, opset 18) or traced to TorchScript
+dynamo exporter, dynamic batch and length dimensions, opset 18) or traced to TorchScript
 `model.pt`, verified against eager PyTorch at several batch sizes, on random ids with
 padding and on real texts' tokens, before anything is written (the file is loaded back,
 by ONNX Runtime or torch.jit, and checked again); the tokenizer files the `preprocess`
@@ -135,10 +135,11 @@ def _run_onnx(session, tokens, mask):
 
 def export_onnx(module, out_path: str, *, max_length: int, vocab_size: int, ids: dict[str, int], reference=None,
                 batch_sizes=VERIFY_BATCH_SIZES, seed: int = 0, real_inputs=None, log=None) -> dict:
-    """Export `module` (the bert contract) to ONNX with `torch.onnx.export(dynamo=True)`, a
-    dynamic batch dimension and opset `ONNX_OPSET`, check it with `onnx.checker`, and
-    compare ONNX Runtime's output with eager PyTorch (`reference`, default `module`) at
-    `batch_sizes` on random ids with padding, and on `real_inputs` (ids, mask) when given.
+    """Export `module` (the bert contract) to ONNX with `torch.onnx.export(dynamo=True)`,
+    dynamic batch and length dimensions (length 2..max_length: `OnnxRunner` cuts a batch's
+    padding off) and opset `ONNX_OPSET`, check it with `onnx.checker`, and compare ONNX
+    Runtime's output with eager PyTorch (`reference`, default `module`) at `batch_sizes` on
+    random ids with padding, and on `real_inputs` (ids, mask) when given, padded and trimmed.
     Raises `ExportError`, writing nothing, when they differ by more than 1e-4 (float32)."""
     onnx, onnxruntime = _onnx_tools()
     log = log or (lambda message: None)
@@ -146,6 +147,9 @@ def export_onnx(module, out_path: str, *, max_length: int, vocab_size: int, ids:
     reference = (reference if reference is not None else module).eval()
     example = verification_inputs(2, max_length, vocab_size, ids, torch.Generator().manual_seed(seed))
     batch = torch.export.Dim("batch", min=1, max=4096)
+    # the length is dynamic too (2..max_length): OnnxRunner cuts a batch's padding off
+    length = torch.export.Dim("length", min=2, max=max_length) if max_length > 2 else None
+    dims = {0: batch, 1: length} if length is not None else {0: batch}
     started = time.perf_counter()
     with staged(out_path) as temporary:
         chatter = io.StringIO()  # the exporter prints its progress and logs optional ops it skips
@@ -157,7 +161,7 @@ def export_onnx(module, out_path: str, *, max_length: int, vocab_size: int, ids:
                 program = torch.onnx.export(module, example, dynamo=True, opset_version=ONNX_OPSET,
                                             input_names=[contracts.INPUT_0, contracts.INPUT_1],
                                             output_names=[contracts.OUTPUT_0],
-                                            dynamic_shapes=({0: batch}, {0: batch}))
+                                            dynamic_shapes=(dims, dims))
         except Exception as exc:  # noqa: BLE001 - the exporter raises many kinds
             raise ExportError(f"torch.onnx.export (dynamo) could not export the model: {type(exc).__name__}: "
                               f"{str(exc).splitlines()[0] if str(exc) else ''}; {out_path} was not written") from exc
@@ -181,6 +185,9 @@ def export_onnx(module, out_path: str, *, max_length: int, vocab_size: int, ids:
             cases = [(str(b), verification_inputs(b, max_length, vocab_size, ids, generator)) for b in batch_sizes]
             if real_inputs is not None:
                 cases.append((f"{len(real_inputs[0])} real texts", real_inputs))
+                real_ids, real_mask = real_inputs
+                longest = max(int(real_mask.sum(dim=1).max()), 2)  # what OnnxRunner feeds: padding cut off
+                cases.append((f"{len(real_ids)} real texts, trimmed", (real_ids[:, :longest], real_mask[:, :longest])))
             for name, (tokens, mask) in cases:
                 got, want = _run_onnx(session, tokens, mask), reference(tokens, mask)
                 if tuple(got.shape) != (len(tokens), 1) or got.dtype != torch.float32:
@@ -197,6 +204,7 @@ def export_onnx(module, out_path: str, *, max_length: int, vocab_size: int, ids:
         os.replace(temporary, out_path)
     return {"format": "onnx", "opset": ONNX_OPSET, "max_abs_diff": worst, "per_batch_size": diffs,
             "tolerance": FP32_TOLERANCE, "dtype": "float32", "max_length": max_length,
+            "dynamic_length": length is not None,
             "onnx": str(onnx.__version__), "onnxruntime": str(onnxruntime.__version__), "torch": str(torch.__version__),
             "ir_version": int(exported.ir_version), "checker": "onnx.checker.check_model(full_check=True) passed",
             "bytes": os.path.getsize(out_path)}

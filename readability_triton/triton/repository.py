@@ -166,8 +166,9 @@ def served_bert(repo: str) -> str:
     if config.backend == "python":
         value = config.parameters[C.THREADS].string_value if C.THREADS in config.parameters else "1"
         count = sum(group.count or 1 for group in config.instance_group) or 1
-        return f"{model} in a Python model, {threads.resolve(int(value), count)} thread(s)"
-    return f"{model} on Triton's {config.platform} backend (its default threads)"
+        padding = ", padding cut off where the export's length is dynamic" if model == M.MODEL_ONNX else ""
+        return f"{model} in a Python model, {threads.resolve(int(value), count)} thread(s){padding}"
+    return f"{model} on Triton's {config.platform} backend (its default threads, the padded length)"
 
 
 def repository_pipeline(repo: str):
@@ -191,8 +192,10 @@ def repository_pipeline(repo: str):
     weights = (float(post.parameters[C.BERT_WEIGHT].string_value), float(post.parameters[C.FOREST_WEIGHT].string_value))
     max_length = M.load_manifest(folder(C.PREPROCESS)).max_length
     bert_format = "onnx" if os.path.isfile(os.path.join(folder(C.BERT), M.MODEL_ONNX)) else "torchscript"
+    # a Python model cuts the padding off (OnnxRunner); Triton's onnxruntime backend runs what preprocess padded
+    in_python = read_config(os.path.join(repo, C.BERT, "config.pbtxt")).backend == "python"
     return Pipeline(tokenizer=TokenizerRunner.from_folder(folder(C.PREPROCESS), max_length),
-                    bert=bert_runner(folder(C.BERT), bert_format=bert_format, threads=planned(C.BERT)),
+                    bert=bert_runner(folder(C.BERT), bert_format=bert_format, threads=planned(C.BERT), trim=in_python),
                     features=FeatureRunner.from_folder(folder(C.FEATURIZE)),
                     forest=GTILRunner.from_folder(folder(C.FOREST), threads=planned(C.FOREST)), weights=weights)
 
