@@ -214,14 +214,14 @@ def register(subparsers) -> None:
                             "and verify it",
         description="Load a Hugging Face sequence-regression checkpoint (one output) and export it with "
                     "forward(input_ids int64[B, L], attention_mask int64[B, L]) -> float32[B, 1]: to ONNX "
-                    "(torch.onnx.export with dynamo=True, a dynamic batch and length, opset 18; the default: it survives "
-                    "PyTorch/libtorch version skew and reaches TensorRT) or to TorchScript (torch.jit.trace). "
+                    "(torch.onnx.export with dynamo=True, a dynamic batch and length, opset 18; the default: it "
+                    "survives PyTorch/libtorch version skew and reaches TensorRT) or to TorchScript (torch.jit.trace). "
                     "Before writing, the exported model (run by ONNX Runtime, or torch.jit) must equal eager "
                     "PyTorch within 1e-4 (float32) at several batch sizes, on random ids with padding and on "
-                    "real texts' tokens, padded and trimmed; onnx.checker must pass. Nothing is written otherwise. The tokenizer "
-                    "files the preprocess model needs are written next to it. When the file is named as in an "
-                    "artifact set (model.onnx, model.pt), the folder's manifest.json is rewritten too, with "
-                    "the format and the verification.")
+                    "real texts' tokens, padded and trimmed; onnx.checker must pass. Nothing is written otherwise. "
+                    "The tokenizer files the preprocess model needs are written next to it. When the file is "
+                    "named as in an artifact set (model.onnx, model.pt), the folder's manifest.json is rewritten "
+                    "too, with the format and the verification.")
     p.add_argument("--checkpoint", required=True, metavar="HF_DIR", help="fine-tuned checkpoint folder")
     p.add_argument("--out", required=True, metavar="FILE",
                    help="file to write, e.g. DIR/model.onnx (or an artifact folder: the file is named after --format)")
