@@ -278,3 +278,31 @@ def test_evaluate_through_the_server_equals_the_artifacts(server, tiny_artifacts
         assert report["rmse"]["forest"] == pytest.approx(rmse(local["forest"], targets), abs=1e-12)
         for branch in ("bert", "score"):
             assert report["rmse"][branch] == pytest.approx(rmse(local[branch], targets), abs=1e-5)
+
+
+def test_stop_says_when_the_server_did_not_answer_ready_and_was_stopped_without_a_drain(tmp_path, monkeypatch):
+    """A server whose readiness endpoint does not answer in time (here a socket that
+    accepts and never replies) is stopped without a drain, and `last_stop` says so in
+    words (not 'still loaded after the drain timeout' with nothing named)."""
+    import socket
+
+    from readability_triton.triton import server as S
+
+    monkeypatch.setattr(S, "READY_BEFORE_DRAIN_S", 0.5)
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    stand_in = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    try:
+        server = S.TritonServer(str(tmp_path), http_port=silent.getsockname()[1], process=stand_in)
+        started = time.monotonic()
+        code = server.stop()
+        assert code == -signal.SIGTERM and time.monotonic() - started < 10
+        report = server.last_stop
+        assert not report["drained"]
+        assert report["error"] == ("it did not answer /v2/health/ready within 0.5 s, so it was stopped without "
+                                   "a drain")
+    finally:
+        silent.close()
+        if stand_in.poll() is None:
+            stand_in.kill()

@@ -62,6 +62,10 @@ _instances = itertools.count()
 #: the server never becomes ready, with only a bash error in its log).
 _SHELL_UNSAFE = re.compile(r"[^A-Za-z0-9_./+@%:,=-]")
 
+#: How long `stop` waits for the readiness endpoint before it drains: under saturating load
+#: a healthy server can take seconds to answer; one that is not ready answers at once.
+READY_BEFORE_DRAIN_S = 10.0
+
 #: Default `TritonServer.shm_region_limit`: 64 MiB. The largest legitimate batch a Python
 #: model receives is 256 texts of MAX_TEXT_BYTES (100,000): 25.6 MB, plus its outputs.
 DEFAULT_SHM_REGION_LIMIT = 64 << 20
@@ -227,9 +231,9 @@ class TritonServer:
         with open(self.log_file, encoding="utf-8", errors="replace") as handle:
             return "".join(handle.readlines()[-lines:])
 
-    def ready(self) -> bool:
+    def ready(self, timeout: float = 2.0) -> bool:
         try:
-            with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=2) as reply:
+            with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=timeout) as reply:
                 return reply.status == 200
         except (urllib.error.URLError, OSError):
             return False
@@ -406,8 +410,13 @@ class TritonServer:
         report: dict[str, Any] = {"drained": False}
         started = time.monotonic()
         if process.poll() is None:
-            if drain and self.ready():
+            # Under load, readiness can take seconds (CI once: a 2 s probe failed, no drain, and
+            # Triton 2.51 crashed shutting down amid cancelled requests): wait as for a busy server.
+            if drain and self.ready(timeout=READY_BEFORE_DRAIN_S):
                 report = self.drain(drain_timeout, abandon=abandon)
+            elif drain:
+                report["error"] = (f"it did not answer /v2/health/ready within {READY_BEFORE_DRAIN_S:g} s, so it was "
+                                   "stopped without a drain")
             # The ensemble still holds requests Triton lost (see `drain`), or a model whose stub
             # died can never unload: tritonserver would wait its whole exit timeout for them and
             # then exit 1. Drained, nothing is left to lose: end it at once.
