@@ -410,8 +410,8 @@ class TritonServer:
         report: dict[str, Any] = {"drained": False}
         started = time.monotonic()
         if process.poll() is None:
-            # Under load, readiness can take seconds (CI once: a 2 s probe failed, no drain, and
-            # Triton 2.51 crashed shutting down amid cancelled requests): wait as for a busy server.
+            # Under saturating load the readiness endpoint can take seconds: wait for it as for a
+            # busy server rather than skip the drain after a short probe.
             if drain and self.ready(timeout=READY_BEFORE_DRAIN_S):
                 report = self.drain(drain_timeout, abandon=abandon)
             elif drain:
