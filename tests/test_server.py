@@ -280,6 +280,21 @@ def test_evaluate_through_the_server_equals_the_artifacts(server, tiny_artifacts
             assert report["rmse"][branch] == pytest.approx(rmse(local[branch], targets), abs=1e-5)
 
 
+def test_stop_says_when_the_server_had_already_died_on_its_own(tmp_path):
+    """A server that crashed before stop() (here a stand-in that dies by SIGSEGV, as
+    tritonserver 2.51 does on a gRPC cancellation race) is not drained, and `last_stop`
+    says that it had exited and how, not 'still loaded after the drain timeout'."""
+    from readability_triton.triton import server as S
+
+    stand_in = subprocess.Popen(["sh", "-c", "kill -SEGV $$"], start_new_session=True)
+    stand_in.wait(10)
+    server = S.TritonServer(str(tmp_path), process=stand_in)
+    assert server.stop() == -signal.SIGSEGV
+    report = server.last_stop
+    assert not report["drained"] and report["died"]
+    assert report["error"] == "it had already exited on its own, killed by SIGSEGV (status -11)"
+
+
 def test_stop_says_when_the_server_did_not_answer_ready_and_was_stopped_without_a_drain(tmp_path, monkeypatch):
     """A server whose readiness endpoint does not answer in time (here a socket that
     accepts and never replies) is stopped without a drain, and `last_stop` says so in

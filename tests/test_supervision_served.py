@@ -236,7 +236,8 @@ def test_a_cancellation_burst_then_sigterm_drains_and_exits_0(repo, tmp_path):
     while they still send. serve drains (every step answers what it holds), stops the
     server and exits 0; no process of the server and no /dev/shm segment is left. (Deadlines
     of a few ms crash tritonserver 2.51 itself: server#7840, fixed in 25.01; serve then
-    restarts it.)"""
+    restarts it. Where the crash falls between serve's last health round and SIGTERM, there
+    is nothing to drain: the test then checks that serve says so and xfails, saying why.)"""
     serve = Serve(repo, tmp_path)
     server_pid = serve.server_pid()
     stubs = list(python_stubs(server_pid))
@@ -248,11 +249,20 @@ def test_a_cancellation_burst_then_sigterm_drains_and_exits_0(repo, tmp_path):
     took = time.monotonic() - started
     for thread in threads:
         thread.join()
-    assert code == 0, err[-3000:]
     assert took < 40, took
     assert "ok" in outcomes and any("Deadline Exceeded" in o for o in outcomes), set(outcomes)
     assert not [p for p in [server_pid] + stubs if alive(p)]
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"readability-triton-{serve.process.pid}-")]
+    with open(serve.log_file, errors="replace") as log:
+        crashed = "Signal (11) received" in log.read()
+    if code != 0 and crashed:
+        # tritonserver 2.51 itself died by SIGSEGV on a cancellation racing an answer (server#7840),
+        # after serve's last health round and before or during the drain: nothing was left to
+        # drain, serve must say how the server ended and exit 1. Everything above still held.
+        assert code == 1 and ("SIGSEGV" in err or "status -11" in err), err[-3000:]
+        pytest.xfail("tritonserver 2.51 crashed (SIGSEGV, server#7840) too close to SIGTERM to be restarted: serve "
+                     "said so and left nothing behind, but this run could not exercise the drain")
+    assert code == 0, err[-3000:]
 
 
 def test_kill_9_of_tritonserver_under_load_leaves_no_orphan(repo, tmp_path):

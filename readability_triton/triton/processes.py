@@ -9,6 +9,16 @@ import signal
 import time
 
 
+def exit_words(status: int | None) -> str:
+    """A process's exit status in words: "status 1", "killed by SIGSEGV (status -11)"."""
+    if status is not None and status < 0:
+        try:
+            return f"killed by {signal.Signals(-status).name} (status {status})"
+        except ValueError:
+            pass
+    return f"status {status}"
+
+
 def _stat_fields(pid: int) -> list[str] | None:
     """/proc/<pid>/stat after the command name: [state, ppid, pgrp, ...], or None."""
     try:

@@ -44,7 +44,7 @@ from .installation import (
     stub_numpy_problem,
     triton_home,
 )
-from .processes import kill_process_group
+from .processes import exit_words, kill_process_group
 
 
 def free_port() -> int:
@@ -430,7 +430,7 @@ class TritonServer:
                 report["killed"] = True
         else:
             code = process.returncode
-            report.update(killed=False, died=True)
+            report.update(killed=False, died=True, error=f"it had already exited on its own, {exit_words(code)}")
         report["orphans"] = kill_process_group(process.pid)
         left = self.leftover_shm()
         for name in left:
