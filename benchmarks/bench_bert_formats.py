@@ -8,9 +8,10 @@ functions (each verified against eager PyTorch, as export-bert does), and then t
 runners the served models use (`TorchScriptRunner`, `OnnxRunner`) score the same
 CommonLit excerpts, tokenized once, at each batch size, in interleaved rounds; each cell
 is the median over rounds of texts per second. The ONNX runner cuts each batch's trailing
-padding off (the export has a dynamic length; TorchScript traces are fixed at max_length);
-the "ONNX padded" column is the same ONNX runner fed the padded batch (`trim=False`), the
-formats compared at equal work. On a GPU machine, --gpu adds ONNX
+padding off and runs rows of different lengths apart, in bands of `LENGTH_BAND` tokens (the
+export has a dynamic length; TorchScript traces are fixed at max_length); the "ONNX padded"
+column is the same ONNX runner fed the padded batch in one run (`trim=False`), the formats
+compared at equal work. On a GPU machine, --gpu adds ONNX
 Runtime's CUDA and TensorRT providers (not runnable here: no GPU).
 
     .venv/bin/python benchmarks/bench_bert_formats.py [--batch-sizes 1,8,64] [--rounds 5] [--json out.json]
@@ -35,7 +36,7 @@ from readability_triton.artifacts.demo import make_encoder, minilm_directory
 from readability_triton.bert import export as E
 from readability_triton.bert.checkpoint import special_ids
 from readability_triton.bert.modules import PooledRegressor
-from readability_triton.bert.runner import OnnxRunner, TorchScriptRunner, trimmed
+from readability_triton.bert.runner import LENGTH_BAND, OnnxRunner, TorchScriptRunner, length_bands, real_lengths
 from readability_triton.bert.verify import real_inputs
 from readability_triton.tokenizer import WordPieceTokenizer
 
@@ -50,6 +51,13 @@ def timed(run, ids, mask, batch: int, min_seconds: float) -> float:
         done += batch
         start = (start + batch) % (len(ids) - batch + 1)
     return done / (time.perf_counter() - started)
+
+
+def tokens_run(mask, band: int = LENGTH_BAND) -> float:
+    """The mean length each text of the batch runs at in the ONNX runner: its band's longest."""
+    lengths = real_lengths(mask)
+    groups = length_bands(mask, band) if len(mask) > 1 else [np.arange(len(mask))]
+    return sum(len(rows) * max(int(lengths[rows].max()), 2) for rows in groups) / len(mask)
 
 
 def main(argv=None) -> int:
@@ -92,9 +100,8 @@ def main(argv=None) -> int:
             for name in ("onnxruntime", "onnxruntime_padded"):
                 row[f"{name}_vs_torchscript"] = statistics.median(o / t for o, t in zip(rates[name],
                                                                                         rates["torchscript"]))
-            lengths = [trimmed(ids_all[i:i + batch], mask_all[i:i + batch])[1].shape[1]
-                       for i in range(0, len(ids_all) - batch + 1, batch)]
-            row["tokens_fed_to_onnx"] = statistics.mean(lengths)
+            row["tokens_fed_to_onnx"] = statistics.mean(tokens_run(mask_all[i:i + batch])
+                                                         for i in range(0, len(ids_all) - batch + 1, batch))
             results["rows"].append(row)
             print(f"batch {batch:>3}: TorchScript {row['torchscript']:7.1f} texts/s, ONNX Runtime "
                   f"{row['onnxruntime']:7.1f} texts/s ({row['onnxruntime_vs_torchscript']:.2f}x; padded "

@@ -11,8 +11,8 @@ variant's ratio to the first one round by round, compare like with like.
 - `portable, TorchScript, no thread plan`: what `portable` served before (model.pt in a
   Python model; every runtime sized to all cores, OpenMP spinning);
 - `portable, TorchScript`: the same with the thread plan;
-- `portable, ONNX` (the default): model.onnx with ONNX Runtime in a Python model, each
-  batch's padding cut off, thread plan;
+- `portable, ONNX` (the default): model.onnx with ONNX Runtime in a Python model, rows
+  in bands of 8 tokens without their padding, thread plan;
 - `cpu, onnxruntime_onnx` / `cpu, pytorch_libtorch`: bert on Triton's own backends (built by
   `make native-backends`), the forest as a Python model (no FIL here).
 

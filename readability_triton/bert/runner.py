@@ -102,6 +102,30 @@ def onnx_session(path: str, threads: int = 0):
     return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
+#: Rows whose real lengths fall in the same band of this many tokens run together, padded to
+#: the longest of them; rows of other bands run apart (`OnnxRunner`; 0: one run per batch).
+LENGTH_BAND = 8
+
+
+def real_lengths(mask):
+    """Per row, the column after its last real token (0 for a row without one)."""
+    if not mask.shape[1]:
+        return np.zeros(len(mask), dtype=np.int64)
+    last = mask.shape[1] - np.argmax(mask[:, ::-1] != 0, axis=1)
+    return np.where(mask.any(axis=1), last, 0)
+
+
+def length_bands(mask, band: int) -> list:
+    """Row indices of the batch grouped by the band of `band` tokens their real length falls
+    in, shortest band first (one group, all rows, where they share a band)."""
+    keys = real_lengths(mask) // band
+    bands, inverse = np.unique(keys, return_inverse=True)
+    if len(bands) < 2:
+        return [np.arange(len(mask))]
+    order = np.argsort(inverse, kind="stable")
+    return np.split(order, np.cumsum(np.bincount(inverse))[:-1])
+
+
 def trimmed(ids, mask):
     """`ids`, `mask` without the columns after the batch's last real token (at least 2
     columns are kept): pure padding, which a BERT's attention mask hides from every real
@@ -117,12 +141,15 @@ class OnnxRunner:
     """(input_ids, attention_mask) int64 `(n, L)` -> scores float32 `(n, 1)` with ONNX
     Runtime on the CPU; the same checks as `TorchScriptRunner`. Where the model's length
     dimension is dynamic (`export-bert` writes it so), a batch's trailing padding is cut
-    off before it runs (`trimmed`; the CommonLit excerpts average 216 of 256 tokens);
-    `trim=False` feeds the padded batch as it came."""
+    off before it runs (`trimmed`; the CommonLit excerpts average 216 of 256 tokens), and
+    rows of different lengths run apart, one run per band of `band` tokens
+    (`length_bands`), so a short text is not padded to a long one's length; `trim=False`
+    feeds the padded batch as it came, in one run."""
 
     FILES = (MODEL_ONNX,)
 
-    def __init__(self, path: str, device: Device | str | None = None, threads: int = 0, trim: bool = True):
+    def __init__(self, path: str, device: Device | str | None = None, threads: int = 0, trim: bool = True,
+                 band: int = LENGTH_BAND):
         if as_device(device).is_gpu:
             raise ValueError("the ONNX Runtime runner runs on the CPU (KIND_CPU); on a GPU use the gpu or hybrid "
                              "profile, where the onnxruntime backend serves model.onnx (optionally with TensorRT)")
@@ -137,6 +164,7 @@ class OnnxRunner:
         self.vocab_size = int(declared) if declared else None
         self.version = onnxruntime.__version__
         self.trim = trim and all(not isinstance(tensor.shape[1], int) for tensor in self.session.get_inputs())
+        self.band = band if self.trim else 0
 
     @classmethod
     def from_folder(cls, folder: str, device: Device | str | None = None, threads: int = 0,
@@ -144,17 +172,28 @@ class OnnxRunner:
         return cls(os.path.join(folder, MODEL_ONNX), device, threads, trim)
 
     def describe(self) -> str:
-        padding = "padding cut off" if self.trim else "padded length"
+        padding = "padded length"
+        if self.trim:
+            padding = f"padding cut off, rows in bands of {self.band} tokens" if self.band > 0 else "padding cut off"
         return (f"ONNX model.onnx with ONNX Runtime {self.version} on the CPU, {self.threads} thread(s), {padding} "
                 f"(vocabulary of {self.vocab_size} ids)")
 
-    def __call__(self, ids, mask):
-        check_token_ids(ids, mask, self.vocab_size)
+    def _run(self, ids, mask):
         if self.trim:
             ids, mask = trimmed(ids, mask)
         out = self.session.run(None, {"input__0": np.ascontiguousarray(ids, dtype=np.int64),
                                       "input__1": np.ascontiguousarray(mask, dtype=np.int64)})[0]
         return np.asarray(out, dtype=np.float32).reshape(-1, 1)
+
+    def __call__(self, ids, mask):
+        check_token_ids(ids, mask, self.vocab_size)
+        groups = length_bands(mask, self.band) if self.band > 0 and len(ids) > 1 else []
+        if len(groups) < 2:
+            return self._run(ids, mask)
+        scores = np.empty((len(ids), 1), dtype=np.float32)
+        for rows in groups:  # one run per band: at most max_length / band of them
+            scores[rows] = self._run(ids[rows], mask[rows])
+        return scores
 
 
 RUNNERS: dict[str, type[OnnxRunner] | type[TorchScriptRunner]] = {"onnx": OnnxRunner,

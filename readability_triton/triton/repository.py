@@ -166,7 +166,8 @@ def served_bert(repo: str) -> str:
     if config.backend == "python":
         value = config.parameters[C.THREADS].string_value if C.THREADS in config.parameters else "1"
         count = sum(group.count or 1 for group in config.instance_group) or 1
-        padding = ", padding cut off where the export's length is dynamic" if model == M.MODEL_ONNX else ""
+        padding = (", rows by length band without their padding where the export's length is dynamic"
+                   if model == M.MODEL_ONNX else "")
         return f"{model} in a Python model, {threads.resolve(int(value), count)} thread(s){padding}"
     return f"{model} on Triton's {config.platform} backend (its default threads, the padded length)"
 
