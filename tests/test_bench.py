@@ -113,6 +113,36 @@ def test_bench_refusals(tmp_path):
         assert code == 2 and message in err, (argv, err)
 
 
+def test_perf_analyzer_retries_unstable_windows_once_twice_as_long(tmp_path):
+    """Where no three windows agree, perf_analyzer exits 2 advising longer windows: bench
+    runs it once more with windows twice as long; any other failure, or a second unstable
+    run, is an error that quotes it. (A stand-in binary that answers as perf_analyzer 2.51
+    does; the real one runs in test_perf_analyzer.py.)"""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "perf_analyzer"
+    fake.write_text(f"""#!/bin/sh
+echo "$@" >> {calls}
+case " $* " in
+  *"--measurement-interval 1000 "*|*"--measurement-interval 2000 "*)
+    echo "Failed to obtain stable measurement within 10 measurement windows for concurrency 2. \
+Please try to increase the --measurement-interval."; exit 2;;
+esac
+while [ "$1" != "-f" ]; do shift; done
+printf 'Concurrency,Inferences/Second,p50 latency,p99 latency\n2,12.5,150000,300000\n' > "$2"
+echo "Request count: 50"
+""")
+    fake.chmod(0o755)
+    result = bench.perf_analyzer("127.0.0.1:1", "grpc", "in.json", clients=2, duration=2.0, binary=str(fake))
+    tried = calls.read_text().splitlines()
+    assert len(tried) == 2 and "--measurement-interval 2000" in tried[0] and "--measurement-interval 4000" in tried[1]
+    assert result["texts_per_s"] == 12.5 and result["p50_ms"] == 150.0 and result["requests"] == 50
+    assert "--measurement-interval 4000" in result["command"]
+    calls.unlink()
+    with pytest.raises(RuntimeError, match="status 2: .*stable measurement"):
+        bench.perf_analyzer("127.0.0.1:1", "grpc", "in.json", clients=2, duration=1.0, binary=str(fake))
+    assert len(calls.read_text().splitlines()) == 2  # 1000 ms and 2000 ms: both unstable, no third try
+
+
 def test_perf_input_is_perf_analyzers_documented_layout(tmp_path):
     """perf_analyzer --input-data FILE (docs/input_data.md, "Real Input Data"): {"data": [one
     object per request: {INPUT_NAME: {"content": [...], "shape": [...]}}]}, where a BYTES
