@@ -9,8 +9,6 @@ import pytest
 from readability_triton.bert.runner import OnnxRunner, length_bands, real_lengths, trimmed
 from readability_triton.tokenizer.runner import TokenizerRunner
 
-pytest.importorskip("onnxruntime")
-
 
 def test_trimmed_keeps_every_column_up_to_the_last_real_token():
     ids = np.arange(12, dtype=np.int64).reshape(2, 6)
@@ -32,6 +30,11 @@ def test_rows_are_grouped_by_the_band_of_their_real_length():
     assert [g.tolist() for g in length_bands(mask, 8)] == [[1, 3], [2, 4], [0]]  # bands 0, 1 and 4
     assert [g.tolist() for g in length_bands(mask, 64)] == [[0, 1, 2, 3, 4]]  # one band: one group, in order
     assert real_lengths(np.zeros((2, 0), dtype=np.int64)).tolist() == [0, 0]
+    full = np.zeros((3, 256), dtype=np.int64)
+    for row, length in enumerate([256, 249, 248]):
+        full[row, :length] = 1
+    # bands are 1-8, 9-16, ..., 249-256: a text cut off at max_length runs with 249-255, 32 bands at most
+    assert [g.tolist() for g in length_bands(full, 8)] == [[2], [0, 1]]
 
 
 TEXTS = ["Tom ran.", "The cat sat on the mat and looked at the birds in the old garden behind the house.",
@@ -40,6 +43,7 @@ TEXTS = ["Tom ran.", "The cat sat on the mat and looked at the birds in the old 
 
 
 def test_the_runner_runs_each_band_apart_and_scores_what_the_padded_batch_scores(tiny_artifacts):
+    pytest.importorskip("onnxruntime")
     tokenizer = TokenizerRunner.from_folder(tiny_artifacts, 64)
     ids, mask = tokenizer([t.encode() for t in TEXTS])
     lengths = real_lengths(mask)
@@ -56,6 +60,7 @@ def test_the_runner_runs_each_band_apart_and_scores_what_the_padded_batch_scores
     assert len(groups) >= 3  # the texts fall in several bands of 4 tokens
     assert seen == [(len(rows), int(lengths[rows].max())) for rows in groups]  # each run padded to its own longest
     want = padded(ids, mask)
+    assert np.ptp(want) > 1e-3  # the texts score apart: a row put back in the wrong place would show
     np.testing.assert_allclose(got, want, atol=1e-5)
     np.testing.assert_allclose(banded(ids, mask), want, atol=1e-5)
     one = [banded(ids[k:k + 1], mask[k:k + 1]) for k in range(len(TEXTS))]

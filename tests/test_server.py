@@ -295,6 +295,27 @@ def test_stop_says_when_the_server_had_already_died_on_its_own(tmp_path):
     assert report["error"] == "it had already exited on its own, killed by SIGSEGV (status -11)"
 
 
+def test_stop_says_when_the_server_died_during_the_drain(tmp_path, monkeypatch):
+    """A server that crashes while it is drained (the drain then fails on a refused
+    connection) is reported as dead and how, not by the drain's connection error."""
+    from readability_triton.triton import server as S
+
+    stand_in = subprocess.Popen(["sleep", "60"], start_new_session=True)
+    server = S.TritonServer(str(tmp_path), process=stand_in)
+
+    def crash_while_draining(*args, **kwargs):
+        stand_in.send_signal(signal.SIGSEGV)
+        while stand_in.poll() is None:
+            time.sleep(0.01)
+        return {"drained": False, "error": "connection refused"}
+
+    monkeypatch.setattr(server, "ready", lambda timeout=0: True)
+    monkeypatch.setattr(server, "drain", crash_while_draining)
+    assert server.stop() == -signal.SIGSEGV
+    assert server.last_stop["error"] == "it died during the stop, killed by SIGSEGV (status -11)"
+    assert not server.last_stop["drained"]
+
+
 def test_stop_says_when_the_server_did_not_answer_ready_and_was_stopped_without_a_drain(tmp_path, monkeypatch):
     """A server whose readiness endpoint does not answer in time (here a socket that
     accepts and never replies) is stopped without a drain, and `last_stop` says so in

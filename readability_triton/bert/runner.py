@@ -117,8 +117,9 @@ def real_lengths(mask):
 
 def length_bands(mask, band: int) -> list:
     """Row indices of the batch grouped by the band of `band` tokens their real length falls
-    in, shortest band first (one group, all rows, where they share a band)."""
-    keys = real_lengths(mask) // band
+    in (1..band, band+1..2*band, ...: at most max_length / band bands), shortest band first
+    (one group, all rows, where they share a band)."""
+    keys = np.maximum(real_lengths(mask) - 1, 0) // band
     bands, inverse = np.unique(keys, return_inverse=True)
     if len(bands) < 2:
         return [np.arange(len(mask))]

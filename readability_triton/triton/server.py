@@ -410,16 +410,16 @@ class TritonServer:
         report: dict[str, Any] = {"drained": False}
         started = time.monotonic()
         if process.poll() is None:
-            # Under saturating load the readiness endpoint can take seconds: wait for it as for a
-            # busy server rather than skip the drain after a short probe.
+            # Under saturating load readiness can take seconds: wait as for a busy server.
             if drain and self.ready(timeout=READY_BEFORE_DRAIN_S):
                 report = self.drain(drain_timeout, abandon=abandon)
             elif drain:
                 report["error"] = (f"it did not answer /v2/health/ready within {READY_BEFORE_DRAIN_S:g} s, so it was "
                                    "stopped without a drain")
-            # The ensemble still holds requests Triton lost (see `drain`), or a model whose stub
-            # died can never unload: tritonserver would wait its whole exit timeout for them and
-            # then exit 1. Drained, nothing is left to lose: end it at once.
+            if not report.get("drained") and process.poll() is not None:  # it died meanwhile (2.51 can: cancellations)
+                report["error"] = f"it died during the stop, {exit_words(process.returncode)}"
+            # Requests Triton lost (see `drain`) or a dead stub's model never unload: tritonserver would wait its
+            # whole exit timeout for them, then exit 1. Drained, nothing is left to lose: end it at once.
             process.send_signal(signal.SIGKILL if report.get("leaked") or abandon else signal.SIGTERM)
             try:
                 code = process.wait(timeout if timeout is not None else self.exit_timeout + 10)
