@@ -36,7 +36,14 @@ from readability_triton.artifacts.demo import make_encoder, minilm_directory
 from readability_triton.bert import export as E
 from readability_triton.bert.checkpoint import special_ids
 from readability_triton.bert.modules import PooledRegressor
-from readability_triton.bert.runner import LENGTH_BAND, OnnxRunner, TorchScriptRunner, length_bands, real_lengths
+from readability_triton.bert.runner import (
+    LENGTH_BAND,
+    OnnxRunner,
+    TorchScriptRunner,
+    length_bands,
+    real_lengths,
+    trimmed,
+)
 from readability_triton.bert.verify import real_inputs
 from readability_triton.tokenizer import WordPieceTokenizer
 
@@ -54,10 +61,9 @@ def timed(run, ids, mask, batch: int, min_seconds: float) -> float:
 
 
 def tokens_run(mask, band: int = LENGTH_BAND) -> float:
-    """The mean length each text of the batch runs at in the ONNX runner: its band's longest."""
-    lengths = real_lengths(mask)
-    groups = length_bands(mask, band) if len(mask) > 1 else [np.arange(len(mask))]
-    return sum(len(rows) * max(int(lengths[rows].max()), 2) for rows in groups) / len(mask)
+    """The mean length each text of the batch runs at in the ONNX runner: its band's, cut off."""
+    groups = length_bands(real_lengths(mask), band) if len(mask) > 1 else [np.arange(len(mask))]
+    return sum(len(rows) * trimmed(mask[rows], mask[rows])[1].shape[1] for rows in groups) / len(mask)
 
 
 def main(argv=None) -> int:

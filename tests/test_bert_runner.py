@@ -27,14 +27,14 @@ def test_rows_are_grouped_by_the_band_of_their_real_length():
         mask[row, :length] = 1
     mask[2, 5] = 0  # a hole: the length is still where the last real token is
     assert real_lengths(mask).tolist() == [35, 3, 12, 0, 9]
-    assert [g.tolist() for g in length_bands(mask, 8)] == [[1, 3], [2, 4], [0]]  # bands 0, 1 and 4
-    assert [g.tolist() for g in length_bands(mask, 64)] == [[0, 1, 2, 3, 4]]  # one band: one group, in order
+    assert [g.tolist() for g in length_bands(real_lengths(mask), 8)] == [[1, 3], [2, 4], [0]]  # bands 0, 1 and 4
+    assert [g.tolist() for g in length_bands(real_lengths(mask), 64)] == [[0, 1, 2, 3, 4]]  # one band, in order
     assert real_lengths(np.zeros((2, 0), dtype=np.int64)).tolist() == [0, 0]
     full = np.zeros((3, 256), dtype=np.int64)
     for row, length in enumerate([256, 249, 248]):
         full[row, :length] = 1
     # bands are 1-8, 9-16, ..., 249-256: a text cut off at max_length runs with 249-255, 32 bands at most
-    assert [g.tolist() for g in length_bands(full, 8)] == [[2], [0, 1]]
+    assert [g.tolist() for g in length_bands(real_lengths(full), 8)] == [[2], [0, 1]]
 
 
 TEXTS = ["Tom ran.", "The cat sat on the mat and looked at the birds in the old garden behind the house.",
@@ -56,7 +56,7 @@ def test_the_runner_runs_each_band_apart_and_scores_what_the_padded_batch_scores
     run = narrow.session.run
     narrow.session.run = lambda names, feed: seen.append(feed["input__1"].shape) or run(names, feed)
     got = narrow(ids, mask)
-    groups = length_bands(mask, 4)
+    groups = length_bands(lengths, 4)
     assert len(groups) >= 3  # the texts fall in several bands of 4 tokens
     assert seen == [(len(rows), int(lengths[rows].max())) for rows in groups]  # each run padded to its own longest
     want = padded(ids, mask)

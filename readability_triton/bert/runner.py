@@ -115,24 +115,25 @@ def real_lengths(mask):
     return np.where(mask.any(axis=1), last, 0)
 
 
-def length_bands(mask, band: int) -> list:
-    """Row indices of the batch grouped by the band of `band` tokens their real length falls
-    in (1..band, band+1..2*band, ...: at most max_length / band bands), shortest band first
-    (one group, all rows, where they share a band)."""
-    keys = np.maximum(real_lengths(mask) - 1, 0) // band
+def length_bands(lengths, band: int) -> list:
+    """Row indices grouped by the band of `band` tokens their real length (`real_lengths`)
+    falls in (1..band, band+1..2*band, ...: at most max_length / band bands), shortest band
+    first (one group, all rows, where they share a band)."""
+    keys = np.maximum(lengths - 1, 0) // band
     bands, inverse = np.unique(keys, return_inverse=True)
     if len(bands) < 2:
-        return [np.arange(len(mask))]
+        return [np.arange(len(lengths))]
     order = np.argsort(inverse, kind="stable")
     return np.split(order, np.cumsum(np.bincount(inverse))[:-1])
 
 
-def trimmed(ids, mask):
+def trimmed(ids, mask, lengths=None):
     """`ids`, `mask` without the columns after the batch's last real token (at least 2
-    columns are kept): pure padding, which a BERT's attention mask hides from every real
-    token, so the scores are the same (up to float rounding) for less compute."""
-    real = np.flatnonzero(mask.any(axis=0)) if mask.size else np.empty(0, dtype=np.int64)
-    keep = max(int(real[-1]) + 1 if real.size else 0, 2)
+    columns are kept; `lengths`: the rows' `real_lengths`, where known): pure padding, which
+    a BERT's attention mask hides from every real token, so the scores are the same (up to
+    float rounding) for less compute."""
+    lengths = real_lengths(mask) if lengths is None else lengths
+    keep = max(int(lengths.max(initial=0)), 2)
     if keep >= mask.shape[1]:
         return ids, mask
     return ids[:, :keep], mask[:, :keep]
@@ -179,21 +180,24 @@ class OnnxRunner:
         return (f"ONNX model.onnx with ONNX Runtime {self.version} on the CPU, {self.threads} thread(s), {padding} "
                 f"(vocabulary of {self.vocab_size} ids)")
 
-    def _run(self, ids, mask):
+    def _run(self, ids, mask, lengths=None):
         if self.trim:
-            ids, mask = trimmed(ids, mask)
+            ids, mask = trimmed(ids, mask, lengths)
         out = self.session.run(None, {"input__0": np.ascontiguousarray(ids, dtype=np.int64),
                                       "input__1": np.ascontiguousarray(mask, dtype=np.int64)})[0]
         return np.asarray(out, dtype=np.float32).reshape(-1, 1)
 
     def __call__(self, ids, mask):
         check_token_ids(ids, mask, self.vocab_size)
-        groups = length_bands(mask, self.band) if self.band > 0 and len(ids) > 1 else []
-        if len(groups) < 2:
+        if not self.trim:
             return self._run(ids, mask)
+        lengths = real_lengths(mask)
+        groups = length_bands(lengths, self.band) if self.band > 0 and len(ids) > 1 else []
+        if len(groups) < 2:
+            return self._run(ids, mask, lengths)
         scores = np.empty((len(ids), 1), dtype=np.float32)
         for rows in groups:  # one run per band: at most max_length / band of them
-            scores[rows] = self._run(ids[rows], mask[rows])
+            scores[rows] = self._run(ids[rows], mask[rows], lengths[rows])
         return scores
 
 
