@@ -57,7 +57,7 @@ COPY backends ./backends
 # image's CUDA major), then cuDF where pip has it for this Python (WordPiece on the GPU;
 # without it preprocess tokenizes in CuPy and logs why).
 # hadolint ignore=DL3013,DL3042
-RUN release() { python3 -m readability_triton.triton.releases "$1" --triton-version "${TRITON_VERSION}" \
+RUN release() { python3 -m readability_triton.repository.releases "$1" --triton-version "${TRITON_VERSION}" \
         --profile "${PROFILE}"; } \
     && read -r -a required <<< "$(release requirements)" \
     && read -r -a optional <<< "$(release optional)" \
@@ -70,7 +70,7 @@ RUN release() { python3 -m readability_triton.triton.releases "$1" --triton-vers
        done
 # Fail the build, not the first request, if the image's stub cannot load this Python or the
 # numpy/CuPy it has: the stub in the image, the libpython it links, the packages.
-RUN python3 -m readability_triton.triton.releases check --triton-version "${TRITON_VERSION}" --profile "${PROFILE}"
+RUN python3 -m readability_triton.repository.releases check --triton-version "${TRITON_VERSION}" --profile "${PROFILE}"
 
 # The repository, assembled for this release (configs differ, e.g. FIL's keys from 25.09),
 # with the canary's answers the health check compares.

@@ -34,10 +34,13 @@ import tempfile
 
 from readability_triton import contracts as C
 from readability_triton.artifacts.corpus import default_texts
+from readability_triton.client import bench
+from readability_triton.repository import assemble as repository
+from readability_triton.repository import configs
+from readability_triton.server.backends import servable
+from readability_triton.server.installation import native_backends
+from readability_triton.server.tritonserver import TritonServer
 from readability_triton.threads import PLAN_ENV
-from readability_triton.triton import bench, configs, repository
-from readability_triton.triton.installation import native_backends
-from readability_triton.triton.server import TritonServer
 
 VARIANTS = (
     ("portable, TorchScript, no thread plan", "portable", "torchscript", False),
@@ -96,7 +99,7 @@ def main(argv=None) -> int:
             logs = args.logs or tmp
             os.makedirs(logs, exist_ok=True)
             server = TritonServer(repo, log_file=os.path.join(logs, f"{os.path.basename(repo)}.log"))
-            served = repository.servable(server, repo)
+            served = servable(server, repo)
             server.repository = served
             print(f"{name}: served bert {repository.served_bert(repo)}; in process {pipeline.bert.describe()}",
                   file=sys.stderr, flush=True)

@@ -31,10 +31,11 @@ import urllib.request
 import numpy as np
 
 from readability_triton import contracts as C
+from readability_triton.client import load
+from readability_triton.client.readability import ReadabilityClient
 from readability_triton.data import COMMONLIT_CSV, read_table
-from readability_triton.triton import load, repository
-from readability_triton.triton.client import ReadabilityClient
-from readability_triton.triton.server import free_port
+from readability_triton.repository import assemble as repository
+from readability_triton.server.tritonserver import free_port
 
 BAD = [b"broken \xff\xfe utf-8", b"", b"   \t  ", b"\xed\xa0\x80 surrogate", b"\xc3"]
 

@@ -313,7 +313,7 @@ def _infer(http: str, texts) -> dict:
 def _throughput(http: str, clients: int, seconds: float) -> dict:
     """`clients` closed loops of one-text KServe JSON requests (urllib: nothing to install on
     the GPU machine) on the package's one closed loop."""
-    from readability_triton.triton import load
+    from readability_triton.client import load
 
     def work(client: int, i: int):
         began = time.perf_counter()
@@ -331,9 +331,9 @@ def _throughput(http: str, clients: int, seconds: float) -> dict:
 
 def phase2(dry: bool, env) -> dict:
     sys.path.insert(0, ROOT)
-    from readability_triton.triton import repository
-    from readability_triton.triton.runtime import ARRIVALS_ENV
-    from readability_triton.triton.server import TritonServer
+    from readability_triton.repository import assemble as repository
+    from readability_triton.server.tritonserver import TritonServer
+    from readability_triton.stub.runtime import ARRIVALS_ENV
 
     p2b = os.path.join(CARRY, "p2b")
     work = tempfile.mkdtemp(prefix="readability-kit-")

@@ -112,8 +112,8 @@ def p2a(python_version: str) -> str:
 def p2b(python_version: str, server: bool = True) -> str:
     import importlib.util
 
-    from readability_triton.artifacts.pipeline import Pipeline
-    from readability_triton.triton import repository
+    from readability_triton.pipeline import Pipeline
+    from readability_triton.repository import assemble as repository
 
     folder = os.path.join(CARRY, "p2b")
     shutil.rmtree(folder, ignore_errors=True)

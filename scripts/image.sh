@@ -76,10 +76,10 @@ fi
 
 # 3. The wheelhouse: everything the image installs for this profile and release, resolved
 #    here under the project's pins and the release's (numpy < 2 for 24.10's stub).
-extras=$("$PY" -m readability_triton.triton.releases extras --triton-version "$TRITON_VERSION" --profile "$PROFILE")
-"$PY" -m readability_triton.triton.releases constraints --triton-version "$TRITON_VERSION" --profile "$PROFILE" \
+extras=$("$PY" -m readability_triton.repository.releases extras --triton-version "$TRITON_VERSION" --profile "$PROFILE")
+"$PY" -m readability_triton.repository.releases constraints --triton-version "$TRITON_VERSION" --profile "$PROFILE" \
   > "$CACHE/constraints.txt"
-read -r -a required <<< "$("$PY" -m readability_triton.triton.releases requirements --triton-version "$TRITON_VERSION" --profile "$PROFILE")"
+read -r -a required <<< "$("$PY" -m readability_triton.repository.releases requirements --triton-version "$TRITON_VERSION" --profile "$PROFILE")"
 key=$( (cat setup.cfg "$CACHE/constraints.txt"; echo "$extras ${required[*]}") | hash_of)
 wheelhouse="$CACHE/wheelhouse-$key"
 if [ ! -f "$wheelhouse/.complete" ]; then

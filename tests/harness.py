@@ -17,8 +17,9 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from google.protobuf import json_format, text_format
 
+from readability_triton.repository import assemble as repository
+from readability_triton.repository import configs, profiles
 from readability_triton.texts import to_rows
-from readability_triton.triton import configs, profiles, repository
 
 _counter = itertools.count()
 

@@ -16,10 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from readability_triton import contracts as C
+from readability_triton.client.readability import triton_client
+from readability_triton.repository import assemble as repository
+from readability_triton.repository import configs
+from readability_triton.server.tritonserver import TritonServer
 from readability_triton.texts import to_rows
-from readability_triton.triton import configs, repository
-from readability_triton.triton.client import triton_client
-from readability_triton.triton.server import TritonServer
 
 CLIENTS = ("http", "grpc", "curl")
 

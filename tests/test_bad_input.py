@@ -54,7 +54,7 @@ def reference(server):
 @pytest.fixture(scope="module")
 def direct(tiny_artifacts):
     """Good inputs for each composing model and what it must answer (computed in process)."""
-    from readability_triton.artifacts.pipeline import Pipeline
+    from readability_triton.pipeline import Pipeline
 
     pipeline = Pipeline.from_folder(tiny_artifacts)
     ids, mask = pipeline.tokenizer(GOOD)

@@ -21,7 +21,7 @@ from served import assemble_portable, start_server
 from readability_triton import contracts as C
 from readability_triton.artifacts.corpus import generate_corpus
 from readability_triton.cli import main
-from readability_triton.triton import bench
+from readability_triton.client import bench
 
 
 def run(*argv):
@@ -217,7 +217,7 @@ def test_the_in_process_row_runs_the_served_bert_format(tiny_artifacts, tmp_path
     repository holds (portable now serves ONNX by default), with the served thread plan and
     padding."""
     from readability_triton.bert.runner import OnnxRunner, TorchScriptRunner
-    from readability_triton.triton import repository
+    from readability_triton.repository import assemble as repository
 
     repo = str(tmp_path / "repository")
     repository.assemble(tiny_artifacts, repo, profile, bert_format=bert_format)

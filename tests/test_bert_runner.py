@@ -6,7 +6,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from readability_triton.bert.runner import OnnxRunner, length_bands, real_lengths, trimmed
+from readability_triton.bert.runner import (
+    OnnxRunner,
+    length_bands,
+    real_lengths,
+    trimmed,
+)
 from readability_triton.tokenizer.runner import TokenizerRunner
 
 

@@ -17,9 +17,9 @@ from harness import parse_config, save_bert_checkpoint, tiny_bert_config, write_
 from readability_triton import contracts as C  # noqa: E402
 from readability_triton import metrics, scoring  # noqa: E402
 from readability_triton.artifacts.corpus import generate_corpus  # noqa: E402
-from readability_triton.artifacts.pipeline import Pipeline  # noqa: E402
 from readability_triton.cli import main  # noqa: E402
 from readability_triton.layout import TRAINING_RECORD, load_manifest  # noqa: E402
+from readability_triton.pipeline import Pipeline  # noqa: E402
 
 pytestmark = pytest.mark.slow  # trains and exports models (make check leaves it out)
 

@@ -14,7 +14,6 @@ from harness import write_csv  # noqa: E402
 
 from readability_triton import contracts  # noqa: E402
 from readability_triton.artifacts import corpus as D  # noqa: E402
-from readability_triton.artifacts.pipeline import Pipeline  # noqa: E402
 from readability_triton.bert.ridge_head import select_head  # noqa: E402
 from readability_triton.cli import main  # noqa: E402
 from readability_triton.layout import (  # noqa: E402
@@ -23,6 +22,7 @@ from readability_triton.layout import (  # noqa: E402
     check_artifacts,
     load_manifest,
 )
+from readability_triton.pipeline import Pipeline  # noqa: E402
 
 pytestmark = pytest.mark.slow  # trains and exports models (make check leaves it out)
 

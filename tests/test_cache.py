@@ -20,7 +20,8 @@ import pytest
 from served import Failure, portable_in_process, score_texts, start_server
 
 from readability_triton import contracts as C
-from readability_triton.triton import configs, repository
+from readability_triton.repository import assemble as repository
+from readability_triton.repository import configs
 
 pytestmark = pytest.mark.integration
 TEXTS = ["The cat sat on the mat. It was happy.",

@@ -10,7 +10,7 @@ from tritonclient.grpc import model_config_pb2
 
 from readability_triton import contracts as C
 from readability_triton.errors import AssemblyError
-from readability_triton.triton import configs, profiles
+from readability_triton.repository import configs, profiles
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CANONICAL = os.path.join(ROOT, "model_repository")
@@ -37,7 +37,7 @@ def test_canonical_configs_are_the_rendered_gpu_profile():
             committed = handle.read()
         assert committed == configs.render_config(model, "gpu"), (
             f"model_repository/{model}/config.pbtxt is stale: run "
-            "`python -m readability_triton.triton.configs model_repository`")
+            "`python -m readability_triton.repository.configs model_repository`")
 
 
 @pytest.mark.parametrize("model", C.ALL_MODELS)

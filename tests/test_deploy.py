@@ -18,7 +18,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from readability_triton.triton import releases
+from readability_triton.repository import releases
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEPLOY = os.path.join(ROOT, "deploy")

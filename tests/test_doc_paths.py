@@ -1,5 +1,5 @@
 """What the documentation names exists: every `python -m ...` command and every module path
-(`readability_triton.triton.configs`, or `triton.configs` in backticks inside the package)
+(`readability_triton.repository.configs`, or `triton.configs` in backticks inside the package)
 in the READMEs, the config headers, the deployment files, the docstrings and comments, and
 every benchmark and script imports."""
 from __future__ import annotations

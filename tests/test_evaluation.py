@@ -1,4 +1,4 @@
-"""`evaluate`, the in-process pipeline (`artifacts.pipeline`), `metrics` and `scoring`:
+"""`evaluate`, the in-process pipeline (`pipeline`), `metrics` and `scoring`:
 predictions of an artifact set equal the models' own (Treelite GTIL, torch.jit,
 postprocess arithmetic), RMSEs are right, and the refusals say what is wrong. The served
 path is checked in test_server.py."""
@@ -19,11 +19,11 @@ treelite = pytest.importorskip("treelite")
 from harness import check_png, write_csv  # noqa: E402
 
 from readability_triton import metrics, scoring  # noqa: E402
-from readability_triton.artifacts.pipeline import Pipeline  # noqa: E402
 from readability_triton.cli import main  # noqa: E402
 from readability_triton.errors import EvaluationError  # noqa: E402
 from readability_triton.features import Vocabulary, featurize  # noqa: E402
 from readability_triton.layout import load_manifest, write_manifest  # noqa: E402
+from readability_triton.pipeline import Pipeline  # noqa: E402
 from readability_triton.tokenizer import WordPieceTokenizer  # noqa: E402
 
 TEXTS = ["A short and easy text.", "Another, somewhat longer, sentence follows it; then a third one.",

@@ -17,8 +17,8 @@ import pytest
 from served import assemble_portable, score_texts, start_server
 
 from readability_triton import contracts as C
-from readability_triton.triton import load
-from readability_triton.triton.server import TritonServer, free_port
+from readability_triton.client import load
+from readability_triton.server.tritonserver import TritonServer, free_port
 
 pytestmark = pytest.mark.integration
 

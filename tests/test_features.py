@@ -365,7 +365,7 @@ def test_serving_side_does_not_need_scikit_learn():
     import sys
 
     code = ("import sys; sys.modules['sklearn'] = None\n"
-            "from readability_triton import features\nfrom readability_triton.triton import runtime\n"
+            "from readability_triton import features\nfrom readability_triton.stub import runtime\n"
             "v = features.Vocabulary(['a'], ['b'], ['a'])\n"
             "print(features.featurize(['a b'], v).tolist())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -22,8 +22,8 @@ import pytest
 from served import assemble_portable, start_server, system_tool, text_rows
 
 from readability_triton import contracts as C
-from readability_triton.triton.load import rss_by_process
-from readability_triton.triton.server import free_port
+from readability_triton.client.load import rss_by_process
+from readability_triton.server.tritonserver import free_port
 
 pytestmark = pytest.mark.integration
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

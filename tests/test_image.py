@@ -30,9 +30,10 @@ import pytest
 from served import text_rows
 
 from readability_triton import contracts as C
-from readability_triton.triton import load, repository
-from readability_triton.triton.processes import alive
-from readability_triton.triton.server import free_port
+from readability_triton.client import load
+from readability_triton.repository import assemble as repository
+from readability_triton.server.processes import alive
+from readability_triton.server.tritonserver import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -276,7 +277,8 @@ def test_the_cpu_profile_renders_and_parses_in_the_image(image):
     repository is assembled in the image and every config parsed with Triton's proto."""
     script = "\n".join([
         "import os",
-        "from readability_triton.triton import configs, repository",
+        "from readability_triton.repository import configs",
+        "from readability_triton.repository import assemble as repository",
         "repository.assemble('/opt/readability-triton/artifacts', '/tmp/cpu', 'cpu')",
         "for m in sorted(os.listdir('/tmp/cpu')):",
         "    c = configs.read_config(os.path.join('/tmp/cpu', m, 'config.pbtxt'))",

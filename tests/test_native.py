@@ -18,11 +18,20 @@ import os
 
 import numpy as np
 import pytest
-from served import CLIENTS, Failure, portable_in_process, score_texts, side_by_side, start_server
+from served import (
+    CLIENTS,
+    Failure,
+    portable_in_process,
+    score_texts,
+    side_by_side,
+    start_server,
+)
 
 from readability_triton import contracts as C
-from readability_triton.triton import configs, repository
-from readability_triton.triton.installation import native_backends
+from readability_triton.repository import assemble as repository
+from readability_triton.repository import configs
+from readability_triton.server.backends import python_forest_view
+from readability_triton.server.installation import native_backends
 
 pytestmark = pytest.mark.integration
 TEXTS = ["The cat sat on the mat. It was happy.",
@@ -52,7 +61,7 @@ def served(request, native, tiny_artifacts, tmp_path_factory):
     root = tmp_path_factory.mktemp(f"native-{request.param}")
     repo = str(root / "repository")
     repository.assemble(tiny_artifacts, repo, "cpu", bert_format=request.param)
-    view = repository.python_forest_view(repo, str(root / "view"))
+    view = python_forest_view(repo, str(root / "view"))
     server = start_server(view, str(root / "server.log"), native=native)
     yield request.param, server
     assert server.stop() == 0

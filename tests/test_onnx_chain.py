@@ -23,7 +23,9 @@ from readability_triton.artifacts.corpus import generate_corpus
 from readability_triton.artifacts.demo import minilm_directory
 from readability_triton.bert.checkpoint import write_tokenizer
 from readability_triton.cli import main
-from readability_triton.triton import configs, repository
+from readability_triton.repository import assemble as repository
+from readability_triton.repository import configs
+from readability_triton.server.backends import python_forest_view
 
 pytestmark = pytest.mark.integration
 
@@ -38,7 +40,7 @@ TEXTS = ["The cat sat on the mat. It was happy.",
 def chain(request, tmp_path_factory):
     import torch
 
-    from readability_triton.triton.installation import native_backends
+    from readability_triton.server.installation import native_backends
 
     native = native_backends()
     if request.param == "cpu" and native is None:
@@ -69,7 +71,7 @@ def chain(request, tmp_path_factory):
     assert (repo / "bert" / "1" / "model.onnx").is_file() and not (repo / "bert" / "1" / "model.pt").exists()
     if request.param == "cpu":
         assert configs.read_config(str(repo / "bert" / "config.pbtxt")).platform == "onnxruntime_onnx"
-        server = start_server(repository.python_forest_view(str(repo), str(root / "view")),
+        server = start_server(python_forest_view(str(repo), str(root / "view")),
                               str(root / "server.log"), native=native)
     else:
         server = start_server(str(repo), str(root / "server.log"), str(root / "backends"))

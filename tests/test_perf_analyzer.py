@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from readability_triton.triton import bench
+from readability_triton.client import bench
 
 pytestmark = pytest.mark.integration
 TEXTS = [f"Text number {i} is here. It has {'a few ' * (i % 5)}words and reads easily." for i in range(24)]

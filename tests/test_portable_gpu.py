@@ -18,8 +18,8 @@ from readability_triton import contracts as C
 from readability_triton.forest.arrays import ArrayForestRunner, export_forest_arrays
 from readability_triton.forest.runner import GTILRunner, forest_runner
 from readability_triton.layout import FOREST_ARRAYS
-from readability_triton.triton import repository
-from readability_triton.triton.runtime import ARRIVALS_ENV
+from readability_triton.repository import assemble as repository
+from readability_triton.stub.runtime import ARRIVALS_ENV
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_arrays_from_another_checkpoint_are_refused(forest_folder, tmp_path):
 def test_portable_gpu_profile_serves_on_the_cpu_as_portable_does(tiny_artifacts, tmp_path, monkeypatch):
     from served import score_texts, start_server
 
-    from readability_triton.artifacts.pipeline import Pipeline
+    from readability_triton.pipeline import Pipeline
 
     repo = str(tmp_path / "repo")
     repository.assemble(tiny_artifacts, repo, "portable-gpu")

@@ -20,7 +20,7 @@ from harness import (
 from readability_triton import contracts
 from readability_triton import layout as M
 from readability_triton.device import Device
-from readability_triton.triton import configs
+from readability_triton.repository import configs
 
 
 def tokenizer_files(vocab_dir):

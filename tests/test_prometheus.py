@@ -25,7 +25,7 @@ import pytest
 import yaml
 from served import score_texts, system_tool
 
-from readability_triton.triton.server import free_port
+from readability_triton.server.tritonserver import free_port
 
 pytestmark = pytest.mark.integration
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

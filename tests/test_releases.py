@@ -11,7 +11,8 @@ import pytest
 
 from readability_triton import contracts as C
 from readability_triton.errors import AssemblyError
-from readability_triton.triton import configs, profiles, releases, repository
+from readability_triton.repository import assemble as repository
+from readability_triton.repository import configs, profiles, releases
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROFILES = profiles.PROFILES
@@ -75,7 +76,7 @@ def test_the_build_check_reads_the_stub_in_the_image(tmp_path):
     (problem,) = releases.problems(old, "cpu", "3.11", "1.26.4", None, (None, False), "/nowhere/stub")
     assert "/nowhere/stub" in problem and "BASE_IMAGE" in problem
     assert releases.stub_libpython(str(tmp_path / "missing")) == (None, False)
-    from readability_triton.triton.installation import triton_home
+    from readability_triton.server.installation import triton_home
 
     version = "%d.%d" % sys.version_info[:2]
     real = os.path.join(triton_home(), "python_backend_stubs", version, "triton_python_backend_stub")
@@ -84,7 +85,7 @@ def test_the_build_check_reads_the_stub_in_the_image(tmp_path):
 
 def _module(*args, cwd=ROOT):
     # -S: no site-packages, so the module runs as the Dockerfile runs it, before any install.
-    return subprocess.run([sys.executable, "-S", "-m", "readability_triton.triton.releases", *args],
+    return subprocess.run([sys.executable, "-S", "-m", "readability_triton.repository.releases", *args],
                           cwd=cwd, capture_output=True, text=True, timeout=60)
 
 

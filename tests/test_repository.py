@@ -14,7 +14,8 @@ from tritonclient.grpc import model_config_pb2
 from readability_triton import cli
 from readability_triton import contracts as C
 from readability_triton import layout as M
-from readability_triton.triton import profiles, repository
+from readability_triton.repository import assemble as repository
+from readability_triton.repository import profiles
 
 
 def parse(path):

@@ -9,8 +9,8 @@ from harness import array_request, text_request
 
 from readability_triton.device import Device
 from readability_triton.errors import RequestError
-from readability_triton.triton import requests as runtime_requests
-from readability_triton.triton import responses, runtime
+from readability_triton.stub import requests as runtime_requests
+from readability_triton.stub import responses, runtime
 
 
 def test_read_text_requests_isolates_bad_requests():

@@ -17,10 +17,11 @@ from tritonclient.utils import InferenceServerException
 
 from readability_triton import contracts as C
 from readability_triton import scoring
+from readability_triton.client.readability import ReadabilityClient
 from readability_triton.layout import load_manifest
-from readability_triton.triton import configs, repository
-from readability_triton.triton.client import ReadabilityClient
-from readability_triton.triton.server import free_port
+from readability_triton.repository import assemble as repository
+from readability_triton.repository import configs
+from readability_triton.server.tritonserver import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +63,7 @@ def server(repo, tmp_path_factory):
 @pytest.fixture(scope="module")
 def expected(tiny_artifacts):
     """What the artifacts compute in process, with the runners the Python models run."""
-    from readability_triton.artifacts.pipeline import Pipeline
+    from readability_triton.pipeline import Pipeline
 
     pipeline = Pipeline.from_folder(tiny_artifacts)
 
@@ -260,8 +261,8 @@ def test_evaluate_through_the_server_equals_the_artifacts(server, tiny_artifacts
     import csv
     import json
 
-    from readability_triton.artifacts.pipeline import Pipeline
     from readability_triton.metrics import rmse
+    from readability_triton.pipeline import Pipeline
 
     texts = [t for t in TEXTS if len(t.encode()) <= MAX_TEXT_BYTES]
     targets = np.linspace(-2.0, 1.0, len(texts))
@@ -284,7 +285,7 @@ def test_stop_says_when_the_server_had_already_died_on_its_own(tmp_path):
     """A server that crashed before stop() (here a stand-in that dies by SIGSEGV, as
     tritonserver 2.51 does on a gRPC cancellation race) is not drained, and `last_stop`
     says that it had exited and how, not 'still loaded after the drain timeout'."""
-    from readability_triton.triton import server as S
+    from readability_triton.server import tritonserver as S
 
     stand_in = subprocess.Popen(["sh", "-c", "kill -SEGV $$"], start_new_session=True)
     stand_in.wait(10)
@@ -298,7 +299,7 @@ def test_stop_says_when_the_server_had_already_died_on_its_own(tmp_path):
 def test_stop_says_when_the_server_died_during_the_drain(tmp_path, monkeypatch):
     """A server that crashes while it is drained (the drain then fails on a refused
     connection) is reported as dead and how, not by the drain's connection error."""
-    from readability_triton.triton import server as S
+    from readability_triton.server import tritonserver as S
 
     stand_in = subprocess.Popen(["sleep", "60"], start_new_session=True)
     server = S.TritonServer(str(tmp_path), process=stand_in)
@@ -322,7 +323,7 @@ def test_stop_says_when_the_server_did_not_answer_ready_and_was_stopped_without_
     words (not 'still loaded after the drain timeout' with nothing named)."""
     import socket
 
-    from readability_triton.triton import server as S
+    from readability_triton.server import tritonserver as S
 
     monkeypatch.setattr(S, "READY_BEFORE_DRAIN_S", 0.5)
     silent = socket.socket()

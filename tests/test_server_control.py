@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 from tritonclient.utils import InferenceServerException
 
-from readability_triton.triton import admin as A
-from readability_triton.triton import health as H
-from readability_triton.triton import installation as I
-from readability_triton.triton import server as S
-from readability_triton.triton.client import is_busy, is_transient
+from readability_triton.client.readability import is_busy, is_transient
+from readability_triton.server import admin as A
+from readability_triton.server import health as H
+from readability_triton.server import installation as I
+from readability_triton.server import tritonserver as S
 
 
 def test_this_environment_has_a_numpy_the_stub_can_read():
@@ -118,7 +118,7 @@ def _metrics(pending: dict, queue_us: dict, success: dict) -> str:
 
 
 def test_the_gate_counts_the_requests_waiting_in_the_later_steps():
-    from readability_triton.triton.admission import Admission, pending_requests
+    from readability_triton.stub.admission import Admission, pending_requests
 
     text = _metrics({"validate": 3, "bert": 6, "forest": 1}, {}, {})
     assert pending_requests(text) == {"validate": 3, "bert": 6, "forest": 1}
@@ -143,7 +143,7 @@ def test_the_gate_counts_the_requests_waiting_in_the_later_steps():
 
 
 def test_the_gate_measures_how_long_requests_have_lately_waited():
-    from readability_triton.triton.admission import Admission
+    from readability_triton.stub.admission import Admission
 
     clock, state = [0.0], {"pending": 2, "queue_us": 0, "success": 0}
     gate = Admission(0, 10.0, ["bert"], url="http://m", refresh=0.0, clock=lambda: clock[0],
@@ -171,7 +171,7 @@ def test_a_burst_after_a_long_idle_spell_is_not_taken_for_a_stuck_step():
     """Found on a server shared by several suites: idle for minutes, then two clients; the
     first request queued at a step that had answered nothing since the idle spell began
     made the gate say "requests wait 507 s" and refuse the second."""
-    from readability_triton.triton.admission import Admission
+    from readability_triton.stub.admission import Admission
 
     clock, state = [0.0], {"pending": 0, "queue_us": 5_000_000, "success": 40}
     gate = Admission(0, 10.0, ["featurize"], url="http://m", refresh=0.0, clock=lambda: clock[0],

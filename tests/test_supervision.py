@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 
 from readability_triton import contracts as C
-from readability_triton.triton import health as H
-from readability_triton.triton import processes as P
+from readability_triton.repository.canary import Canary
+from readability_triton.server import health as H
+from readability_triton.server import processes as P
 
-CANARY = H.Canary("a text", {C.SCORE: 1.0, C.BERT_SCORE: 1.1, C.FOREST_SCORE: -0.2}, 1e-3)
+CANARY = Canary("a text", {C.SCORE: 1.0, C.BERT_SCORE: 1.1, C.FOREST_SCORE: -0.2}, 1e-3)
 
 
 class FakeProcess:
@@ -169,9 +170,9 @@ def test_what_a_failed_canary_means(message, kind):
 
 def test_the_canary_round_trips_through_the_repository(tmp_path):
     (tmp_path / C.ENSEMBLE / "1").mkdir(parents=True)
-    assert H.Canary.load(str(tmp_path)) is None
+    assert Canary.load(str(tmp_path)) is None
     CANARY.save(str(tmp_path))
-    assert H.Canary.load(str(tmp_path)) == CANARY
+    assert Canary.load(str(tmp_path)) == CANARY
     assert CANARY.judge({C.SCORE: 1.0004, C.BERT_SCORE: 1.1, C.FOREST_SCORE: -0.2}) is None
     assert "nan" in CANARY.judge({C.SCORE: float("nan"), C.BERT_SCORE: 1.1, C.FOREST_SCORE: -0.2})
 

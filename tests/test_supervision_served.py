@@ -26,10 +26,10 @@ import pytest
 from served import assemble_portable, start_server, text_rows
 
 from readability_triton import contracts as C
-from readability_triton.triton import health as H
-from readability_triton.triton.admin import ADMIN_KEY_ENV
-from readability_triton.triton.processes import alive, python_stubs
-from readability_triton.triton.server import free_port
+from readability_triton.repository.canary import Canary
+from readability_triton.server.admin import ADMIN_KEY_ENV
+from readability_triton.server.processes import alive, python_stubs
+from readability_triton.server.tritonserver import free_port
 
 pytestmark = pytest.mark.integration
 KEY = "test-admin-key-1"
@@ -181,9 +181,9 @@ def test_the_repository_api_is_closed_to_clients_without_the_key(repo, tmp_path)
 def test_an_override_that_changes_the_answers_is_detected_and_healed(repo, tmp_path):
     from google.protobuf import json_format
 
-    from readability_triton.triton.configs import read_config
+    from readability_triton.repository.configs import read_config
 
-    canary = H.Canary.load(repo)
+    canary = Canary.load(repo)
     serve = Serve(repo, tmp_path, "--health-interval", "1")
     try:
         assert _cli("health", "--url", serve.http, "--repository", repo).returncode == 0

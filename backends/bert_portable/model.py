@@ -10,7 +10,7 @@ import triton_python_backend_utils as pb_utils
 from readability_triton import contracts as C
 from readability_triton.bert.runner import bert_runner
 from readability_triton.layout import BERT_FORMATS
-from readability_triton.triton.runtime import PythonModel
+from readability_triton.stub.runtime import PythonModel
 
 
 class TritonPythonModel:

@@ -8,7 +8,7 @@ import triton_python_backend_utils as pb_utils
 
 from readability_triton import contracts as C
 from readability_triton.forest.runner import GTILRunner, forest_runner
-from readability_triton.triton.runtime import PythonModel
+from readability_triton.stub.runtime import PythonModel
 
 
 class TritonPythonModel:

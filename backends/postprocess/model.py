@@ -9,7 +9,7 @@ import triton_python_backend_utils as pb_utils
 
 from readability_triton import contracts as C
 from readability_triton.scoring import Blender
-from readability_triton.triton.runtime import PythonModel
+from readability_triton.stub.runtime import PythonModel
 
 
 class TritonPythonModel:

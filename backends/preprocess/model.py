@@ -8,8 +8,8 @@ and leave through DLPack; on a CPU instance the tokenizers library builds them.
 import triton_python_backend_utils as pb_utils
 
 from readability_triton import contracts as C
+from readability_triton.stub.runtime import PythonModel
 from readability_triton.tokenizer.runner import TokenizerRunner
-from readability_triton.triton.runtime import PythonModel
 
 
 class TritonPythonModel:

@@ -6,8 +6,8 @@ unchanged: see the ensemble rules at `readability_triton.contracts.PARALLEL_STEP
 """
 import triton_python_backend_utils as pb_utils
 
+from readability_triton.stub.runtime import PythonModel
 from readability_triton.texts import to_rows
-from readability_triton.triton.runtime import PythonModel
 
 
 class TritonPythonModel:

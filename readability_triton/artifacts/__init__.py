@@ -1,5 +1,5 @@
-"""Artifact sets: `manifest.json` (`Manifest`), the in-process pipeline that computes what the
-served ensemble computes (`pipeline.Pipeline`), and the demo build (`demo.build_demo`, with
-the corpus it generates when there is no data). Importing this package imports none of
-them: the serving side reads `manifest` only, the training side the rest.
+"""Building artifact sets: the fitted blend (`blend.train_blend`) and the demo build
+(`demo.build_demo`, with the corpus it generates when there is no data). Importing this
+package imports none of them. The sets' layout and `manifest.json` are `layout`'s; what
+they compute in process is `pipeline.Pipeline`'s.
 """

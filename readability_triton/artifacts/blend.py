@@ -17,7 +17,7 @@ import numpy as np
 from ..errors import EvaluationError
 from ..layout import Manifest, load_manifest, update_manifest
 from ..metrics import data_digest, fit_blend, text_fingerprints
-from .pipeline import Pipeline
+from ..pipeline import Pipeline
 
 
 def _bert_training(manifest: Manifest) -> dict:

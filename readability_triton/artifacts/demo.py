@@ -44,15 +44,20 @@ import numpy as np
 
 from .. import contracts
 from .. import layout as M
-from ..bert.checkpoint import check_compatible, load_tokenizer, special_ids, write_tokenizer
+from ..bert.checkpoint import (
+    check_compatible,
+    load_tokenizer,
+    special_ids,
+    write_tokenizer,
+)
 from ..bert.ridge_head import embed, install_head, select_head
 from ..bert.runner import RUNNERS
 from ..data import read_table
 from ..errors import DemoError
 from ..forest import training as F
 from ..metrics import check_folds, fit_blend
+from ..pipeline import Pipeline
 from .corpus import CORPUS_VERSION, DEFAULT_CORPUS_SIZE, generate_corpus
-from .pipeline import Pipeline
 
 BERT_KINDS = ("minilm", "tiny")
 #: Bump when the recipe changes in a way the code hashes below would not catch.

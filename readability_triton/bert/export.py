@@ -23,7 +23,13 @@ import torch
 from .. import contracts
 from ..errors import BertError, ExportError
 from ..layout import BERT_FORMATS, TRAINING_RECORD, update_manifest
-from .checkpoint import check_compatible, load_sequence_regressor, load_tokenizer, special_ids, write_tokenizer
+from .checkpoint import (
+    check_compatible,
+    load_sequence_regressor,
+    load_tokenizer,
+    special_ids,
+    write_tokenizer,
+)
 from .modules import EagerReference, SequenceRegressor
 from .runner import onnx_session
 from .verify import (

@@ -18,7 +18,12 @@ from ..errors import BertError
 from ..layout import TRAINING_RECORD
 from ..metrics import check_folds, data_digest, out_of_fold, rmse, text_fingerprints
 from ..progress import no_progress
-from .checkpoint import check_checkpoint_folder, check_compatible, load_tokenizer, write_tokenizer
+from .checkpoint import (
+    check_checkpoint_folder,
+    check_compatible,
+    load_tokenizer,
+    write_tokenizer,
+)
 from .modules import encode_texts, length_batches
 
 

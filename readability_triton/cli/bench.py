@@ -7,14 +7,15 @@ import os
 import sys
 
 from ..artifacts.corpus import default_texts
-from ..artifacts.pipeline import Pipeline
+from ..client import bench
 from ..data import read_table
 from ..errors import CommandError
+from ..pipeline import Pipeline
+from ..repository.assemble import repository_pipeline, served_bert
+from ..server.backends import servable
+from ..server.health import check
+from ..server.tritonserver import TritonServer
 from ..texts import as_utf8
-from ..triton import bench
-from ..triton.health import check
-from ..triton.repository import repository_pipeline, servable, served_bert
-from ..triton.server import TritonServer
 from .common import progress
 
 

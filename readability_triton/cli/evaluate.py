@@ -7,12 +7,12 @@ import json
 import sys
 
 from .. import contracts
-from ..artifacts.pipeline import Pipeline
+from ..client.readability import parse_outputs, served_predictions, served_weights
 from ..data import read_table
 from ..errors import CommandError
 from ..metrics import plot_predictions, summarize
+from ..pipeline import Pipeline
 from ..scoring import weight_pair
-from ..triton.client import parse_outputs, served_predictions, served_weights
 from .common import data_arguments, progress
 
 

@@ -7,12 +7,13 @@ import os
 import sys
 
 from .. import contracts
+from ..client.readability import ReadabilityClient, parse_outputs
 from ..data import COMMONLIT_CSV, read_table
 from ..errors import CommandError
-from ..triton.client import ReadabilityClient, parse_outputs
-from ..triton.installation import native_backends
-from ..triton.repository import assemble, servable, served_bert
-from ..triton.server import TritonServer
+from ..repository.assemble import assemble, served_bert
+from ..server.backends import servable
+from ..server.installation import native_backends
+from ..server.tritonserver import TritonServer
 from .common import progress
 from .training import ensure_demo_artifacts
 

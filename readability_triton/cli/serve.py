@@ -8,14 +8,16 @@ import time
 
 from .. import contracts
 from ..errors import CommandError
+from ..repository import releases
+from ..repository.assemble import assemble, pick_bert_format
+from ..repository.canary import Canary
+from ..repository.profiles import DEFAULT_TENSORRT_CACHE, PROFILES
 from ..scoring import blend_weights
-from ..triton import releases
-from ..triton.admin import ADMIN_HEADER, ADMIN_KEY_ENV
-from ..triton.health import Canary, Supervisor, check
-from ..triton.processes import become_subreaper
-from ..triton.profiles import DEFAULT_TENSORRT_CACHE, PROFILES
-from ..triton.repository import assemble, pick_bert_format, servable
-from ..triton.server import TritonServer
+from ..server.admin import ADMIN_HEADER, ADMIN_KEY_ENV
+from ..server.backends import servable
+from ..server.health import Supervisor, check
+from ..server.processes import become_subreaper
+from ..server.tritonserver import TritonServer
 
 
 def register(subparsers) -> None:

@@ -33,7 +33,14 @@ from .. import contracts
 from ..errors import ForestError
 from ..features import Vocabulary, build_vocabulary, featurize
 from ..layout import CHECKPOINT, VOCABULARY, update_manifest
-from ..metrics import check_folds, data_digest, mean_rmse, out_of_fold, rmse, text_fingerprints
+from ..metrics import (
+    check_folds,
+    data_digest,
+    mean_rmse,
+    out_of_fold,
+    rmse,
+    text_fingerprints,
+)
 from .checkpoint import gtil_predict, treelite_module
 
 #: Hyper-parameters of the forest (both libraries). max_features and min_samples_leaf

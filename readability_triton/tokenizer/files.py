@@ -13,7 +13,13 @@ import os
 import shutil
 import tempfile
 
-from ..layout import SPECIAL_TOKENS_MAP, TOKENIZER_CONFIG, TOKENIZER_FILES, TOKENIZER_JSON, VOCAB_TXT
+from ..layout import (
+    SPECIAL_TOKENS_MAP,
+    TOKENIZER_CONFIG,
+    TOKENIZER_FILES,
+    TOKENIZER_JSON,
+    VOCAB_TXT,
+)
 
 SPECIAL_DEFAULTS = {
     "pad_token": "[PAD]",

@@ -6,7 +6,7 @@ For every (texts per request, concurrency) row: `concurrency` clients send reque
 texts/s, request latency p50/p95/p99 and errors, and, from Triton's statistics extension
 (the difference over the row), for every composing model: requests, inferences (texts),
 executions, the average batch size, and the queue and compute (input, infer, output) time per request and
-per execution (see `breakdown`). The in-process pipeline (`artifacts.pipeline.Pipeline`: the same runners on
+per execution (see `breakdown`). The in-process pipeline (`pipeline.Pipeline`: the same runners on
 the same artifacts, with the served BERT file and thread plan, one thread of calls,
 `texts_per_request` texts per call) runs on the same texts right before and right after each
 row (the mean of the two), which gives the served/in-process ratio.
@@ -22,8 +22,8 @@ import numpy as np
 
 from .. import contracts as C
 from ..progress import no_progress
-from .client import ThreadClients, text_input, triton_client
 from .load import Outcome, closed_loop, percentiles
+from .readability import ThreadClients, text_input, triton_client
 
 #: The models whose statistics the breakdown shows, in the order of the graph.
 STEPS = (C.VALIDATE, C.PREPROCESS, C.BERT, C.FEATURIZE, C.FOREST, C.POSTPROCESS)

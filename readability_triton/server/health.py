@@ -36,9 +36,7 @@ repository) is the one repair.
 from __future__ import annotations
 
 import itertools
-import json
 import math
-import os
 import re
 import threading
 import time
@@ -46,13 +44,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .. import contracts as C
+from ..client.readability import ReadabilityClient
 from ..errors import ClientError
-from .client import ReadabilityClient
+from ..repository.canary import CANARY, Canary
 from .processes import alive, instance_model, python_stubs, reap_zombies
 
-CANARY = C.CANARY_TEXT
-#: Where `assemble` records the canary's expected answers: in the ensemble's version folder.
-CANARY_FILE = "canary.json"
 _DEAD_STUB = re.compile(r"Stub process '(.+?)_\d+_\d+' is not healthy")
 _probes = itertools.count(int(time.time()))
 #: Answers that mean "busy, not broken": a queue timeout, validate's load shedding, a
@@ -60,44 +56,6 @@ _probes = itertools.count(int(time.time()))
 _BUSY = ("timeout expired", "busy:", "deadline exceeded", "timed out", "timeout")
 #: Answers that mean a model of the repository is not served.
 _MISSING = ("has no available versions", "is not found", "unknown model", "is not ready")
-
-
-@dataclass(frozen=True)
-class Canary:
-    """The canary text and the answers the repository's own models give it."""
-
-    text: str
-    expected: dict[str, float]  # ensemble output -> value
-    tolerance: float  # largest |served - expected| that is still right
-
-    def judge(self, outputs: dict[str, float]) -> str | None:
-        """None when `outputs` are right, else what differs."""
-        wrong = []
-        for name, want in self.expected.items():
-            got = outputs.get(name)
-            if got is None or not math.isfinite(got) or abs(got - want) > self.tolerance:
-                wrong.append(f"{name} {got} (expected {want:.6f} +- {self.tolerance:g})")
-        return ("wrong answer: " + ", ".join(wrong)) if wrong else None
-
-    def save(self, repository: str) -> str:
-        path = canary_path(repository)
-        with open(path, "w", encoding="utf-8") as handle:
-            json.dump({"text": self.text, "expected": self.expected, "tolerance": self.tolerance}, handle, indent=2)
-        return path
-
-    @classmethod
-    def load(cls, repository: str) -> Canary | None:
-        """The canary `assemble` recorded in `repository`, or None (an older repository)."""
-        path = canary_path(repository)
-        if not os.path.isfile(path):
-            return None
-        with open(path, encoding="utf-8") as handle:
-            data = json.load(handle)
-        return cls(str(data["text"]), {k: float(v) for k, v in data["expected"].items()}, float(data["tolerance"]))
-
-
-def canary_path(repository: str) -> str:
-    return os.path.join(repository, C.ENSEMBLE, "1", CANARY_FILE)
 
 
 @dataclass

@@ -23,7 +23,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .. import contracts as C
-from .client import ThreadClients, is_busy, text_input
+from .readability import ThreadClients, is_busy, text_input
 
 
 @dataclass

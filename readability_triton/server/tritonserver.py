@@ -34,8 +34,8 @@ from typing import Any
 
 from .. import threads
 from ..errors import ServerError
+from ..stub.admission import METRICS_URL_ENV, pending_requests
 from .admin import admin_headers, admin_key_from_environment, restricted_api_args
-from .admission import METRICS_URL_ENV, pending_requests
 from .installation import (
     TRITON_HOME_ENV,
     native_backends,

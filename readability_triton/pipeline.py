@@ -15,12 +15,12 @@ from contextlib import nullcontext
 
 import numpy as np
 
-from .. import contracts
-from ..bert.runner import RUNNERS
-from ..errors import EvaluationError
-from ..features.runner import FeatureRunner
-from ..forest.runner import GTILRunner
-from ..layout import (
+from . import contracts
+from .bert.runner import RUNNERS
+from .errors import EvaluationError
+from .features.runner import FeatureRunner
+from .forest.runner import GTILRunner
+from .layout import (
     BERT_FORMATS,
     FOREST_FILES,
     TOKENIZER_FILES,
@@ -31,10 +31,10 @@ from ..layout import (
     present,
     verify_files,
 )
-from ..scoring import Blender, blend_weights, weight_pair
-from ..texts import as_utf8
-from ..tokenizer.runner import TokenizerRunner
-from ..validation import checked_texts
+from .scoring import Blender, blend_weights, weight_pair
+from .texts import as_utf8
+from .tokenizer.runner import TokenizerRunner
+from .validation import checked_texts
 
 BRANCHES = ("bert", "forest", "score")
 

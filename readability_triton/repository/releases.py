@@ -2,9 +2,9 @@
 image the Dockerfile builds. Standard library only: the Dockerfile runs this module from
 the source tree before anything is installed.
 
-    python -m readability_triton.triton.releases requirements --triton-version 26.08 --profile gpu
-    python -m readability_triton.triton.releases check --triton-version 24.10 --profile gpu
-    python -m readability_triton.triton.releases table
+    python -m readability_triton.repository.releases requirements --triton-version 26.08 --profile gpu
+    python -m readability_triton.repository.releases check --triton-version 24.10 --profile gpu
+    python -m readability_triton.repository.releases table
 
 Facts (NVIDIA's release notes and this project's checks, `../shared/design.md`):
 - 24.10 (Triton 2.51, the core the tests run): Ubuntu 22.04, Python 3.10, CUDA 12.6; its
@@ -241,7 +241,7 @@ def check_image(version: str, profile: str, stub_path: str = IMAGE_STUB) -> list
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m readability_triton.triton.releases")
+    parser = argparse.ArgumentParser(prog="python -m readability_triton.repository.releases")
     sub = parser.add_subparsers(dest="what", required=True)
     for name in ("numpy", "requirements", "optional", "extras", "constraints", "check"):
         p = sub.add_parser(name)
