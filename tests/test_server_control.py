@@ -36,7 +36,9 @@ def test_serve_refuses_with_numpy_2_and_says_why(monkeypatch, tmp_path, capsys):
 
     real = metadata.version
     monkeypatch.setattr(metadata, "version", lambda name: "2.0.0" if name == "numpy" else real(name))
-    (tmp_path / "repo").mkdir()
+    from readability_triton.repository.assemble import write_configs
+
+    write_configs(str(tmp_path / "repo"), "portable")  # configs, no artifacts: it stops before loading
     assert main(["serve", "--repository", str(tmp_path / "repo")]) == 2
     assert "NumPy 2.0.0 is installed" in capsys.readouterr().err
 
@@ -91,10 +93,11 @@ def test_the_restricted_apis_are_closed_with_one_key(tmp_path, monkeypatch):
     monkeypatch.delenv(A.ADMIN_KEY_ENV, raising=False)
     a, b = S.TritonServer(str(tmp_path)), S.TritonServer(str(tmp_path))
     assert a.admin_key != b.admin_key and len(a.admin_key) >= 24  # generated per server
-    command = a.command()
+    secret = a.secret_args()
     spec = f"model-repository,logging,trace,shared-memory:admin-key={a.admin_key}"
-    assert command[command.index("--http-restricted-api") + 1] == spec
-    assert command[command.index("--grpc-restricted-protocol") + 1] == spec
+    assert secret[secret.index("--http-restricted-api") + 1] == spec
+    assert secret[secret.index("--grpc-restricted-protocol") + 1] == spec
+    assert not any(a.admin_key in arg for arg in a.command())  # handed over by keyshim, never on the command line
     assert A.admin_headers("k", "grpc") == {"triton-grpc-protocol-admin-key": "k"}
     monkeypatch.setenv(A.ADMIN_KEY_ENV, "from-the-environment")
     assert S.TritonServer(str(tmp_path)).admin_key == "from-the-environment"

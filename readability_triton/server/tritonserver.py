@@ -12,8 +12,6 @@ while it runs:
   refuses in flight forever and then hangs or crashes on exit; with nothing loaded it
   stops cleanly. After the process exits, the python backend's `/dev/shm` segments of
   this server (named with a prefix of its own) are removed if any are left.
-- `reload(model)`: unload and load one model again, which starts new stub processes (the
-  2.51 python backend never replaces a stub that died).
 """
 from __future__ import annotations
 
@@ -35,7 +33,8 @@ from typing import Any
 from .. import threads
 from ..errors import ServerError
 from ..stub.admission import METRICS_URL_ENV, pending_requests
-from .admin import admin_headers, admin_key_from_environment, restricted_api_args
+from . import keyshim
+from .admin import ADMIN_KEY_ENV, admin_headers, admin_key_from_environment, restricted_api_args
 from .installation import (
     TRITON_HOME_ENV,
     native_backends,
@@ -101,7 +100,8 @@ class TritonServer:
     shm_region_limit: int = DEFAULT_SHM_REGION_LIMIT
     #: Triton's local response cache, in bytes (0: none), for the models whose config enables it.
     cache_size: int = 0
-    address: str = "127.0.0.1"  # where the endpoints listen ("0.0.0.0" in a container: serve --listen-all)
+    address: str = "127.0.0.1"  # where the HTTP and gRPC endpoints listen (serve's front door: 127.0.0.1)
+    metrics_address: str = ""  # where the metrics endpoint listens (default: `address`; "0.0.0.0" in a container)
 
     def __post_init__(self):
         self.http_port = self.http_port or free_port()
@@ -118,6 +118,7 @@ class TritonServer:
                                             + ("-native" if self.native else ""))
         self.shm_prefix = self.shm_prefix or f"readability-triton-{os.getpid()}-{next(_instances)}-"
         self.admin_key = self.admin_key or admin_key_from_environment()
+        self.metrics_address = self.metrics_address or self.address
 
     @property
     def http_url(self) -> str:
@@ -138,7 +139,7 @@ class TritonServer:
             "--backend-directory", os.path.abspath(self.backend_dir),
             "--http-address", self.address, "--http-port", str(self.http_port),
             "--grpc-address", self.address, "--grpc-port", str(self.grpc_port),
-            "--metrics-address", self.address, "--metrics-port", str(self.metrics_port),
+            "--metrics-address", self.metrics_address, "--metrics-port", str(self.metrics_port),
             # GPU metrics from an installed tritonserver (an NGC image on a GPU); the wheel's
             # on these CPU machines has none to give
             "--allow-gpu-metrics", "true" if self.home else "false",
@@ -148,10 +149,14 @@ class TritonServer:
             "--model-control-mode", "explicit", "--load-model", "*",
             "--backend-config", f"python,shm-region-prefix-name={self.shm_prefix}",
             "--exit-timeout-secs", str(self.exit_timeout),
-            *restricted_api_args(self.admin_key),
             *self.cache_args(),
             *self.extra_args,
         ]
+
+    def secret_args(self) -> list[str]:
+        """The flags that close the restricted APIs with the admin key: handed to
+        tritonserver through `keyshim`, never on its command line."""
+        return restricted_api_args(self.admin_key)
 
     def cache_args(self) -> list[str]:
         """The local response cache of `cache_size` bytes (the cache library in the wheel's
@@ -178,6 +183,8 @@ class TritonServer:
         if not self.home:
             prepare_backends(self.backend_dir, native)
         env = server_environment(home=self.home)
+        env.pop(ADMIN_KEY_ENV, None)  # tritonserver gets the key through the shim; its stubs need none
+        env, secret_fd = keyshim.launch(self.secret_args(), env)
         env[METRICS_URL_ENV] = self.metrics_url  # validate's load shedding reads the pending requests there
         if threads.enabled():
             env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (readability_triton.threads)
@@ -190,9 +197,12 @@ class TritonServer:
 
         # The log goes through this process (a pipe), so that the file-size limit above,
         # which holds for every file tritonserver writes, does not cut the log short.
-        self.process = subprocess.Popen(
-            self.command(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=limits)  # noqa: PLW1509 - setrlimit and a signal disposition only
+        try:
+            self.process = subprocess.Popen(
+                self.command(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, preexec_fn=limits, pass_fds=(secret_fd,))  # noqa: PLW1509 - rlimit only
+        finally:
+            os.close(secret_fd)
         threading.Thread(target=self._forward_log, args=(self.process,), daemon=True).start()
         self.wait_ready(timeout)
         return self
@@ -284,16 +294,6 @@ class TritonServer:
 
     def load(self, model: str) -> None:
         self._call(f"loading {model}", lambda c, h: c.load_model(model, headers=h), timeout=300)
-
-    def reload(self, model: str, settle: float = 1.5) -> None:
-        """Unload `model` and load it again (new stub processes). The unload of an instance
-        whose stub died may never finish on Triton 2.51; the load does not wait for it
-        longer than `settle` seconds."""
-        self.unload(model)
-        deadline = time.monotonic() + settle
-        while time.monotonic() < deadline and self.model_states().get(model) == "UNLOADING":
-            time.sleep(0.1)
-        self.load(model)
 
     def _wait_unloaded(self, models, deadline: float) -> list[str]:
         """Wait until none of `models` is READY or UNLOADING; the ones still there."""
