@@ -2,22 +2,18 @@
 from __future__ import annotations
 
 import os
-import signal
 import sys
-import time
 
 from .. import contracts
-from ..errors import CommandError
+from ..errors import CommandError, ServerError
+from ..frontdoor.door import DEFAULT_MAX_REQUEST_BYTES
 from ..repository import releases
 from ..repository.assemble import assemble, pick_bert_format
 from ..repository.canary import Canary
 from ..repository.profiles import DEFAULT_TENSORRT_CACHE, PROFILES
 from ..scoring import blend_weights
-from ..server.admin import ADMIN_HEADER, ADMIN_KEY_ENV
-from ..server.backends import servable
-from ..server.health import Supervisor, check
-from ..server.processes import become_subreaper
-from ..server.tritonserver import TritonServer
+from ..server.health import check
+from ..server.serve import ServeOptions, Service
 
 
 def register(subparsers) -> None:
@@ -55,21 +51,24 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_assemble)
 
     p = subparsers.add_parser(
-        "serve", help="run the tritonserver of the nvidia-pytriton wheel on a repository, supervised",
-        description="Run the official tritonserver binary shipped in the nvidia-pytriton wheel (python "
-                    "backend and ensembles; it serves the 'portable' profiles) with its model-repository, "
-                    "logging, trace and shared-memory APIs closed to clients without the admin key, forward "
-                    "its log, restart it (drained) on evidence that it is dead, stuck or answering wrong, "
-                    "answer liveness and readiness probes, and drain it then stop it on Ctrl-C or SIGTERM.")
+        "serve", help="serve a repository: the front door in front of a supervised tritonserver",
+        description="Run tritonserver (the nvidia-pytriton wheel's, or an installed one) on 127.0.0.1 with its "
+                    "model-repository, logging, trace and shared-memory APIs closed to clients without the admin "
+                    "key, and the front door on the published HTTP and gRPC ports: admission by work with a "
+                    "stated wait, fair shares per client, abandoned requests dropped before compute, oversized "
+                    "bodies refused, and no cancellation ever reaching tritonserver. Restart tritonserver "
+                    "(drained) on evidence that it is dead, stuck or answering wrong, answer liveness and "
+                    "readiness probes, and drain then stop on Ctrl-C or SIGTERM.")
     env = os.environ.get
     p.add_argument("--repository", required=True, metavar="REPO")
     p.add_argument("--http-port", type=int, default=int(env("READABILITY_TRITON_HTTP_PORT", "8000")))
     p.add_argument("--grpc-port", type=int, default=int(env("READABILITY_TRITON_GRPC_PORT", "8001")))
     p.add_argument("--metrics-port", type=int, default=int(env("READABILITY_TRITON_METRICS_PORT", "8002")))
     p.add_argument("--address", default=env("READABILITY_TRITON_ADDRESS", "127.0.0.1"),
-                   help="where the endpoints listen (default 127.0.0.1; 0.0.0.0 in a container). Each port and "
-                        "this default to $READABILITY_TRITON_<HTTP_PORT|GRPC_PORT|METRICS_PORT|HEALTH_PORT|ADDRESS>")
-    p.add_argument("--tritonserver", default=None, metavar="HOME",
+                   help="where the published ports listen (default 127.0.0.1; 0.0.0.0 in a container). Each port "
+                        "and this default to "
+                        "$READABILITY_TRITON_<HTTP_PORT|GRPC_PORT|METRICS_PORT|HEALTH_PORT|ADDRESS>")
+    p.add_argument("--tritonserver", default="", metavar="HOME",
                    help="an installed tritonserver (HOME/bin/tritonserver, HOME/backends; an NGC image's "
                         "/opt/tritonserver; default $READABILITY_TRITON_HOME, else the one in the nvidia-pytriton "
                         "wheel)")
@@ -79,7 +78,7 @@ def register(subparsers) -> None:
                    help="seconds between checks of the processes, the queues' progress and a canary "
                         "inference (0: no supervision; default 5)")
     p.add_argument("--health-port", type=int, default=int(env("READABILITY_TRITON_HEALTH_PORT", "0")) or None,
-                   help="answer GET /livez, /readyz and /healthz on this port (liveness never fails "
+                   help="answer GET /livez, /readyz, /healthz and /metrics on this port (liveness never fails "
                         "because of load; readiness: serving right answers)")
     p.add_argument("--stall-timeout", type=float, default=120.0,
                    help="a step with requests queued that finishes nothing for this long counts as stuck "
@@ -88,8 +87,18 @@ def register(subparsers) -> None:
                    help="the response cache's size (Triton's local cache) for a repository assembled with "
                         "--response-cache (default 0: no cache)")
     p.add_argument("--drain-timeout", type=float, default=30.0,
-                   help="on SIGTERM, seconds to let requests in flight finish before the server is stopped "
+                   help="on SIGTERM, seconds to let accepted requests finish before the server is stopped "
                         "(default 30)")
+    p.add_argument("--max-wait", type=float, default=float(env("READABILITY_TRITON_MAX_WAIT", "10")),
+                   help="the stated wait: a request is accepted only while the work ahead of it, at the rate the "
+                        "pipeline lately finished texts, is answered within this many seconds; else it is refused "
+                        "at once as busy (default 10, or $READABILITY_TRITON_MAX_WAIT)")
+    p.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES, metavar="BYTES",
+                   help=f"the largest HTTP body or gRPC message accepted (default {DEFAULT_MAX_REQUEST_BYTES}); "
+                        "larger ones are refused (413, RESOURCE_EXHAUSTED) before they are read whole")
+    p.add_argument("--client-header", default=env("READABILITY_TRITON_CLIENT_HEADER") or None, metavar="NAME",
+                   help="name clients by this header (HTTP) or metadata key (gRPC), e.g. X-Forwarded-For behind a "
+                        "proxy that sets it, instead of by their address (default: by address)")
     p.set_defaults(func=cmd_serve)
 
     p = subparsers.add_parser(
@@ -141,127 +150,19 @@ def cmd_assemble(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    import threading
-
-
-    # Adopt what a dying tritonserver leaves (its stubs) to end and reap it; PID 1 in a
-    # container does so anyway.
-    become_subreaper()
-    server = TritonServer(args.repository, args.http_port, args.grpc_port, args.metrics_port,
-                          log_file=args.log_file, drain_timeout=args.drain_timeout, address=args.address,
-                          home=args.tritonserver or "", cache_size=args.cache_size)
-    stopping = []
-
-    def on_signal(signum, _frame):
-        stopping.append(signum)
-
     def say(message: str) -> None:
         print(f"readability-triton serve: {message}", file=sys.stderr, flush=True)
 
-    canary = Canary.load(args.repository) if os.path.isdir(args.repository) else None
-
+    options = ServeOptions(
+        args.repository, http_port=args.http_port, grpc_port=args.grpc_port, metrics_port=args.metrics_port,
+        address=args.address, tritonserver=args.tritonserver, log_file=args.log_file, timeout=args.timeout,
+        health_interval=args.health_interval, health_port=args.health_port, stall_timeout=args.stall_timeout,
+        cache_size=args.cache_size, drain_timeout=args.drain_timeout, max_wait=args.max_wait,
+        max_request_bytes=args.max_request_bytes, client_header=args.client_header)
     try:
-        served = servable(server, args.repository, say)
-    except ValueError as err:
+        return Service(options, say).run()
+    except (ServerError, ValueError) as err:
         raise CommandError(str(err)) from None
-    if served != args.repository:
-        server.repository = served
-    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-    supervisor = Supervisor(server, interval=args.health_interval or 1.0, canary=canary,
-                            stall_timeout=args.stall_timeout, log=say)
-    watcher = threading.Thread(target=supervisor.run, daemon=True)
-    health_server = None
-    try:
-        if args.health_port:
-            health_server = _health_endpoint(args.health_port, supervisor, args.address)
-        server.start(timeout=args.timeout)
-        supervisor.started()
-        print(f"tritonserver ready (pid {server.pid}): http {server.http_url}, grpc {server.grpc_url}, "
-              f"metrics {server.metrics_url}; Ctrl-C stops it", file=sys.stderr, flush=True)
-        say(f"the model-repository, logging, trace and shared-memory APIs need the header '{ADMIN_HEADER}' with "
-            f"the key in ${ADMIN_KEY_ENV}" + ("" if os.environ.get(ADMIN_KEY_ENV) else
-                                              " (none set: a key was generated for this run; set it to use the APIs)"))
-        if canary is None:
-            say("the repository holds no recorded canary (assemble it again with this version): the health check "
-                "can only see that SCORE is finite, not that it is right")
-        if health_server is not None:
-            say(f"GET /livez, /readyz and /healthz on port {args.health_port}")
-        if args.health_interval > 0:
-            watcher.start()
-        while not stopping:
-            if args.health_interval <= 0 and server.running.poll() is not None:
-                break
-            time.sleep(0.2)
-    finally:
-        supervisor.stop()
-        if watcher.is_alive():
-            watcher.join(timeout=60)  # a repair in progress finishes first
-        if stopping:
-            say(f"stopping: unloading the ensemble and letting the requests in flight finish (at most "
-                f"{args.drain_timeout:g} s), then stopping tritonserver")
-        code = server.stop()
-        if health_server is not None:
-            health_server.shutdown()
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
-        if served != args.repository:
-            import shutil
-
-            shutil.rmtree(served, ignore_errors=True)
-    report = server.last_stop
-    if report.get("removed_shm"):
-        say(f"removed {len(report['removed_shm'])} /dev/shm segment(s) the server left behind")
-    if report.get("orphans"):
-        say(f"ended {len(report['orphans'])} process(es) the server left behind")
-    if not stopping:
-        raise CommandError(f"tritonserver exited on its own with status {code}")
-    if report.get("leaked"):
-        say("every step finished its requests, but the ensemble still held requests tritonserver 2.51 lost track "
-            "of (a gRPC cancellation racing with the answer; fixed in Triton 25.04/25.06): it was ended at once "
-            "instead of after its exit timeout")
-    detail = "" if report.get("drained") else " (not drained: " + (
-        report.get("error") or f"still loaded after the drain timeout: {', '.join(report.get('still_loaded', []))}"
-    ) + ")"
-    print(f"tritonserver stopped (status {code}){detail}", file=sys.stderr)
-    return 0 if report.get("drained") else 1
-
-
-def _health_endpoint(port: int, supervisor, address: str = "127.0.0.1"):
-    """A small HTTP server for probes: GET /livez (200 while serve supervises a running or
-    restarting server; load never fails it), /readyz (200 while the server answers right:
-    no repair under way, no dead stub, the last canary right or merely busy) and /healthz
-    (the whole status as JSON, 200 when ready)."""
-    import json
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - the http.server API
-            path = self.path.rstrip("/")
-            status = supervisor.status()
-            if path == "/livez":
-                ok, body = status["live"], ("live" if status["live"] else f"not live: {status['problem']}")
-            elif path == "/readyz":
-                ok = status["ready"]
-                body = "ready" if ok else f"not ready ({status['phase']}): {status['problem'] or status['canary']}"
-            elif path == "/healthz":
-                ok, body = status["ready"], json.dumps(status)
-            else:
-                self.send_error(404, "GET /livez, /readyz or /healthz")
-                return
-            data = (body + "\n").encode("utf-8")
-            self.send_response(200 if ok else 503)
-            self.send_header("Content-Type", "application/json" if path == "/healthz" else "text/plain; charset=utf-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def log_message(self, *args):  # quiet: probes come every few seconds
-            pass
-
-    httpd = ThreadingHTTPServer((address, port), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    return httpd
 
 
 def cmd_health(args) -> int:

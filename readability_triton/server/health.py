@@ -137,7 +137,8 @@ class Supervisor:
 
     def __init__(self, server, interval: float = 5.0, canary: Canary | None = None, protocol: str = "grpc",
                  probe_timeout: float = 60.0, stall_timeout: float = 120.0, drain_timeout: float = 10.0,
-                 start_timeout: float = 300.0, log: Callable[[str], None] | None = None):
+                 start_timeout: float = 300.0, log: Callable[[str], None] | None = None,
+                 hold: Callable[[], None] | None = None, release: Callable[[], None] | None = None):
         self.server = server
         self.interval = interval
         self.canary = canary
@@ -147,9 +148,12 @@ class Supervisor:
         self.drain_timeout = drain_timeout
         self.start_timeout = start_timeout
         self.log = log or (lambda message: None)
+        #: called before a repair and after it (serve's front door holds its queue meanwhile)
+        self.hold, self.release = hold or (lambda: None), release or (lambda: None)
         self.events: list[tuple[float, str, str]] = []
         self.restarts = 0
         self._stop = threading.Event()
+        self._wake = threading.Event()
         self._lock = threading.Lock()
         self._probe_thread: threading.Thread | None = None
         self._probe_result: Probe | None = None
@@ -293,16 +297,20 @@ class Supervisor:
         started = time.perf_counter()
         self._event("unhealthy", f"unhealthy: {reason}")
         self._event("restart", "restarting tritonserver" + (" (draining it first)" if drain else ""))
-        self.server.stop(drain=drain, drain_timeout=self.drain_timeout, timeout=5, abandon=abandon)
-        self.restarts += 1
+        self.hold()
         try:
-            self.server.start(timeout=self.start_timeout)
-        except Exception as exc:  # noqa: BLE001 - say so; the next round tries again
-            self._set("failed", f"tritonserver did not start again: {exc}")
-            self._event("failed", f"tritonserver did not start again: {exc}")
-            self._next_repair = time.monotonic() + self._backoff
-            self._backoff = min(2 * self._backoff, 300.0)
-            return "restart"
+            self.server.stop(drain=drain, drain_timeout=self.drain_timeout, timeout=5, abandon=abandon)
+            self.restarts += 1
+            try:
+                self.server.start(timeout=self.start_timeout)
+            except Exception as exc:  # noqa: BLE001 - say so; the next round tries again
+                self._set("failed", f"tritonserver did not start again: {exc}")
+                self._event("failed", f"tritonserver did not start again: {exc}")
+                self._next_repair = time.monotonic() + self._backoff
+                self._backoff = min(2 * self._backoff, 300.0)
+                return "restart"
+        finally:
+            self.release()
         self.started()
         again = check(self.url(), self.protocol, self.probe_timeout, self.canary)
         with self._lock:
@@ -318,9 +326,17 @@ class Supervisor:
                           f"canary: {again.message}")
         return "restart"
 
+    def poke(self) -> None:
+        """Check now, not at the next round (serve's front door saw a dead stub's answer)."""
+        self._wake.set()
+
     def run(self) -> None:
         """Check until `stop()`; returns then."""
-        while not self._stop.wait(self.interval):
+        while not self._stop.is_set():
+            self._wake.wait(self.interval)
+            self._wake.clear()
+            if self._stop.is_set():
+                break
             try:
                 self.check_once()
             except Exception as exc:  # noqa: BLE001 - keep supervising; say what happened
@@ -328,4 +344,5 @@ class Supervisor:
 
     def stop(self) -> None:
         self._stop.set()
+        self._wake.set()
         self._set("stopping")

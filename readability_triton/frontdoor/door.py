@@ -1,0 +1,236 @@
+"""The front door: the HTTP and gRPC ports clients reach, in front of a tritonserver that
+listens on 127.0.0.1 only.
+
+Every inference request passes the `Gate` (admission by work, fair order, a stated wait);
+everything else (health, metadata, statistics, the restricted APIs, which tritonserver
+still guards with the admin key) is passed on as it is. Three things hold whatever the
+clients do:
+
+- tritonserver never sees a cancellation: a request sent on is awaited to its end, even
+  when its client has left (the answer is then dropped), and no call to it has a deadline;
+- a request whose client leaves while it waits here is never sent on;
+- a body or message over `max_request_bytes` is refused as the client's error (HTTP 413,
+  gRPC RESOURCE_EXHAUSTED) before it is read whole, and never reaches tritonserver.
+
+`Door` is what the two protocols (`http_front`, `grpc_front`) call, in the loop that
+`front.FrontDoor` runs in a thread of `serve`; from serve's thread, `pause`/`resume` hold
+the queue during a repair and `drain` refuses new requests and lets the accepted ones
+finish. When an answer says a python-backend stub died, the door holds its queue at once,
+tells the supervisor (`on_dead_stub`), and sends the requests that met the dead stub once
+more after the repair: a killed stub costs latency, not answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any, Awaitable, Callable
+
+from .gate import Gate, Refusal, Ticket
+
+#: Default largest request body or gRPC message: 64 texts of the largest text the steps
+#: accept (100,000 bytes), escaped as JSON, with room to spare.
+DEFAULT_MAX_REQUEST_BYTES = 16 << 20
+#: A request that has waited this many times the stated wait is refused ("busy") rather
+#: than kept: only a repair that holds the queue can make one wait that long.
+EXPIRE_FACTOR = 2.0
+#: The longest the front door holds its queue on its own after a dead-stub answer, waiting
+#: for the supervisor's repair to release it.
+HOLD_LIMIT = 120.0
+
+
+class Door:
+    """The front door without its ports (`front.FrontDoor` opens them): see the module doc.
+    `upstream_http`/`upstream_grpc`: tritonserver's own endpoints (host:port on
+    127.0.0.1); `client_header`: a header (HTTP) or metadata key (gRPC)
+    whose first value names the client instead of its address (only behind a proxy that
+    sets it and that clients cannot bypass)."""
+
+    def __init__(
+        self,
+        upstream_http: str,
+        upstream_grpc: str,
+        address: str = "127.0.0.1",
+        http_port: int = 8000,
+        grpc_port: int = 8001,
+        max_wait: float = 10.0,
+        max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
+        client_header: str | None = None,
+        log: Callable[[str], None] | None = None,
+        on_dead_stub: Callable[[], None] | None = None,
+    ):
+        self.upstream_http, self.upstream_grpc = upstream_http, upstream_grpc
+        self.address, self.http_port, self.grpc_port = address, http_port, grpc_port
+        self.max_request_bytes = max_request_bytes
+        self.client_header = client_header.lower() if client_header else None
+        self.log = log or (lambda message: None)
+        #: Told (from the loop's thread) when an answer says a stub died: the supervisor then
+        #: repairs at once. With it set, the front holds its queue until `resume()` (at most
+        #: HOLD_LIMIT s) and sends each request that met the dead stub once more.
+        self.on_dead_stub = on_dead_stub
+        self.gate = Gate(max_wait=max_wait)
+        self._running: asyncio.Event | None = None  # set while not paused (made in the loop)
+        self._held_at: float | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: set[asyncio.Task] = set()
+
+    # -- the loop (started by `front.FrontDoor`) ------------------------------------------
+    def _call(self, function: Callable[[], Any], timeout: float = 10.0) -> Any:
+        """Run `function` in the loop's thread and return its result."""
+        if self.loop is None or not self.loop.is_running():
+            return function()
+
+        async def call():
+            return function()
+
+        return asyncio.run_coroutine_threadsafe(call(), self.loop).result(timeout)
+
+    # -- what the protocols call -------------------------------------------------------
+    async def admit(self, client: str, work: float, patience: float | None = None) -> Ticket | Refusal:
+        """A ticket once the request may be sent on, or why not. Cancelled (the client
+        left) while it waits: the request leaves the queue uncomputed. `patience`: the
+        seconds left before the client gives up (a gRPC deadline), where known; `work`:
+        its texts weighed by length (`wire`)."""
+        outcome = self.gate.offer(client, work, math.inf if patience is None else patience)
+        if isinstance(outcome, Refusal):
+            return outcome
+        ticket = outcome
+        assert self.loop is not None
+        waiter = self.loop.create_future()
+        ticket.waiter = waiter
+        self._pump()
+        if ticket.state == "queued":
+            try:
+                await asyncio.wait_for(asyncio.shield(waiter), EXPIRE_FACTOR * self.gate.max_wait)
+            except asyncio.TimeoutError:
+                self.gate.drop(ticket, expired=True)
+                return Refusal(f"busy: the request waited {EXPIRE_FACTOR * self.gate.max_wait:g} s without being "
+                               "sent on (the server is being repaired or is much slower than measured); retry", 1.0)
+            except asyncio.CancelledError:
+                if ticket.state == "queued":
+                    self.gate.drop(ticket)
+                else:
+                    self.gate.release(ticket)
+                self._pump()
+                raise
+        if ticket.state == "late":
+            return Refusal("the request's deadline passed before it could be answered: it was not computed", 0.0,
+                           "deadline")
+        return ticket
+
+    async def run(self, ticket: Ticket, forward: Callable[[], Awaitable[Any]],
+                  ok: Callable[[Any], bool] = lambda answer: True,
+                  dead_stub: Callable[[Any], bool] = lambda answer: False) -> Any:
+        """`forward()` sent on for `ticket`, awaited to its end even if the client leaves
+        (the caller is then cancelled and the answer dropped). `forward` must not touch the
+        client's connection (it may be gone): it returns the answer, `ok(answer)` says
+        whether it is a success (the gate's rate counts successes only) and
+        `dead_stub(answer)` whether it met a stub that had died (sent once more after the
+        repair, where a supervisor repairs: `on_dead_stub`)."""
+        gone: list[bool] = []
+
+        async def send():
+            answer = None
+            try:
+                answer = await forward()
+                if self.on_dead_stub is not None and dead_stub(answer):
+                    self._hold_for_repair()
+                    await self._until_running()
+                    answer = await forward()
+                return answer
+            finally:
+                self.gate.done(ticket, ok=answer is not None and ok(answer), client_gone=bool(gone))
+                self._pump()
+
+        task = asyncio.ensure_future(send())
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            gone.append(True)
+            raise
+
+    def _hold_for_repair(self) -> None:
+        """A dead stub answered: send nothing more until the supervisor's repair is done."""
+        assert self.loop is not None and self._running is not None
+        if self._held_at is None:
+            self.log("front door: a request met a dead python-backend stub; holding the queue for the repair")
+            self._held_at = self.loop.time()
+            self.gate.pause()
+            self._running.clear()
+            self.loop.call_later(HOLD_LIMIT, self._release_hold)
+            assert self.on_dead_stub is not None
+            self.on_dead_stub()
+
+    def _release_hold(self) -> None:
+        if self._held_at is not None and self.loop is not None and self.loop.time() - self._held_at >= HOLD_LIMIT:
+            self.log(f"front door: no repair released the queue within {HOLD_LIMIT:g} s; sending again")
+            self._resume()
+
+    async def _until_running(self) -> None:
+        assert self._running is not None
+        await self._running.wait()
+
+    def _pause(self) -> None:
+        self.gate.pause()
+        if self._running is not None:
+            self._running.clear()
+
+    def _resume(self) -> None:
+        self._held_at = None
+        self.gate.resume()
+        if self._running is not None:
+            self._running.set()
+        self._pump()
+
+    def _pump(self) -> None:
+        while True:
+            ticket = self.gate.next()
+            if ticket is None:
+                break
+            self._wake(ticket)
+        while self.gate.late:
+            self._wake(self.gate.late.pop())
+
+    @staticmethod
+    def _wake(ticket: Ticket) -> None:
+        waiter = ticket.waiter
+        if isinstance(waiter, asyncio.Future) and not waiter.done():
+            waiter.set_result(None)
+
+    def client_of(self, address: str | None, header: str | None) -> str:
+        if self.client_header and header:
+            return header.split(",")[0].strip() or (address or "?")
+        return address or "?"
+
+    # -- control from serve's thread --------------------------------------------------
+    def pause(self) -> None:
+        """Hold accepted work here (a repair of tritonserver is under way)."""
+        self._call(self._pause)
+
+    def resume(self) -> None:
+        self._call(self._resume)
+
+    def status(self) -> dict:
+        try:
+            return self._call(self.gate.snapshot, timeout=2.0)
+        except Exception:  # noqa: BLE001 - a status is never worth an exception
+            return {}
+
+    def drain(self, timeout: float, reason: str = "shutting down") -> dict:
+        """Refuse new requests from now on and wait (at most `timeout` s) until every
+        accepted one is answered. {"drained": bool, "waiting": n, "inside": n, "seconds": s}."""
+        if self.loop is None or not self.loop.is_running():
+            return {"drained": True, "waiting": 0, "inside": 0, "seconds": 0.0}
+
+        async def drain():
+            self.gate.close(f"{reason}: this server takes no new requests; retry on another replica or in a moment")
+            self._resume()
+            started = self.loop.time()
+            while (self.gate.queued or self.gate.inside) and self.loop.time() - started < timeout:
+                await asyncio.sleep(0.05)
+            return {"drained": not (self.gate.queued or self.gate.inside), "waiting": self.gate.queued,
+                    "inside": self.gate.inside, "seconds": round(self.loop.time() - started, 2)}
+
+        return asyncio.run_coroutine_threadsafe(drain(), self.loop).result(timeout + 10)

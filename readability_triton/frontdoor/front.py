@@ -1,0 +1,77 @@
+"""`FrontDoor`: the `Door` with its two ports open, in an asyncio loop of its own (a thread
+of `serve`)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any, Awaitable, Callable
+
+from ..errors import ServerError
+from .door import Door
+from .grpc_front import open_grpc
+from .http_front import open_http
+
+
+class FrontDoor(Door):
+    """`start()` listens on the HTTP and gRPC ports; `stop()` closes them and ends the loop
+    (after `drain()`, nothing is in flight)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._thread: threading.Thread | None = None
+        self._closers: list[Callable[[], Awaitable[None]]] = []
+
+    # -- the loop -----------------------------------------------------------------
+    def start(self, timeout: float = 30.0) -> "FrontDoor":
+        """Listen on both ports (ServerError when one cannot be bound)."""
+        started: dict[str, Any] = {}
+        ready = threading.Event()
+
+        def main() -> None:
+            loop = asyncio.new_event_loop()
+            asyncio.set_event_loop(loop)
+            self.loop = loop
+            try:
+                loop.run_until_complete(self._open())
+            except Exception as exc:  # noqa: BLE001 - handed to the caller of start()
+                started["error"] = exc
+                ready.set()
+                loop.close()
+                return
+            ready.set()
+            loop.run_forever()
+            loop.run_until_complete(self._close())
+            loop.close()
+
+        self._thread = threading.Thread(target=main, daemon=True, name="front-door")
+        self._thread.start()
+        if not ready.wait(timeout):
+            raise ServerError("the front door did not start listening in time")
+        if "error" in started:
+            raise ServerError(f"the front door cannot listen on {self.address} (http {self.http_port}, grpc "
+                              f"{self.grpc_port}): {started['error']}")
+        return self
+
+    async def _open(self) -> None:
+        self._running = asyncio.Event()
+        self._running.set()
+        self._closers.append(await open_http(self))
+        self._closers.append(await open_grpc(self))
+
+    async def _close(self) -> None:
+        for close in reversed(self._closers):
+            try:
+                await close()
+            except Exception as exc:  # noqa: BLE001 - closing the rest matters more
+                self.log(f"front door: closing: {type(exc).__name__}: {exc}")
+        self._closers.clear()
+
+    def stop(self) -> None:
+        """Close both ports and end the loop (after `drain`, nothing is in flight)."""
+        loop, thread = self.loop, self._thread
+        if loop is not None and loop.is_running():
+            loop.call_soon_threadsafe(loop.stop)
+        if thread is not None:
+            thread.join(timeout=30)
+        self.loop = None

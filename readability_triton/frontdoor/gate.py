@@ -1,0 +1,355 @@
+"""Admission by work and fair dispatch: what the front door lets into tritonserver, and when.
+
+Work is counted in texts weighed by their length (`wire.work_of`: a text that fills BERT's
+256 tokens counts 1, a shorter one in proportion), not in requests: a request of 64 long
+texts is 64 times the work of a request of one. "Texts" below means such work. The gate
+keeps three promises:
+
+- **A stated wait.** A request is accepted only while the work ahead of it, at the rate the
+  pipeline has lately finished texts, fits within `max_wait` seconds; else it is refused at
+  once ("busy: ...", retry after a moment). The rate is measured, not configured: texts
+  finished per second of time the pipeline had work, over the last `WINDOW` seconds.
+- **Fair shares.** Each client (an address, or the value of a header the operator trusts)
+  may hold at most its share of the work the wait allows (that work divided among the
+  clients that have work waiting) once the pipeline is full; while there is room, one
+  client may use all of it. Accepted requests are sent on in start-time fair order
+  (each client's texts form one virtual timeline; the smallest start goes first), so a
+  client that sends one text at a time is not stuck behind another's backlog.
+- **Abandoned work gives up its place.** A request whose client leaves (a closed
+  connection, a cancelled or expired gRPC call) while it waits here is dropped before any
+  step computes it. Once sent on, a request runs to its end inside tritonserver and its
+  answer is dropped: the server never sees a cancellation (Triton 2.51's gRPC frontend
+  crashes when a cancellation races an answer, server#7368).
+
+Only a bounded amount of work is inside tritonserver at once (`inside` seconds of it at the
+measured rate, at least two requests so that its steps overlap, and at most
+`max_inside_requests`, below the entrance's own shedding bound of 64 requests waiting in the
+pipeline, `stub.admission`): the rest waits here, where it can still be dropped and
+reordered. The class is synchronous and takes a clock:
+the asyncio front (`door`) calls it from one thread.
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import itertools
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+#: Seconds over which the pipeline's rate (texts per busy second) is measured.
+WINDOW = 20.0
+#: Busy seconds the window must hold before its rate is trusted over the previous one.
+MIN_BUSY = 0.5
+#: Work is kept in thousandths of a text, as integers: counts that go up and down stay exact.
+UNIT = 1000
+
+
+@dataclass(eq=False)
+class Ticket:
+    """One accepted request: who sent it, how many texts, and where it is."""
+
+    client: str
+    work: int  # thousandths of a text (texts weighed by length, `wire.work_of`)
+    arrived: float
+    start: float  # its start on the fair timeline
+    serial: int
+    state: str = "queued"  # queued, sent, done, dropped
+    sent_at: float = 0.0
+    deadline: float = math.inf  # when its client gives up (a gRPC deadline), on the gate's clock
+    waiter: object = None  # the front's handle (an asyncio future); the gate never touches it
+
+    def __lt__(self, other: "Ticket") -> bool:
+        return (self.start, self.serial) < (other.start, other.serial)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request was not accepted, and when to try again (seconds)."""
+
+    reason: str
+    retry_after: float
+    kind: str = "busy"  # busy, share, closed, deadline
+
+
+@dataclass
+class _Client:
+    queued: int = 0  # work waiting here (thousandths of a text)
+    inside: int = 0  # work sent on and not answered yet
+    finish: float = 0.0  # the end of its last request on the fair timeline
+
+    @property
+    def work(self) -> int:
+        return self.queued + self.inside
+
+
+@dataclass
+class Stats:
+    accepted: int = 0
+    refused: dict[str, int] = field(default_factory=lambda: {"busy": 0, "share": 0, "closed": 0, "deadline": 0})
+    dropped: int = 0  # abandoned while waiting here: never computed
+    abandoned_inside: int = 0  # the client left after it was sent on: computed, answer dropped
+    expired: int = 0  # waited past the longest wait: refused after acceptance
+    answered: int = 0
+
+
+class Gate:
+    """See the module doc. `rate` is the starting guess (texts per second) until the
+    pipeline has been measured."""
+
+    def __init__(
+        self,
+        max_wait: float = 10.0,
+        inside: float = 0.2,
+        max_inside_requests: int = 48,
+        rate: float = 10.0,
+        overshoot: float = 1.2,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        if max_wait <= 0:
+            raise ValueError("max_wait must be positive")
+        self.max_wait, self.inside_seconds, self.overshoot = max_wait, inside, overshoot
+        self.max_inside_requests = max_inside_requests
+        self._clock = clock
+        self._rate = rate * UNIT  # thousandths of a text per second
+        self._clients: dict[str, _Client] = {}
+        self._heap: list[Ticket] = []
+        self._serial = itertools.count()
+        self._now_start = 0.0  # the fair timeline's present: the start of the last ticket sent
+        self.queued = 0  # work waiting here (thousandths of a text)
+        self.inside = 0  # work inside tritonserver
+        self.inside_requests = 0
+        self.paused = False
+        self.closed = ""  # why new requests are refused ('' while open)
+        self.late: list[Ticket] = []  # dropped by next() as too late to answer; the front tells their clients
+        self.stats = Stats()
+        # rate measurement: finished texts and busy time, per moment
+        self._busy_since: float | None = None
+        self._busy_total = 0.0
+        self._done_total = 0
+        self._samples: collections.deque[tuple[float, float, int]] = collections.deque()
+        self._service: collections.deque[float] = collections.deque(maxlen=64)  # seconds, sent to answered
+        self._answer: collections.deque[float] = collections.deque(maxlen=4096)  # seconds, accepted to answered
+
+    # -- the rate -------------------------------------------------------------------
+    def _busy_until(self, now: float) -> float:
+        return self._busy_total + (now - self._busy_since if self._busy_since is not None else 0.0)
+
+    def rate(self) -> float:
+        """Texts per busy second over the last WINDOW seconds (the last trusted value while
+        the window holds too little)."""
+        return self._units_rate() / UNIT
+
+    def _units_rate(self) -> float:
+        now = self._clock()
+        while len(self._samples) > 1 and now - self._samples[1][0] >= WINDOW:
+            self._samples.popleft()
+        if self._samples:
+            t0, busy0, done0 = self._samples[0]
+            busy, done = self._busy_until(now) - busy0, self._done_total - done0
+            if busy >= MIN_BUSY and done > 0:
+                self._rate = done / busy
+        return self._rate
+
+    def quickest(self) -> float:
+        """The shortest time a request lately spent inside tritonserver (0 before any): a
+        client that gives up sooner than this cannot be answered."""
+        return min(self._service, default=0.0)
+
+    def capacity(self) -> float:
+        """The texts that fit within the stated wait at the current rate."""
+        return self.max_wait * self.rate()
+
+    def _capacity_units(self) -> float:
+        return self.max_wait * self._units_rate()
+
+    # -- admission ------------------------------------------------------------------
+    def offer(self, client: str, work: float, patience: float = math.inf) -> Ticket | Refusal:
+        """Accept (a Ticket, queued) or refuse a request of `work` (texts weighed by length)
+        from `client`, who gives up after `patience` seconds."""
+        texts = max(1, round(work * UNIT))
+        if self.closed:
+            self.stats.refused["closed"] += 1
+            return Refusal(self.closed, 1.0, "closed")
+        if patience < self.quickest():
+            self.stats.refused["deadline"] += 1
+            return Refusal(f"the request's deadline ({patience * 1e3:.0f} ms) is shorter than any answer lately "
+                           f"({self.quickest() * 1e3:.0f} ms): it was not computed", 0.0, "deadline")
+        now = self._clock()
+        state = self._clients.get(client) or _Client()
+        total = self.queued + self.inside
+        capacity = self._capacity_units()
+        rate = self._rate
+        active = sum(1 for name, c in self._clients.items() if c.work and name != client) + 1
+        share = capacity / active
+        hard = self.overshoot * capacity
+        if total == 0 or total + texts <= capacity:
+            pass  # room for anyone
+        elif total + texts > hard:
+            return self._refuse("busy", f"busy: {total / UNIT:.0f} texts are waiting or in the pipeline, about "
+                                f"{total / rate:.1f} s of work at {rate / UNIT:.1f} texts/s; the stated wait is "
+                                f"{self.max_wait:g} s", (total + texts - capacity) / rate)
+        elif state.work and state.work + texts > share:
+            return self._refuse("share", f"busy: this client already has {state.work / UNIT:.0f} texts waiting or "
+                                f"in the pipeline, its share while {active} clients wait is {share / UNIT:.0f}",
+                                (state.work + texts - share) / rate)
+        self._clients[client] = state
+        ticket = Ticket(client, texts, now, max(self._now_start, state.finish), next(self._serial),
+                        deadline=now + patience)
+        state.finish = ticket.start + texts
+        state.queued += texts
+        self.queued += texts
+        heapq.heappush(self._heap, ticket)
+        self.stats.accepted += 1
+        return ticket
+
+    def _refuse(self, kind: str, reason: str, wait: float) -> Refusal:
+        self.stats.refused[kind] += 1
+        retry = min(max(wait, 0.2), self.max_wait)
+        return Refusal(f"{reason}; retry in {math.ceil(retry)} s", retry, kind)
+
+    # -- dispatch -------------------------------------------------------------------
+    def room(self) -> bool:
+        """Whether tritonserver may take another request now."""
+        if self.paused:
+            return False
+        if self.inside_requests >= self.max_inside_requests:
+            return False
+        return self.inside_requests < 2 or self.inside < self.inside_seconds * self._units_rate()
+
+    def next(self) -> Ticket | None:
+        """The next ticket to send on (marked sent), or None: nothing waits, or no room."""
+        while self._heap and self.room():
+            ticket = heapq.heappop(self._heap)
+            if ticket.state != "queued":
+                continue  # dropped while it waited
+            now = self._clock()
+            if ticket.deadline - now < self.quickest():
+                self.drop(ticket)  # its client gives up before any answer could come: never sent
+                ticket.state = "late"
+                self.late.append(ticket)
+                continue
+            state = self._clients[ticket.client]
+            state.queued -= ticket.work
+            state.inside += ticket.work
+            self.queued -= ticket.work
+            self.inside += ticket.work
+            self.inside_requests += 1
+            self._now_start = max(self._now_start, ticket.start)
+            ticket.state, ticket.sent_at = "sent", now
+            if self._busy_since is None:
+                self._busy_since = now
+            if not self._samples:
+                self._samples.append((now, self._busy_total, self._done_total))
+            return ticket
+        return None
+
+    def done(self, ticket: Ticket, ok: bool = True, client_gone: bool = False) -> None:
+        """The ticket's request came back from tritonserver: answered (`ok`), or an error
+        (which does not count towards the rate: a refusal is fast and proves nothing)."""
+        if ticket.state != "sent":
+            return
+        now = self._clock()
+        ticket.state = "done"
+        state = self._clients[ticket.client]
+        state.inside -= ticket.work
+        self.inside -= ticket.work
+        self.inside_requests -= 1
+        if ok:
+            self._done_total += ticket.work
+            self._service.append(now - ticket.sent_at)
+            self._answer.append(now - ticket.arrived)
+        if self.inside_requests == 0 and self._busy_since is not None:
+            self._busy_total += now - self._busy_since
+            self._busy_since = None
+        self._samples.append((now, self._busy_until(now), self._done_total))
+        self.stats.answered += 1
+        if client_gone:
+            self.stats.abandoned_inside += 1
+        self._forget(ticket.client, state)
+
+    def release(self, ticket: Ticket) -> None:
+        """A ticket marked sent whose client left before it was forwarded: it leaves the
+        pipeline's count uncomputed, as a dropped one."""
+        if ticket.state != "sent":
+            return
+        ticket.state = "dropped"
+        state = self._clients[ticket.client]
+        state.inside -= ticket.work
+        self.inside -= ticket.work
+        self.inside_requests -= 1
+        if self.inside_requests == 0 and self._busy_since is not None:
+            self._busy_total += self._clock() - self._busy_since
+            self._busy_since = None
+        self.stats.dropped += 1
+        self._forget(ticket.client, state)
+
+    def drop(self, ticket: Ticket, expired: bool = False) -> None:
+        """The client gave up on a ticket that still waits here (or it waited too long):
+        it leaves the queue and is never computed."""
+        if ticket.state != "queued":
+            return
+        ticket.state = "dropped"
+        state = self._clients[ticket.client]
+        state.queued -= ticket.work
+        self.queued -= ticket.work
+        if expired:
+            self.stats.expired += 1
+        else:
+            self.stats.dropped += 1
+        self._forget(ticket.client, state)
+        if not self.queued:
+            self._heap.clear()  # only dropped tickets were left in it
+
+    def _forget(self, name: str, state: _Client) -> None:
+        if not state.work:
+            # keep its place on the timeline only while it has work
+            self._clients.pop(name, None)
+
+    # -- lifecycle ------------------------------------------------------------------
+    def pause(self) -> None:
+        """Send nothing on (a repair): accepted work waits here."""
+        self.paused = True
+
+    def resume(self) -> None:
+        self.paused = False
+
+    def close(self, reason: str) -> None:
+        """Refuse every new request from now on with `reason` (shutting down)."""
+        self.closed = reason
+
+    def waiting(self) -> list[Ticket]:
+        return [t for t in self._heap if t.state == "queued"]
+
+    def answer_times(self) -> dict[str, float]:
+        """Percentiles of the time from acceptance to answer of the last 4096 answered
+        requests (seconds): what the stated wait promises."""
+        times = sorted(self._answer)
+        if not times:
+            return {}
+
+        def at(q: float) -> float:
+            return round(times[min(len(times) - 1, int(q * len(times)))], 4)
+
+        return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": round(times[-1], 4)}
+
+    def snapshot(self) -> dict:
+        """What the health endpoint shows."""
+        return {
+            "answer_seconds": self.answer_times(),
+            "rate_texts_per_s": round(self.rate(), 2),
+            "stated_wait_s": self.max_wait,
+            "texts_waiting": self.queued / UNIT,
+            "texts_inside": self.inside / UNIT,
+            "requests_inside": self.inside_requests,
+            "clients_with_work": sum(1 for c in self._clients.values() if c.work),
+            "paused": self.paused,
+            "accepted": self.stats.accepted,
+            "refused": dict(self.stats.refused),
+            "dropped_before_compute": self.stats.dropped,
+            "abandoned_after_send": self.stats.abandoned_inside,
+            "expired": self.stats.expired,
+            "answered": self.stats.answered,
+        }

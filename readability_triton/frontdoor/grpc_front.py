@@ -1,0 +1,122 @@
+"""The front door's gRPC port (grpc.aio): `inference.GRPCInferenceService`, passed on to
+tritonserver's gRPC endpoint message for message, as bytes (nothing is decoded but the
+work of a ModelInfer request, `wire.grpc_work`).
+
+- `ModelInfer` passes the gate. A call whose client cancels it or whose deadline passes
+  while it waits here is dropped; once sent on, the call to tritonserver (which has no
+  deadline) is awaited to its end and its answer dropped, so that tritonserver never sees a
+  cancellation.
+- `ModelStreamInfer` is refused (UNIMPLEMENTED): the ensemble is not decoupled, and a
+  stream could not be admitted or dropped message by message.
+- Every other method (health, metadata, config, statistics and the restricted APIs, still
+  guarded by tritonserver with the admin key) is passed on as it is.
+- A message over the limit is refused by gRPC itself (RESOURCE_EXHAUSTED) from its length
+  prefix, before it is read whole.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Awaitable, Callable
+
+import grpc
+import grpc.aio
+
+from .door import Door
+from .gate import Refusal
+from .wire import DEAD_STUB_SIGN, grpc_work
+
+SERVICE = "/inference.GRPCInferenceService/"
+INFER = SERVICE + "ModelInfer"
+STREAM = SERVICE + "ModelStreamInfer"
+
+
+def _peer_address(peer: str) -> str:
+    """'ipv4:127.0.0.2:5000' -> '127.0.0.2'; 'ipv6:[::1]:5000' -> '::1'."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv6" and rest.startswith("["):
+        return rest[1:].split("]")[0]
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    return peer
+
+
+def _passed_on(metadata) -> list[tuple[str, Any]]:
+    return [(m.key, m.value) for m in metadata or () if not m.key.startswith((":", "grpc-")) and m.key != "user-agent"]
+
+
+async def open_grpc(door: Door) -> Callable[[], Awaitable[None]]:
+    """Listen on the door's gRPC port; returns the coroutine function that closes it."""
+    limit = door.max_request_bytes
+    channel = grpc.aio.insecure_channel(door.upstream_grpc, options=[
+        ("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", -1)])
+    calls: dict[str, Any] = {}
+
+    def upstream(method: str):
+        if method not in calls:
+            calls[method] = channel.unary_unary(method)
+        return calls[method]
+
+    async def forward(method: str, request: bytes, metadata) -> bytes | grpc.aio.AioRpcError:
+        """tritonserver's answer, or its error (returned: the client may be gone by now)."""
+        try:
+            return await upstream(method)(request, metadata=metadata)
+        except grpc.aio.AioRpcError as err:
+            return err
+
+    async def answer(reply: bytes | grpc.aio.AioRpcError, context) -> bytes:
+        if isinstance(reply, grpc.aio.AioRpcError):
+            await context.abort(reply.code(), reply.details() or "")
+        return reply
+
+    async def infer(request: bytes, context) -> bytes:
+        header = None
+        if door.client_header:
+            header = next((m.value for m in context.invocation_metadata() or () if m.key == door.client_header), None)
+        client = door.client_of(_peer_address(context.peer()), header if isinstance(header, str) else None)
+        outcome = await door.admit(client, grpc_work(request)[1], context.time_remaining())
+        if isinstance(outcome, Refusal):
+            code = grpc.StatusCode.DEADLINE_EXCEEDED if outcome.kind == "deadline" else grpc.StatusCode.UNAVAILABLE
+            await context.abort(code, outcome.reason)
+        metadata = _passed_on(context.invocation_metadata())
+        reply = await door.run(outcome, lambda: forward(INFER, request, metadata),  # type: ignore[arg-type]
+                               ok=lambda r: not isinstance(r, grpc.aio.AioRpcError),
+                               dead_stub=lambda r: isinstance(r, grpc.aio.AioRpcError)
+                               and DEAD_STUB_SIGN in (r.details() or ""))
+        return await answer(reply, context)
+
+    async def refuse_stream(requests, context):
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED,
+                            "ModelStreamInfer is not offered here (the models are not decoupled): use ModelInfer")
+        yield b""  # pragma: no cover - abort raises
+
+    class Handler(grpc.GenericRpcHandler):
+        def service(self, details):
+            method = details.method
+            if method == INFER:
+                return grpc.unary_unary_rpc_method_handler(infer)
+            if method == STREAM:
+                return grpc.stream_stream_rpc_method_handler(refuse_stream)
+
+            async def passthrough(request: bytes, context) -> bytes:
+                return await answer(await forward(method, request, _passed_on(context.invocation_metadata())), context)
+
+            return grpc.unary_unary_rpc_method_handler(passthrough)
+
+    server = grpc.aio.server(options=[
+        ("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", -1), ("grpc.so_reuseport", 0)])
+    server.add_generic_rpc_handlers((Handler(),))
+    try:
+        bound = server.add_insecure_port(f"{door.address}:{door.grpc_port}")
+    except RuntimeError as err:
+        await channel.close()
+        raise OSError(f"gRPC port {door.grpc_port}: {err}") from None
+    if not bound:
+        await channel.close()
+        raise OSError(f"gRPC port {door.grpc_port} cannot be bound")
+    await server.start()
+
+    async def close() -> None:
+        await server.stop(grace=2.0)
+        await channel.close()
+
+    return close

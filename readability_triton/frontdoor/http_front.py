@@ -1,0 +1,100 @@
+"""The front door's HTTP port (aiohttp): KServe v2 over HTTP/1.1, passed on to tritonserver's
+HTTP endpoint. Inference requests (`POST /v2/models/<model>[/versions/<v>]/infer`) pass the
+gate; every other path is passed on at once. A body over the limit is answered 413 from
+its Content-Length, or as soon as the bytes read (inflated, for a compressed body) pass it.
+A client that closes its connection cancels its handler: while it waits in the gate it
+leaves the queue; once sent on, its request still runs to its end in tritonserver.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Awaitable, Callable
+
+from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
+
+from .door import Door
+from .gate import Refusal
+from .wire import DEAD_STUB_SIGN, http_work
+
+INFER_PATH = re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$")
+#: Headers of one hop, never passed on (RFC 9110 7.6.1), plus what the hop recomputes.
+_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te",
+                  "trailer", "transfer-encoding", "upgrade", "host", "content-length"})
+#: A request's body is passed on inflated (aiohttp inflates it while it counts its size).
+_REQUEST_HOP = _HOP | {"content-encoding"}
+#: Seconds a refused upload may go on being read (and discarded) so that its client sees
+#: the answer before the connection closes.
+LINGER = 2.0
+
+
+def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(status=status, text=json.dumps({"error": message}), content_type="application/json",
+                        headers=headers)
+
+
+def _passed_on(headers, hop=_HOP) -> dict[str, str]:
+    return {k: v for k, v in headers.items() if k.lower() not in hop}
+
+
+async def open_http(door: Door) -> Callable[[], Awaitable[None]]:
+    """Listen on the door's HTTP port; returns the coroutine function that closes it."""
+    limit = door.max_request_bytes
+    session = ClientSession(f"http://{door.upstream_http}", auto_decompress=False,
+                            skip_auto_headers=("Accept-Encoding", "User-Agent"),
+                            connector=TCPConnector(limit=0, force_close=False),
+                            timeout=ClientTimeout(total=None, sock_connect=10))
+
+    def too_large(size: int | None) -> web.Response:
+        got = f"{size} bytes" if size is not None else f"more than {limit} bytes"
+        return _error(413, f"the request body has {got}, over the limit of {limit} bytes; send fewer or "
+                           "shorter texts per request", {"Connection": "close"})
+
+    async def forward(request: web.Request, body: bytes) -> web.Response:
+        async with session.request(request.method, request.rel_url, headers=_passed_on(request.headers, _REQUEST_HOP),
+                                   data=body if body else None, allow_redirects=False) as reply:
+            data = await reply.read()
+            return web.Response(status=reply.status, body=data, headers=_passed_on(reply.headers))
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        if request.content_length is not None and request.content_length > limit:
+            return too_large(request.content_length)
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            return too_large(None)
+        if request.method != "POST" or not INFER_PATH.match(request.path):
+            try:
+                return await forward(request, body)
+            except (OSError, ClientError) as err:
+                return _error(503, f"the server is not answering ({type(err).__name__}); retry in a moment")
+        header_length = request.headers.get("Inference-Header-Content-Length")
+        _, work = http_work(body, int(header_length) if header_length and header_length.isdigit() else None)
+        client = door.client_of(request.remote, request.headers.get(door.client_header) if door.client_header else None)
+        outcome = await door.admit(client, work)
+        if isinstance(outcome, Refusal):
+            return _error(503, outcome.reason, {"Retry-After": str(max(1, round(outcome.retry_after)))})
+        try:
+            return await door.run(outcome, lambda: forward(request, body), ok=lambda reply: reply.status == 200,
+                                  dead_stub=lambda reply: reply.status >= 500 and DEAD_STUB_SIGN.encode() in reply.body)
+        except (OSError, ClientError) as err:
+            return _error(503, f"the server is not answering ({type(err).__name__}); retry in a moment")
+
+    app = web.Application(client_max_size=limit)
+    app.router.add_route("*", "/{tail:.*}", handle)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, lingering_time=LINGER)
+    await runner.setup()
+    site = web.TCPSite(runner, door.address, door.http_port, backlog=1024, reuse_address=True)
+    try:
+        await site.start()
+    except BaseException:
+        await runner.cleanup()
+        await session.close()
+        raise
+
+    async def close() -> None:
+        await runner.cleanup()
+        await session.close()
+
+    return close

@@ -1,0 +1,185 @@
+"""`readability-triton serve`, as a library: a supervised tritonserver on 127.0.0.1 behind
+the front door, with its probes, from start to a drained stop.
+
+What runs: tritonserver's HTTP and gRPC endpoints on free ports of 127.0.0.1, with the
+restricted APIs closed by the admin key (handed over through `keyshim`, never on a command
+line); the front door (`frontdoor.front.FrontDoor`) on the published HTTP and gRPC ports, the
+only way in for clients; tritonserver's metrics on the published metrics port; the
+supervisor (`health.Supervisor`), which holds the front door's queue while it repairs the
+server; and the probes (`probes`) on the health port.
+
+On SIGTERM or Ctrl-C: readiness turns false, the front door refuses new requests and lets
+every accepted one finish (at most the drain timeout), then tritonserver, with nothing in
+flight, is unloaded and stopped, and what it left behind is removed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import threading
+import time
+from dataclasses import dataclass
+
+from .. import contracts as C
+from ..errors import ServerError
+from ..frontdoor.door import DEFAULT_MAX_REQUEST_BYTES
+from ..frontdoor.front import FrontDoor
+from ..repository.canary import Canary
+from .admin import ADMIN_HEADER, ADMIN_KEY_ENV
+from .backends import servable
+from .health import Supervisor
+from .probes import health_endpoint
+from .processes import become_subreaper
+from .tritonserver import TritonServer
+
+
+@dataclass
+class ServeOptions:
+    repository: str
+    http_port: int = 8000
+    grpc_port: int = 8001
+    metrics_port: int = 8002
+    address: str = "127.0.0.1"
+    tritonserver: str = ""  # an installed tritonserver's home ('' : $READABILITY_TRITON_HOME or the wheel's)
+    log_file: str | None = None
+    timeout: float = 300.0  # seconds to wait for readiness
+    health_interval: float = 5.0  # 0: no supervision
+    health_port: int | None = None
+    stall_timeout: float = 120.0
+    cache_size: int = 0
+    drain_timeout: float = 30.0
+    max_wait: float = 10.0  # the stated wait of an accepted request (the front door's bound)
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    client_header: str | None = None
+
+
+def check_repository(repository: str) -> None:
+    """A repository serve can serve: a folder with the ensemble's config (ServerError that
+    says what to do otherwise, rather than a server that never becomes healthy)."""
+    if not os.path.isdir(repository):
+        raise ServerError(f"{repository}: no such model repository")
+    if not os.path.isfile(os.path.join(repository, C.ENSEMBLE, "config.pbtxt")):
+        found = sorted(n for n in os.listdir(repository) if not n.startswith("."))
+        raise ServerError(
+            f"{repository} holds no '{C.ENSEMBLE}' ensemble ({C.ENSEMBLE}/config.pbtxt"
+            + (f"; it holds {', '.join(found[:8])}" if found else "; it is empty")
+            + "): assemble one with `readability-triton assemble --profile portable --artifacts SET --out "
+            f"{repository}`, or mount an assembled repository there")
+
+
+class Service:
+    """One `serve`: `run()` blocks until SIGTERM/SIGINT (or, without supervision, until the
+    server exits) and returns serve's exit status; `say(line)` gets every message."""
+
+    def __init__(self, options: ServeOptions, say=print):
+        self.options = options
+        self.say = say
+        self.server: TritonServer | None = None
+        self.door: FrontDoor | None = None
+        self.supervisor: Supervisor | None = None
+        self.stopping: list[int] = []
+
+    def status(self) -> dict:
+        """The supervisor's status, the front door's snapshot under "front"; not ready
+        while stopping."""
+        assert self.supervisor is not None
+        now = self.supervisor.status()
+        now["front"] = self.door.status() if self.door is not None else {}
+        if self.stopping:
+            now.update(ready=False, phase="stopping")
+        return now
+
+    def run(self) -> int:
+        o = self.options
+        check_repository(o.repository)
+        become_subreaper()  # adopt what a dying tritonserver leaves (its stubs) to end and reap it
+        server = self.server = TritonServer(o.repository, metrics_port=o.metrics_port, log_file=o.log_file,
+                                            drain_timeout=o.drain_timeout, address="127.0.0.1",
+                                            metrics_address=o.address, home=o.tritonserver, cache_size=o.cache_size)
+        served = servable(server, o.repository, self.say)
+        server.repository = served
+        canary = Canary.load(o.repository)
+        supervisor = self.supervisor = Supervisor(server, interval=o.health_interval or 1.0, canary=canary,
+                                                  stall_timeout=o.stall_timeout, log=self.say)
+        door = self.door = FrontDoor(server.http_url, server.grpc_url, address=o.address, http_port=o.http_port,
+                                     grpc_port=o.grpc_port, max_wait=o.max_wait,
+                                     max_request_bytes=o.max_request_bytes, client_header=o.client_header,
+                                     log=self.say, on_dead_stub=supervisor.poke if o.health_interval > 0 else None)
+        supervisor.hold, supervisor.release = door.pause, door.resume
+        previous = {sig: signal.signal(sig, lambda signum, _frame: self.stopping.append(signum))
+                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        watcher = threading.Thread(target=supervisor.run, daemon=True, name="supervisor")
+        probes = None
+        drained: dict = {}
+        try:
+            if o.health_port:
+                probes = health_endpoint(o.health_port, self.status, o.address)
+            server.start(timeout=o.timeout)
+            supervisor.started()
+            door.start()
+            self._announce(canary is None, probes is not None)
+            if o.health_interval > 0:
+                watcher.start()
+            while not self.stopping:
+                if o.health_interval <= 0 and server.running.poll() is not None:
+                    break
+                time.sleep(0.2)
+        finally:
+            supervisor.stop()
+            if self.stopping:
+                self.say(f"stopping: refusing new requests and letting the accepted ones finish (at most "
+                         f"{o.drain_timeout:g} s), then stopping tritonserver")
+                drained = door.drain(o.drain_timeout)
+            if watcher.is_alive():
+                watcher.join(timeout=60)  # a repair in progress finishes first
+            code = server.stop()
+            door.stop()
+            if probes is not None:
+                probes.shutdown()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            if served != o.repository:
+                shutil.rmtree(served, ignore_errors=True)
+        return self._report(code, drained)
+
+    def _announce(self, no_canary: bool, probes: bool) -> None:
+        o, server = self.options, self.server
+        assert server is not None
+        self.say(f"serving {o.repository} on {o.address}: http {o.http_port}, grpc {o.grpc_port} (the front door: "
+                 f"an accepted request is answered within about {o.max_wait:g} s, bodies up to "
+                 f"{o.max_request_bytes} bytes), metrics {o.metrics_port}; tritonserver (pid {server.pid}) on "
+                 f"127.0.0.1 only; Ctrl-C stops it")
+        self.say(f"the model-repository, logging, trace and shared-memory APIs need the header '{ADMIN_HEADER}' with "
+                 f"the key in ${ADMIN_KEY_ENV}" + ("" if os.environ.get(ADMIN_KEY_ENV) or
+                                                   os.environ.get(ADMIN_KEY_ENV + "_FILE") else
+                                                   " (none set: a key was generated for this run)"))
+        if no_canary:
+            self.say("the repository holds no recorded canary (assemble it again with this version): the health "
+                     "check can only see that SCORE is finite, not that it is right")
+        if probes:
+            self.say(f"GET /livez, /readyz, /healthz and /metrics on port {o.health_port}")
+
+    def _report(self, code: int | None, drained: dict) -> int:
+        server = self.server
+        assert server is not None
+        report = server.last_stop
+        if report.get("removed_shm"):
+            self.say(f"removed {len(report['removed_shm'])} /dev/shm segment(s) the server left behind")
+        if report.get("orphans"):
+            self.say(f"ended {len(report['orphans'])} process(es) the server left behind")
+        if not self.stopping:
+            raise ServerError(f"tritonserver exited on its own with status {code}")
+        if drained and not drained.get("drained"):
+            self.say(f"the drain timeout passed with {drained.get('waiting')} texts waiting and "
+                     f"{drained.get('inside')} inside tritonserver")
+        if report.get("leaked"):
+            self.say("every step finished its requests, but the ensemble still held requests tritonserver 2.51 lost "
+                     "track of: it was ended at once instead of after its exit timeout")
+        ok = bool(report.get("drained")) and drained.get("drained", True)
+        detail = "" if report.get("drained") else " (not drained: " + (
+            report.get("error") or f"still loaded after the drain timeout: {', '.join(report.get('still_loaded', []))}"
+        ) + ")"
+        self.say(f"tritonserver stopped (status {code}){detail}")
+        return 0 if ok else 1

@@ -1,0 +1,229 @@
+"""The front door's gate and wire reading, without a server: admission by work, fair shares
+and order, abandoned work, deadlines, the measured rate; the batch size read off KServe v2
+requests as tritonclient and curl send them."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from readability_triton.frontdoor.gate import Gate, Refusal, Ticket
+from readability_triton.frontdoor.wire import FULL_TEXT_BYTES, MIN_WORK, grpc_work, http_work, work_of
+
+
+class Clock:
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def _gate(**kw) -> tuple[Gate, Clock]:
+    clock = Clock()
+    kw.setdefault("rate", 10.0)
+    return Gate(clock=clock, **kw), clock
+
+
+def _serve(gate: Gate, clock: Clock, seconds: float, ok: bool = True) -> list[Ticket]:
+    """Send on what the gate lets through, let `seconds` pass, answer them all."""
+    sent = []
+    while (ticket := gate.next()) is not None:
+        sent.append(ticket)
+    clock.now += seconds
+    for ticket in sent:
+        gate.done(ticket, ok=ok)
+    return sent
+
+
+def test_work_is_counted_in_texts_against_the_stated_wait():
+    gate, _ = _gate(max_wait=10.0, rate=10.0)  # 100 texts fit
+    assert isinstance(gate.offer("a", 64), Ticket)
+    assert isinstance(gate.offer("a", 30), Ticket)  # 94 texts
+    refused = gate.offer("a", 64)
+    assert isinstance(refused, Refusal) and refused.kind == "busy"
+    assert refused.reason.startswith("busy: 94 texts") and "retry in" in refused.reason
+    assert 0 < refused.retry_after <= 10.0
+    assert isinstance(gate.offer("a", 6), Ticket)  # small work still fits
+
+
+def test_an_idle_pipeline_takes_a_request_larger_than_the_wait_allows():
+    gate, _ = _gate(max_wait=1.0, rate=10.0)
+    assert isinstance(gate.offer("a", 64), Ticket)
+    assert isinstance(gate.offer("b", 64), Refusal)
+
+
+def test_a_client_alone_may_use_all_the_room_but_only_its_share_once_others_come():
+    gate, _ = _gate(max_wait=10.0, rate=10.0, overshoot=1.2)  # capacity 100, hard bound 120
+    for _ in range(10):
+        assert isinstance(gate.offer("abuser", 10), Ticket)
+    assert gate.queued == 100_000  # thousandths of a text
+    honest = gate.offer("honest", 1)  # its first request: within the hard bound, accepted
+    assert isinstance(honest, Ticket)
+    more = gate.offer("abuser", 1)  # over its share of 50 while two clients have work
+    assert isinstance(more, Refusal) and more.kind == "share" and "its share while 2 clients wait is 50" in more.reason
+    assert isinstance(gate.offer("honest", 1), Ticket)  # within its share
+
+
+def test_accepted_work_is_sent_on_in_fair_order():
+    gate, _ = _gate(max_wait=100.0, rate=10.0, inside=0.0, max_inside_requests=1)
+    first = [gate.offer("abuser", 1) for _ in range(5)]
+    honest = gate.offer("honest", 1)
+    order = []
+    while True:
+        ticket = gate.next()
+        if ticket is None:
+            break
+        order.append(ticket.client)
+        gate.done(ticket)
+    assert order[:2] == ["abuser", "honest"], order  # the honest text is second, not sixth
+    assert all(t.state == "done" for t in first + [honest])
+
+
+def test_a_request_abandoned_while_it_waits_is_never_sent_on():
+    gate, _ = _gate(max_wait=100.0, inside=0.0, max_inside_requests=1)
+    a, b, c = (gate.offer("x", 2) for _ in range(3))
+    assert gate.next() is a
+    gate.drop(b)
+    assert gate.queued == 2000 and b.state == "dropped"
+    gate.done(a)
+    assert gate.next() is c
+    assert gate.stats.dropped == 1 and gate.stats.accepted == 3
+
+
+def test_a_ticket_released_after_it_was_marked_sent_leaves_no_trace_inside():
+    gate, _ = _gate()
+    ticket = gate.offer("x", 3)
+    assert gate.next() is ticket
+    gate.release(ticket)
+    assert (gate.inside, gate.inside_requests, ticket.state) == (0, 0, "dropped")
+    gate.done(ticket)  # too late: nothing changes
+    assert gate.inside == 0 and gate.stats.answered == 0
+
+
+def test_the_rate_is_measured_from_answers_per_busy_second_and_errors_do_not_count():
+    gate, clock = _gate(max_wait=10.0, rate=1.0, inside=100.0, max_inside_requests=100)
+    for _ in range(4):
+        for _ in range(5):
+            gate.offer("c", 10)
+        _serve(gate, clock, 1.0)  # 50 texts a second
+        clock.now += 5.0  # idle: not counted as busy
+    assert gate.rate() == pytest.approx(50.0)
+    for _ in range(5):
+        gate.offer("c", 10)
+    _serve(gate, clock, 0.01, ok=False)  # fast refusals prove nothing
+    assert gate.rate() == pytest.approx(200 / 4.01, rel=1e-3)
+    assert gate.capacity() == pytest.approx(10 * gate.rate())
+
+
+def test_inside_tritonserver_stays_bounded_in_work_and_in_requests():
+    gate, _ = _gate(rate=100.0, inside=0.1, max_inside_requests=3, max_wait=100.0)
+    for _ in range(10):
+        gate.offer("c", 1)
+    sent = [gate.next() for _ in range(3)]
+    assert all(sent) and gate.next() is None  # 3 requests: the request bound
+    gate2, _ = _gate(rate=100.0, inside=0.1, max_inside_requests=48, max_wait=100.0)
+    for _ in range(5):
+        gate2.offer("c", 8)
+    assert [gate2.next() is not None for _ in range(3)] == [True, True, False]  # 16 texts >= 10: full
+
+
+def test_pause_holds_and_close_refuses():
+    gate, _ = _gate()
+    gate.pause()
+    ticket = gate.offer("c", 1)
+    assert isinstance(ticket, Ticket) and gate.next() is None
+    gate.resume()
+    assert gate.next() is ticket
+    gate.close("shutting down")
+    refused = gate.offer("c", 1)
+    assert isinstance(refused, Refusal) and refused.kind == "closed" and refused.reason == "shutting down"
+
+
+def test_a_deadline_shorter_than_any_answer_is_refused_and_a_late_ticket_never_sent():
+    gate, clock = _gate(inside=0.0, max_inside_requests=1, max_wait=100.0)
+    assert isinstance(gate.offer("c", 1, patience=0.001), Ticket)  # nothing measured yet: accepted
+    _serve(gate, clock, 0.05)
+    refused = gate.offer("c", 1, patience=0.01)
+    assert isinstance(refused, Refusal) and refused.kind == "deadline" and "50 ms" in refused.reason
+    blocker = gate.offer("c", 1)
+    late = gate.offer("d", 1, patience=0.2)
+    assert gate.next() is blocker
+    clock.now += 0.19  # 10 ms left of its 200: less than the quickest answer
+    gate.done(blocker)
+    assert gate.next() is None and late.state == "late" and gate.late == [late]
+    assert gate.queued == 0
+
+
+def test_the_snapshot_names_every_count():
+    gate, clock = _gate()
+    gate.offer("c", 2)
+    _serve(gate, clock, 0.1)
+    snap = gate.snapshot()
+    assert snap["accepted"] == 1 and snap["answered"] == 1 and snap["texts_waiting"] == 0
+    assert set(snap["refused"]) == {"busy", "share", "closed", "deadline"}
+    assert math.isfinite(snap["rate_texts_per_s"])
+
+
+# -- the wire -------------------------------------------------------------------------
+
+
+def test_a_text_weighs_its_length_up_to_what_bert_reads():
+    assert work_of(0) == MIN_WORK and work_of(FULL_TEXT_BYTES) == 1.0 and work_of(10 * FULL_TEXT_BYTES) == 1.0
+    assert work_of(FULL_TEXT_BYTES // 2) == pytest.approx(0.5)
+
+
+def _grpc_request(texts: list[bytes], packed: bool = True, raw: bool = True) -> bytes:
+    from tritonclient.grpc import service_pb2
+
+    request = service_pb2.ModelInferRequest(model_name="readability")
+    request.parameters["priority"].int64_param = 1
+    tensor = request.inputs.add(name="TEXT", datatype="BYTES", shape=[len(texts), 1])
+    tensor.parameters["binary_data_size"].int64_param = 9
+    request.outputs.add(name="SCORE")
+    if raw:
+        request.raw_input_contents.append(b"".join(len(t).to_bytes(4, "little") + t for t in texts))
+    else:
+        tensor.contents.bytes_contents.extend(texts)
+    data = request.SerializeToString()
+    if not packed:  # the shape as repeated varints (what a proto2-style writer may send)
+        n = len(texts)
+        data = data.replace(bytes([0x1A, 0x02, n, 0x01]), bytes([0x18, n, 0x18, 0x01]))
+    return data
+
+
+@pytest.mark.parametrize("n", [1, 7, 64, 127])
+def test_grpc_texts_and_work_are_read_off_the_message(n):
+    texts = [b"x" * (FULL_TEXT_BYTES * 2), b"y" * (FULL_TEXT_BYTES // 4)] * n
+    texts = texts[:n]
+    want = sum(work_of(len(t)) for t in texts)
+    assert grpc_work(_grpc_request(texts)) == (n, pytest.approx(want))
+    assert grpc_work(_grpc_request(texts, raw=False)) == (n, pytest.approx(want))
+
+
+def test_grpc_unpacked_shapes_and_malformed_messages():
+    assert grpc_work(_grpc_request([b"a" * 600] * 5, packed=False)) == (5, pytest.approx(2.5))
+    assert grpc_work(b"") == (1, 1.0)
+    assert grpc_work(b"\x2a\xff\xff\xff\xff\x0f") == (1, 1.0)  # a length past the end
+    whole = _grpc_request([b"abc"] * 3)
+    assert grpc_work(whole[: whole.index(b"TEXT") + 4]) == (1, 1.0)  # cut inside its input
+    from tritonclient.grpc import service_pb2
+
+    short = service_pb2.ModelInferRequest.FromString(whole)
+    short.raw_input_contents[0] = (100).to_bytes(4, "little") + b"abc"  # lengths past its end
+    assert grpc_work(short.SerializeToString()) == (3, 3.0)  # each text counts 1
+
+
+def test_http_texts_and_work_from_json_and_from_the_binary_tensor():
+    texts = ["a" * 600, "b" * 2400, "c"]
+    body = json.dumps({"inputs": [{"name": "TEXT", "shape": [3, 1], "datatype": "BYTES", "data": texts}]})
+    assert http_work(body.encode()) == (3, pytest.approx(0.5 + 1.0 + MIN_WORK))
+    blob = b"".join(len(t).to_bytes(4, "little") + t.encode() for t in texts)
+    header = json.dumps({"inputs": [{"name": "TEXT", "shape": [3, 1], "datatype": "BYTES",
+                                     "parameters": {"binary_data_size": len(blob)}}]}).encode()
+    assert http_work(header + blob, len(header)) == (3, pytest.approx(1.6))
+    assert http_work(header + blob[:10], len(header)) == (3, 3.0)
+    assert http_work(b"{not json") == (1, 1.0) and http_work(b'{"inputs": 5}') == (1, 1.0)
+    assert http_work(b"[]") == (1, 1.0)
