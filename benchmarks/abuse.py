@@ -1,0 +1,165 @@
+"""The abuse suite: every attack production clients mount, each beside honest clients,
+against the default `readability-triton serve` of a repository (a fresh serve per attack,
+so that restarts and memory are each attack's own).
+
+    python benchmarks/abuse.py --repository .cache/demo-repository            # the README's table
+    python benchmarks/abuse.py --repository REPO --short --json out.json      # what `make test` runs
+
+Each row: the honest clients' success rate and p99 latency, what the attack got, tritonserver
+crashes and restarts, its resident memory (start, peak, end), and the front door's counts.
+The admin key comes from the environment in every run but one (`key-file`), and every run
+checks, as user `nobody` where this runs as root, that no process's command line, no log
+and no /dev/shm segment shows it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+
+from readability_triton.client import abuse
+from readability_triton.server.tritonserver import free_port
+
+ATTACKS = ("deadlines", "disconnects", "flood", "huge", "kill_stub", "sigterm")
+SHORT = {"deadlines": 12.0, "disconnects": 12.0, "flood": 20.0, "kill_stub": 25.0}
+LONG = {"deadlines": 60.0, "disconnects": 60.0, "flood": 120.0, "kill_stub": 40.0}
+
+
+def start_serve(repository: str, folder: str, key: str, key_file: bool = False, max_wait: float = 10.0,
+                extra: tuple[str, ...] = ()) -> abuse.Target:
+    """`readability-triton serve` on free ports, with its health port, the admin key from
+    the environment or (key_file) from a file only its user can read."""
+    ports = {name: free_port() for name in ("http", "grpc", "metrics", "health")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("READABILITY_TRITON_ADMIN_KEY")}
+    if key_file:
+        path = os.path.join(folder, "admin-key")
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+            handle.write(key)
+        env["READABILITY_TRITON_ADMIN_KEY_FILE"] = path
+    else:
+        env["READABILITY_TRITON_ADMIN_KEY"] = key
+    log = open(os.path.join(folder, "serve.log"), "ab")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "readability_triton.cli", "serve", "--repository", repository,
+         "--http-port", str(ports["http"]), "--grpc-port", str(ports["grpc"]), "--metrics-port",
+         str(ports["metrics"]), "--health-port", str(ports["health"]), "--log-file",
+         os.path.join(folder, "tritonserver.log"), "--max-wait", str(max_wait), *extra],
+        env=env, stdout=log, stderr=log, start_new_session=True)
+    target = abuse.Target(f"127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['grpc']}",
+                          f"127.0.0.1:{ports['health']}", key, process)
+    target.wait_ready()
+    return target
+
+
+def stop_serve(target: abuse.Target) -> int | None:
+    process = target.process
+    if process is None:
+        return None
+    if process.poll() is None:
+        process.terminate()
+        try:
+            return process.wait(timeout=90)
+        except subprocess.TimeoutExpired:
+            process.kill()
+    return process.wait()
+
+
+def key_leaks(key: str, folder: str) -> list[str]:
+    """Where another local user can read `key`: every process's command line (`ps` and
+    /proc/*/cmdline), /proc/*/environ, the logs and /dev/shm, read as `nobody` when this
+    runs as root (else as this user, who may read more)."""
+    script = ("ps -eo args; for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do "
+              "cat \"$f\" 2>/dev/null | tr '\\0' ' '; echo; done; "
+              f"cat {folder}/*.log 2>/dev/null; cat /dev/shm/* 2>/dev/null")
+    command = ["su", "nobody", "-s", "/bin/sh", "-c", script] if os.geteuid() == 0 else ["/bin/sh", "-c", script]
+    out = subprocess.run(command, capture_output=True, timeout=120).stdout
+    found = []
+    if key.encode() in out:
+        for line in out.split(b"\n"):
+            if key.encode() in line:
+                found.append(line[:200].decode("utf-8", "replace"))
+    return found
+
+
+def texts_for_flood(count: int = 256) -> list[str]:
+    from readability_triton.artifacts.corpus import default_texts
+
+    texts, _ = default_texts()
+    return [texts[i % len(texts)] for i in range(count)]
+
+
+def run(repository: str, attacks=ATTACKS, short: bool = False, out: str | None = None,
+        max_wait: float = 10.0) -> list[dict]:
+    durations = SHORT if short else LONG
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="abuse-") as folder:
+        for name in attacks:
+            key = secrets.token_urlsafe(24)
+            key_file = name == "disconnects"  # one run with the key in a file, the others from the environment
+            target = start_serve(repository, folder, key, key_file=key_file, max_wait=max_wait)
+            try:
+                print(f"abuse: {name} ...", file=sys.stderr, flush=True)
+                if name == "deadlines":
+                    report = abuse.deadlines(target, durations[name])
+                elif name == "disconnects":
+                    report = abuse.disconnects(target, durations[name])
+                elif name == "flood":
+                    report = abuse.flood(target, texts_for_flood(64 if short else 256), seconds=durations[name])
+                elif name == "huge":
+                    report = abuse.huge(target, count=1 if short else 4)
+                elif name == "kill_stub":
+                    report = abuse.kill_stub(target, seconds=durations[name])
+                else:
+                    report = abuse.sigterm(target)
+                report.notes.append(f"admin key from {'a file' if key_file else 'the environment'}; readable by "
+                                    f"another user: {key_leaks(key, folder) or 'nowhere'}")
+            finally:
+                code = stop_serve(target)
+            row = asdict(report)
+            row["serve_exit"] = code
+            rows.append(row)
+            print(json.dumps(row, default=str), file=sys.stderr, flush=True)
+    if out:
+        with open(out, "w", encoding="utf-8") as handle:
+            json.dump(rows, handle, indent=2, default=str)
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    lines = ["| attack | honest success | honest p99 | crashes | restarts | tritonserver RSS MB (start → peak → end) "
+             "| what the attack got |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        h, m = r["honest"], r["memory_mb"]
+        got = ", ".join(f"{k} {v}" for k, v in r["attack_counts"].items() if not isinstance(v, (list, dict)))
+        lines.append(f"| {r['attack']} | {h.get('ok')}/{h.get('requests')} ({100 * h.get('success', 0):.1f} %) | "
+                     f"{h.get('p99_ms')} ms | {r['crashes']} | {r['restarts']} | "
+                     f"{m.get('start')} → {m.get('peak')} → {m.get('end')} | {got} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repository", required=True, help="an assembled repository (e.g. .cache/demo-repository)")
+    parser.add_argument("--attacks", default=",".join(ATTACKS), help=f"comma-separated, of {', '.join(ATTACKS)}")
+    parser.add_argument("--short", action="store_true", help="seconds per attack instead of a minute or two")
+    parser.add_argument("--max-wait", type=float, default=10.0, help="serve's --max-wait (the stated wait)")
+    parser.add_argument("--json", default=None, help="write the rows here")
+    args = parser.parse_args()
+    started = time.time()
+    rows = run(args.repository, [a.strip() for a in args.attacks.split(",") if a.strip()], args.short, args.json,
+               args.max_wait)
+    print(table(rows))
+    print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}, {os.cpu_count()} cores, "
+          f"repository {args.repository}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

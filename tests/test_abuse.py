@@ -1,0 +1,84 @@
+"""Integration: the abuse suite's short version (`benchmarks/abuse.py --short`) against the
+default `serve` of the tiny portable set: every attack beside honest clients, with the
+bounds the front door promises."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from served import assemble_portable
+
+pytestmark = pytest.mark.integration
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+MAX_WAIT = 2.0  # a short stated wait: the tiny set answers in milliseconds, so a flood must reach it
+
+
+@pytest.fixture(scope="module")
+def rows(tiny_artifacts, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("abuse")
+    repo = assemble_portable(tiny_artifacts, str(folder / "repository"))
+    out = folder / "abuse.json"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "abuse.py"), "--repository", repo,
+                           "--short", "--json", str(out), "--max-wait", str(MAX_WAIT)],
+                          capture_output=True, text=True, timeout=1200)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "| attack | honest success |" in done.stdout
+    return {row["attack"]: row for row in json.loads(out.read_text())}
+
+
+def test_short_deadlines_crash_nothing_and_honest_clients_are_served(rows):
+    row = rows["deadlines"]
+    assert row["crashes"] == 0 and row["restarts"] == 0
+    assert row["honest"]["success"] >= 0.9, row["honest"]
+    assert row["attack_counts"].get("deadline", 0) > 0  # the attack ran: its deadlines passed
+
+
+def test_clients_that_send_and_close_leave_honest_clients_on_another_address_served(rows):
+    row = rows["disconnects"]
+    assert row["crashes"] == 0 and row["restarts"] == 0
+    assert row["honest"]["success"] >= 0.8, row["honest"]
+    assert row["attack_counts"].get("sent_and_closed", 0) > 100
+    assert row["front"]["dropped_before_compute"] + row["front"]["abandoned_after_send"] > 0
+
+
+def test_a_flood_of_score_jobs_waits_within_the_stated_bound_and_loses_nothing(rows):
+    row = rows["flood"]
+    assert row["crashes"] == 0 and row["attack_counts"].get("jobs_failed", 0) == 0, row["attack_counts"]
+    assert row["attack_counts"].get("jobs_ok", 0) >= 16
+    front = row["front"]
+    assert front["answer_seconds"]["p99"] <= 1.5 * MAX_WAIT, front
+    assert front["expired"] == 0
+    assert front["refused"]["busy"] + front["refused"]["share"] > 0  # it was full, and said so
+    assert row["honest"]["success"] >= 0.9, row["honest"]
+
+
+def test_huge_messages_are_refused_as_client_errors_and_leave_memory_alone(rows):
+    row = rows["huge"]
+    counts = row["attack_counts"]
+    assert counts.get("grpc_RESOURCE_EXHAUSTED") == 1 and counts.get("http_413") == 1, counts
+    messages = counts.get("grpc_messages", []) + counts.get("http_messages", [])
+    assert not any("readability-triton-" in m for m in messages)
+    memory = row["memory_mb"]
+    assert memory["end"] - memory["start"] <= 200 and row["crashes"] == 0
+
+
+def test_a_killed_stub_is_healed_and_costs_few_requests(rows):
+    row = rows["kill_stub"]
+    assert row["restarts"] == 1 and row["attack_counts"].get("healed_after_s") is not None
+    assert row["honest"]["requests"] == row["honest"]["ok"], row["honest"]  # the door sends them once more
+
+
+def test_sigterm_under_load_answers_every_request_in_flight(rows):
+    row = rows["sigterm"]
+    counts = row["attack_counts"]
+    assert counts["exit_status"] == 0 and counts["cancelled"] == 0
+    assert row["honest"]["success"] == 1.0, row["honest"]["errors"]
+
+
+def test_no_run_showed_the_admin_key_to_another_user(rows):
+    for row in rows.values():
+        assert any(note.endswith("readable by another user: nowhere") for note in row["notes"]), row["notes"]

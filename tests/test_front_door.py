@@ -1,0 +1,261 @@
+"""Integration: `serve`'s front door with real clients (tritonclient HTTP and gRPC, curl),
+in front of a real tritonserver: the same answers as tritonserver itself for every output
+selection, bad input beside good, the restricted APIs still closed, oversized bodies and
+messages refused as the client's error, streams refused, the front's counters, and an
+admin key no other local user can read."""
+
+from __future__ import annotations
+
+import http.client
+import itertools
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+import types
+import urllib.error
+import urllib.request
+
+import grpc
+import numpy as np
+import pytest
+from served import CLIENTS, Failure, assemble_portable, score_texts, start_server
+
+from readability_triton import contracts as C
+from readability_triton.client.abuse import Target
+from readability_triton.server.tritonserver import free_port
+
+pytestmark = pytest.mark.integration
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TEXTS = ["The cat sat on the mat.", "Notwithstanding the aforementioned stipulations, the lessee shall pay.",
+         "Rivers shape valleys."]
+LIMIT = 1 << 20  # serve --max-request-bytes in these tests
+
+
+def _serve(repository: str, folder, key: str, key_file: bool = False, extra=()) -> Target:
+    ports = {name: free_port() for name in ("http", "grpc", "metrics", "health")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("READABILITY_TRITON_ADMIN_KEY")}
+    if key_file:
+        path = str(folder / "admin-key")
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+            handle.write(key + "\n")
+        env["READABILITY_TRITON_ADMIN_KEY_FILE"] = path
+    else:
+        env["READABILITY_TRITON_ADMIN_KEY"] = key
+    log = open(folder / "serve.log", "ab")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "readability_triton.cli", "serve", "--repository", repository,
+         "--http-port", str(ports["http"]), "--grpc-port", str(ports["grpc"]), "--metrics-port", str(ports["metrics"]),
+         "--health-port", str(ports["health"]), "--log-file", str(folder / "tritonserver.log"),
+         "--max-request-bytes", str(LIMIT), *extra], env=env, stdout=log, stderr=log, start_new_session=True)
+    target = Target(f"127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['grpc']}", f"127.0.0.1:{ports['health']}",
+                    key, process)
+    try:
+        target.wait_ready(240)
+    except RuntimeError:
+        process.kill()
+        print((folder / "serve.log").read_text()[-3000:])
+        raise
+    return target
+
+
+def _stop(target: Target) -> int:
+    target.process.terminate()
+    return target.process.wait(timeout=90)
+
+
+@pytest.fixture(scope="module")
+def repo(tiny_artifacts, tmp_path_factory):
+    return assemble_portable(tiny_artifacts, str(tmp_path_factory.mktemp("front") / "repository"))
+
+
+@pytest.fixture(scope="module")
+def served(repo, tmp_path_factory):
+    folder = tmp_path_factory.mktemp("serve")
+    target = _serve(repo, folder, secrets.token_urlsafe(24))
+    yield target, folder
+    assert _stop(target) == 0
+
+
+@pytest.fixture(scope="module")
+def direct(repo, tmp_path_factory):
+    """tritonserver itself on the same repository: what the front door must pass on unchanged."""
+    root = tmp_path_factory.mktemp("direct")
+    server = start_server(repo, str(root / "server.log"), str(root / "backends"))
+    yield server
+    server.stop()
+
+
+def _front(target: Target):
+    return types.SimpleNamespace(http_url=target.http, grpc_url=target.grpc)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_every_output_selection_through_the_front_door_equals_tritonserver(served, direct, client):
+    target, _ = served
+    want = score_texts(direct, client, TEXTS)
+    selections = [list(s) for n in range(1, 4) for s in itertools.combinations(C.OUTPUTS, n)] + [None]
+    for outputs in selections:
+        got = score_texts(_front(target), client, TEXTS, outputs)
+        assert set(got) == set(outputs or C.OUTPUTS)
+        for name, value in got.items():
+            np.testing.assert_array_equal(value, want[name])
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_bad_text_beside_good_ones_gets_its_own_error(served, client):
+    target, _ = served
+    with pytest.raises(Failure) as bad:
+        score_texts(_front(target), client, ["A fine text.", ""])
+    assert "text 1 of the request holds no words" in bad.value.message
+    assert str(bad.value.status) in ("400", "StatusCode.INVALID_ARGUMENT")
+    assert score_texts(_front(target), client, TEXTS)[C.SCORE].shape == (3, 1)
+
+
+def test_the_restricted_apis_stay_closed_without_the_key(served):
+    target, _ = served
+    index = f"http://{target.http}/v2/repository/index"
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(urllib.request.Request(index, method="POST"))
+    assert refused.value.code == 403 and "restricted" in refused.value.read().decode()
+    wrong = urllib.request.Request(index, method="POST", headers={"admin-key": "not-the-key"})
+    with pytest.raises(urllib.error.HTTPError):
+        urllib.request.urlopen(wrong)
+    right = urllib.request.Request(index, method="POST", headers={"admin-key": target.key})
+    with urllib.request.urlopen(right) as reply:
+        assert {m["name"] for m in json.loads(reply.read())} >= set(C.ALL_MODELS)
+
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    client = grpcclient.InferenceServerClient(target.grpc)
+    try:
+        with pytest.raises(InferenceServerException) as closed:
+            client.get_model_repository_index()
+        assert "UNAVAILABLE" in str(closed.value.status())
+        opened = client.get_model_repository_index(headers={"triton-grpc-protocol-admin-key": target.key})
+        assert {m.name for m in opened.models} >= set(C.ALL_MODELS)
+    finally:
+        client.close()
+
+
+def _leaks(key: str, where: str) -> bytes:
+    script = ("ps -eo args; for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do cat \"$f\" 2>/dev/null | "
+              f"tr '\\0' ' '; echo; done; cat {where}/*.log 2>/dev/null; cat /dev/shm/* 2>/dev/null")
+    out = subprocess.run(["su", "nobody", "-s", "/bin/sh", "-c", script], capture_output=True, timeout=120).stdout
+    return b"\n".join(line for line in out.split(b"\n") if key.encode() in line)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="reading as another user (su nobody) needs root")
+@pytest.mark.parametrize("source", ["environment", "file"])
+def test_no_other_local_user_can_read_the_admin_key(served, repo, tmp_path, source):
+    # The check sees a key that is visible: a process with it on its command line.
+    control = secrets.token_urlsafe(24)
+    visible = subprocess.Popen(["sh", "-c", "sleep 60", control])
+    try:
+        assert _leaks(control, str(tmp_path))
+    finally:
+        visible.kill()
+        visible.wait()
+    if source == "environment":
+        target, folder = served
+    else:
+        folder = tmp_path
+        target = _serve(repo, folder, secrets.token_urlsafe(24), key_file=True)
+    try:
+        assert _leaks(target.key, str(folder)) == b""
+        assert target.key.encode() not in (folder / "tritonserver.log").read_bytes()
+        request = urllib.request.Request(f"http://{target.http}/v2/repository/index", method="POST",
+                                         headers={"admin-key": target.key})
+        with urllib.request.urlopen(request) as reply:  # the key still opens the APIs
+            assert reply.status == 200
+    finally:
+        if source == "file":
+            assert _stop(target) == 0
+
+
+def _raw_http(target: Target, head: bytes, body_chunks) -> tuple[int, bytes]:
+    host, port = target.http.rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    conn.putrequest("POST", f"/v2/models/{C.ENSEMBLE}/infer", skip_accept_encoding=True)
+    for line in head.decode().splitlines():
+        name, value = line.split(": ", 1)
+        conn.putheader(name, value)
+    conn.endheaders()
+    try:
+        for chunk in body_chunks:
+            conn.send(chunk)
+    except OSError:
+        pass  # the front door answered and closed early
+    reply = conn.getresponse()
+    data = reply.read()
+    conn.close()
+    return reply.status, data
+
+
+def test_oversized_bodies_and_messages_are_the_clients_error(served):
+    target, _ = served
+    size = 4 * LIMIT
+    status, body = _raw_http(target, f"Content-Type: application/json\nContent-Length: {size}".encode(),
+                             [b"x" * LIMIT] * 4)
+    assert status == 413 and f"over the limit of {LIMIT} bytes" in json.loads(body)["error"]
+
+    def chunked():
+        for _ in range(4):
+            yield b"%x\r\n" % LIMIT + b"x" * LIMIT + b"\r\n"
+        yield b"0\r\n\r\n"
+
+    status, body = _raw_http(target, b"Content-Type: application/json\nTransfer-Encoding: chunked", chunked())
+    assert status == 413 and "readability-triton-" not in body.decode()
+
+    import tritonclient.grpc as grpcclient
+    from tritonclient.utils import InferenceServerException
+
+    from readability_triton.client.readability import text_input
+
+    client = grpcclient.InferenceServerClient(target.grpc)
+    try:
+        with pytest.raises(InferenceServerException) as refused:
+            client.infer(C.ENSEMBLE, [text_input(grpcclient, ["x" * size])])
+        assert "RESOURCE_EXHAUSTED" in str(refused.value.status())
+        assert "readability-triton-" not in str(refused.value)
+        assert client.infer(C.ENSEMBLE, [text_input(grpcclient, TEXTS)]).as_numpy(C.SCORE).shape == (3, 1)
+    finally:
+        client.close()
+
+
+def test_streams_are_refused_with_a_reason(served):
+    target, _ = served
+    channel = grpc.insecure_channel(target.grpc)
+    try:
+        stream = channel.stream_stream("/inference.GRPCInferenceService/ModelStreamInfer")
+        with pytest.raises(grpc.RpcError) as refused:
+            list(stream(iter([b""]), timeout=10))
+        assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert "use ModelInfer" in refused.value.details()
+    finally:
+        channel.close()
+
+
+def test_the_health_port_shows_the_front_doors_counts(served):
+    target, _ = served
+    score_texts(_front(target), "grpc", TEXTS)
+    status = target.status()
+    assert status["ready"] and status["front"]["accepted"] >= 1 and status["front"]["stated_wait_s"] == 10.0
+    with urllib.request.urlopen(f"http://{target.health}/metrics") as reply:
+        text = reply.read().decode()
+    assert "readability_front_accepted_total " in text and 'readability_front_refused_total{reason="busy"}' in text
+
+
+def test_a_repository_without_the_ensemble_is_a_stated_error_not_a_restart_loop(tiny_artifacts, tmp_path):
+    empty = tmp_path / "models"
+    empty.mkdir()
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "readability_triton.cli", "serve", "--repository", str(empty),
+                           "--http-port", str(free_port()), "--grpc-port", str(free_port()),
+                           "--metrics-port", str(free_port())], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and time.monotonic() - started < 30
+    assert f"{empty} holds no 'readability' ensemble" in done.stderr and "it is empty" in done.stderr
+    assert "readability-triton assemble" in done.stderr
