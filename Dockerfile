@@ -12,7 +12,7 @@
 #   Debian, deploy/standin/Dockerfile). The build checks the python-backend stub it finds there.
 # TRITON_VERSION: the release (24.10 or later). What differs between releases (CUDA major,
 #   whether the stub takes numpy 2, FIL's config keys, the ensemble's wiring) is in
-#   readability_triton/triton/releases.py, which this file asks for the pins and the configs.
+#   readability_triton/repository/releases.py, which this file asks for the pins and the configs.
 # PROFILE: gpu (Python steps on CuPy; ONNX Runtime/libtorch and FIL on the GPU), hybrid
 #   (Python steps on the CPU, models on the GPU), cpu (everything on the CPU), portable (bert
 #   and forest as Python models: ONNX Runtime and Treelite, no torch) or portable-gpu (every
@@ -20,13 +20,21 @@
 #   its Python models run, with every heavy dependency pinned (`releases constraints`).
 # ARTIFACTS: an artifact set (manifest.json, ...), assembled into /models at build time. A
 #   folder without manifest.json (deploy/no-artifacts) builds an image that serves a
-#   repository mounted at /models instead: -v "$PWD/models:/models:ro".
+#   repository mounted at /models instead: -v "$PWD/models:/models:ro" (serve refuses to
+#   start, saying so, while /models holds no ensemble).
+# KEYSHIM: a folder with a built keyshim.so (readability_triton/server/keyshim.c: it hands
+#   tritonserver the admin key without putting it on its command line, where every local
+#   user can read it). Without one, the build compiles it with the base's C compiler, or
+#   installs gcc with apt-get to compile it and removes it again. `make image` builds it on
+#   the host.
 # PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_FIND_LINKS, PIP_NO_INDEX: where pip finds packages,
 #   for sites that reach only a mirror or nothing at all (`make image` resolves a wheelhouse
 #   on the host and serves it on loopback: PIP_FIND_LINKS=http://127.0.0.1:PORT/ with
 #   PIP_NO_INDEX=1, so the build needs no other network and no layer keeps the wheels).
 # At run time: the admin key of the model-repository API from the environment
-#   (READABILITY_TRITON_ADMIN_KEY; in Kubernetes a Secret), never from the image; ports and
+#   (READABILITY_TRITON_ADMIN_KEY, or a file named by READABILITY_TRITON_ADMIN_KEY_FILE; in
+#   Kubernetes a Secret), never from the image; ports 8000/8001 are serve's front door
+#   (tritonserver itself listens on 127.0.0.1 inside); ports and
 #   the listening address from READABILITY_TRITON_{HTTP,GRPC,METRICS,HEALTH}_PORT and
 #   READABILITY_TRITON_ADDRESS. On SIGTERM serve drains and exits 0: give it --stop-timeout
 #   60 (Docker's default of 10 s is shorter than a drain). --shm-size: each Python model
@@ -40,6 +48,7 @@ FROM ${BASE_IMAGE}
 ARG TRITON_VERSION
 ARG PROFILE=gpu
 ARG ARTIFACTS=artifacts
+ARG KEYSHIM=deploy/no-artifacts
 ARG PIP_INDEX_URL
 ARG PIP_EXTRA_INDEX_URL
 ARG PIP_FIND_LINKS
@@ -72,6 +81,17 @@ RUN release() { python3 -m readability_triton.repository.releases "$1" --triton-
 # numpy/CuPy it has: the stub in the image, the libpython it links, the packages.
 RUN python3 -m readability_triton.repository.releases check --triton-version "${TRITON_VERSION}" --profile "${PROFILE}"
 
+# The admin-key shim: given, or compiled here (see KEYSHIM above).
+COPY ${KEYSHIM} /opt/readability-triton/keyshim/
+# hadolint ignore=DL3008
+RUN out=/opt/readability-triton/keyshim/keyshim.so; source=readability_triton/server/keyshim.c; \
+    if [ ! -f "$out" ]; then \
+      if command -v cc >/dev/null; then cc -shared -fPIC -O2 -o "$out" "$source" -ldl; \
+      else apt-get update -qq && apt-get install -y -qq --no-install-recommends gcc libc6-dev \
+        && cc -shared -fPIC -O2 -o "$out" "$source" -ldl \
+        && apt-get purge -y -qq gcc libc6-dev && apt-get autoremove -y -qq && rm -rf /var/lib/apt/lists/*; fi; \
+    fi; test -f "$out"
+
 # The repository, assembled for this release (configs differ, e.g. FIL's keys from 25.09),
 # with the canary's answers the health check compares.
 COPY ${ARTIFACTS} /opt/readability-triton/artifacts
@@ -85,6 +105,7 @@ RUN mkdir -p /models \
 
 USER ${UID}
 ENV READABILITY_TRITON_HOME=/opt/tritonserver \
+    READABILITY_TRITON_KEYSHIM=/opt/readability-triton/keyshim/keyshim.so \
     READABILITY_TRITON_ADDRESS=0.0.0.0 \
     READABILITY_TRITON_HTTP_PORT=8000 \
     READABILITY_TRITON_GRPC_PORT=8001 \

@@ -7,7 +7,8 @@
 #                   tritonserver:<TRITON_VERSION>-py3, when REGISTRY_BASE=1; otherwise the
 #                   stand-in below, which needs no registry)
 #   ARTIFACTS       an artifact set inside the build context to assemble into /models
-#                   (default .cache/demo-artifacts if it exists, else none: mount a repository)
+#                   (default .cache/demo-artifacts, built first as `make demo` builds it;
+#                   ARTIFACTS=deploy/no-artifacts for an image that serves a mounted repository)
 #   TAG             the image's tag (default readability-triton:<TRITON_VERSION>-<PROFILE>)
 #
 # Where no registry is reachable (these machines: neither Docker Hub nor nvcr.io), it builds
@@ -91,12 +92,20 @@ if [ ! -f "$wheelhouse/.complete" ]; then
   touch "$wheelhouse/.complete"
 fi
 
-# 4. The image.
-artifacts=${ARTIFACTS:-}
-if [ -z "$artifacts" ]; then
-  artifacts=deploy/no-artifacts
-  [ -f .cache/demo-artifacts/manifest.json ] && artifacts=.cache/demo-artifacts
+# 4. What goes in: the artifact set (the demo's, built as `make demo` builds it, when none is
+#    given) and the shim that keeps the admin key off tritonserver's command line, compiled
+#    here (the base may have no compiler; NVIDIA's has none).
+artifacts=${ARTIFACTS:-.cache/demo-artifacts}
+if [ "$artifacts" = .cache/demo-artifacts ] && [ ! -f "$artifacts/manifest.json" ]; then
+  say "no artifact set given: building the demo's in $artifacts (as make demo does; minutes) ..."
+  data=()
+  [ -f ../shared/data/commonlit/train.csv ] && data=(--data ../shared/data/commonlit/train.csv)
+  "$PY" -m readability_triton.cli build-demo --out "$artifacts" "${data[@]}" >&2
 fi
+keyshim="$CACHE/keyshim"
+rm -rf "$keyshim" && mkdir -p "$keyshim"
+"$PY" -c 'import sys; from readability_triton.server.keyshim import build; build(sys.argv[1])' \
+  "$keyshim/keyshim.so"
 # The wheelhouse reaches pip over loopback (the build runs on the host's network), so that no
 # layer of the image keeps a copy of it.
 port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -105,7 +114,7 @@ server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
 say "building $TAG FROM $BASE_IMAGE (profile $PROFILE, artifacts $artifacts) ..."
 docker build --network host --build-arg "BASE_IMAGE=$BASE_IMAGE" --build-arg "TRITON_VERSION=$TRITON_VERSION" \
-  --build-arg "PROFILE=$PROFILE" --build-arg "ARTIFACTS=$artifacts" \
+  --build-arg "PROFILE=$PROFILE" --build-arg "ARTIFACTS=$artifacts" --build-arg "KEYSHIM=$keyshim" \
   --build-arg "PIP_FIND_LINKS=http://127.0.0.1:$port/" --build-arg PIP_NO_INDEX=1 \
   -t "$TAG" . >"$CACHE/image.log" 2>&1 || { tail -40 "$CACHE/image.log" >&2; exit 1; }
 size=$(docker image inspect "$TAG" --format '{{.Size}}')

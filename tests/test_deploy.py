@@ -219,9 +219,12 @@ def test_manifests_agree_with_each_other_and_with_the_image():
     runtime = r["ServingRuntime"]
     assert runtime["spec"]["containers"][0]["image"] == main["image"]
     assert runtime["spec"]["containers"][0]["args"][:2] == ["readability-triton", "serve"]
-    # The ingress keeps the body limit the gateway template has.
+    # The ingress keeps the front door's body limit, and the front door names clients by the
+    # header the ingress sets.
     for ingress in load_all(os.path.join(K8S, "ingress.yaml")):
         assert ingress["metadata"]["annotations"]["nginx.ingress.kubernetes.io/proxy-body-size"] == "16m"
+    env = {e["name"]: e.get("value") for e in main["env"]}
+    assert env["READABILITY_TRITON_CLIENT_HEADER"] == "X-Real-IP"
     model = r["InferenceService"]["spec"]["predictor"]["model"]
     assert model["runtime"] == runtime["metadata"]["name"]
     assert model["runtimeVersion"] == tag
@@ -238,28 +241,24 @@ def adapter_rules() -> list[dict]:
     return load(os.path.join(K8S, "prometheus-adapter", "values.yaml"))["rules"]["custom"]
 
 
-def test_compose_wires_server_gateway_prometheus_and_grafana():
+def test_compose_wires_server_prometheus_and_grafana():
     compose = load(os.path.join(DEPLOY, "compose.yaml"))
     services = compose["services"]
-    assert sorted(services) == ["gateway", "grafana", "prometheus", "triton"]
+    assert sorted(services) == ["grafana", "prometheus", "triton"]
     triton = services["triton"]
     assert os.path.isfile(os.path.join(DEPLOY, triton["build"]["context"], "Dockerfile"))
     assert set(triton["build"]["args"]) == {"TRITON_VERSION", "PROFILE", "ARTIFACTS"}
     assert triton["shm_size"] == "1gb" and triton["stop_grace_period"] == "60s"
-    assert "ports" not in triton  # clients come through the gateway and its body limit
+    assert triton["ports"] == ["8000:8000", "8001:8001"]  # serve's front door, and nothing else
     assert "READABILITY_TRITON_ADMIN_KEY" in triton["environment"]
-    gateway = services["gateway"]
-    assert [p.split(":")[0] for p in gateway["ports"]] == ["8000", "8001"]
-    assert gateway["environment"]["TRITON_HOST"] == "triton" and gateway["environment"]["MAX_BODY_SIZE"] == "16m"
-    assert "./nginx/templates:/etc/nginx/templates:ro" in gateway["volumes"]
     # Every bind mount's host side exists (relative to deploy/).
     for name, service in services.items():
         for volume in service.get("volumes", []):
             host = volume.split(":")[0]
             assert os.path.exists(os.path.join(DEPLOY, host)), f"{name}: {host}"
     prometheus = load(os.path.join(DEPLOY, "prometheus", "prometheus.yml"))
-    (job,) = prometheus["scrape_configs"]
-    assert job["static_configs"][0]["targets"] == ["triton:8002"]
+    jobs = {job["job_name"]: job["static_configs"][0]["targets"] for job in prometheus["scrape_configs"]}
+    assert jobs == {"triton": ["triton:8002"], "front-door": ["triton:8003"]}
     (source,) = load(os.path.join(DEPLOY, "grafana", "provisioning", "datasources", "prometheus.yaml"))["datasources"]
     assert source["url"] == "http://prometheus:9090" and "9090:9090" in services["prometheus"]["ports"]
     (provider,) = load(os.path.join(DEPLOY, "grafana", "provisioning", "dashboards", "readability.yaml"))["providers"]

@@ -30,7 +30,7 @@ import pytest
 from served import text_rows
 
 from readability_triton import contracts as C
-from readability_triton.client import load
+from readability_triton.client import abuse, load
 from readability_triton.repository import assemble as repository
 from readability_triton.server.processes import alive
 from readability_triton.server.tritonserver import free_port
@@ -243,6 +243,35 @@ def test_saturating_load_keeps_it_healthy_and_unrestarted(image):
         print(f"{len(answered)} requests of 64 texts answered, {len(outcomes) - len(answered)} refused as busy")
     finally:
         box.remove()
+
+
+def test_the_images_front_door_holds_against_short_deadlines_and_disconnects(image):
+    """Through the image's own ports (serve's front door): 4 gRPC clients with 1/5/20/50 ms
+    deadlines for 60 s, then 4 HTTP loops from 127.0.0.2 that send a request and close, each
+    beside 2 honest clients (the second pair on 127.0.0.3): no crash, no restart, the honest
+    clients served."""
+    box = Container(image)
+    try:
+        target = abuse.Target(box.http, box.grpc, f"127.0.0.1:{box.ports['HEALTH']}", KEY)
+        deadlines = abuse.deadlines(target, 60)
+        disconnects = abuse.disconnects(target, 60)
+        for report, least in ((deadlines, 0.9), (disconnects, 0.8)):
+            print(report.attack, report.honest, report.attack_counts)
+            assert report.crashes == 0 and report.restarts == 0, report
+            assert report.honest["success"] >= least, report.honest
+        assert box.inspect()["RestartCount"] == 0 and box.health_status() == "healthy"
+    finally:
+        box.remove()
+
+
+def test_an_image_without_a_repository_says_so_and_stops(image):
+    """/models without the ensemble (an image built without artifacts, nothing mounted):
+    serve exits at once saying what to do, instead of reporting healthy and restarting."""
+    run = _docker("run", "--rm", "--network", "host", "--read-only", "--tmpfs", "/tmp", "--tmpfs", "/models",
+                  *[f"--env=READABILITY_TRITON_{name}_PORT={free_port()}" for name in ("HTTP", "GRPC", "METRICS")],
+                  image, timeout=120, check=False)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert "/models holds no 'readability' ensemble" in run.stderr
 
 
 def test_docker_stop_under_load_drains_and_exits_0(image):
