@@ -27,13 +27,11 @@ $(STAMP): setup.cfg constraints/cpu.txt pyproject.toml
 demo: $(STAMP)
 	$(VENV)/bin/readability-triton demo --artifacts $(DEMO_ARTIFACTS) --repository $(DEMO_REPO)
 
-# Lint (ruff: errors, style, import order) and type-check (mypy, configured in setup.cfg)
-# the code first: seconds, before the minutes of pytest.
-RUFF := $(VENV)/bin/ruff check --line-length 120 --target-version py310 --select E,F,W,I,B --ignore B905 \
-	--config "lint.isort.known-first-party=['readability_triton']"
-
+# Lint (ruff: errors, style, import order; its formatter) and type-check (mypy) the code
+# first: seconds, before the minutes of pytest. Every setting is in pyproject.toml.
 lint: $(STAMP)
-	$(RUFF) readability_triton backends tests benchmarks scripts
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 
 # The image and the deployment, statically (no Docker engine or cluster here): hadolint and

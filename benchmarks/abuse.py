@@ -24,7 +24,7 @@ import tempfile
 import time
 from dataclasses import asdict
 
-from readability_triton.client import abuse
+from readability_triton.client import abuse, honest
 from readability_triton.server.tritonserver import free_port
 
 ATTACKS = ("deadlines", "disconnects", "flood", "huge", "kill_stub", "sigterm")
@@ -32,8 +32,9 @@ SHORT = {"deadlines": 12.0, "disconnects": 12.0, "flood": 20.0, "kill_stub": 25.
 LONG = {"deadlines": 60.0, "disconnects": 60.0, "flood": 120.0, "kill_stub": 40.0}
 
 
-def start_serve(repository: str, folder: str, key: str, key_file: bool = False, max_wait: float = 10.0,
-                extra: tuple[str, ...] = ()) -> abuse.Target:
+def start_serve(
+    repository: str, folder: str, key: str, key_file: bool = False, max_wait: float = 10.0, extra: tuple[str, ...] = ()
+) -> honest.Target:
     """`readability-triton serve` on free ports, with its health port, the admin key from
     the environment or (key_file) from a file only its user can read."""
     ports = {name: free_port() for name in ("http", "grpc", "metrics", "health")}
@@ -47,18 +48,40 @@ def start_serve(repository: str, folder: str, key: str, key_file: bool = False, 
         env["READABILITY_TRITON_ADMIN_KEY"] = key
     log = open(os.path.join(folder, "serve.log"), "ab")
     process = subprocess.Popen(
-        [sys.executable, "-m", "readability_triton.cli", "serve", "--repository", repository,
-         "--http-port", str(ports["http"]), "--grpc-port", str(ports["grpc"]), "--metrics-port",
-         str(ports["metrics"]), "--health-port", str(ports["health"]), "--log-file",
-         os.path.join(folder, "tritonserver.log"), "--max-wait", str(max_wait), *extra],
-        env=env, stdout=log, stderr=log, start_new_session=True)
-    target = abuse.Target(f"127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['grpc']}",
-                          f"127.0.0.1:{ports['health']}", key, process)
+        [
+            sys.executable,
+            "-m",
+            "readability_triton.cli",
+            "serve",
+            "--repository",
+            repository,
+            "--http-port",
+            str(ports["http"]),
+            "--grpc-port",
+            str(ports["grpc"]),
+            "--metrics-port",
+            str(ports["metrics"]),
+            "--health-port",
+            str(ports["health"]),
+            "--log-file",
+            os.path.join(folder, "tritonserver.log"),
+            "--max-wait",
+            str(max_wait),
+            *extra,
+        ],
+        env=env,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+    target = honest.Target(
+        f"127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['grpc']}", f"127.0.0.1:{ports['health']}", key, process
+    )
     target.wait_ready()
     return target
 
 
-def stop_serve(target: abuse.Target) -> int | None:
+def stop_serve(target: honest.Target) -> int | None:
     process = target.process
     if process is None:
         return None
@@ -75,9 +98,11 @@ def key_leaks(key: str, folder: str) -> list[str]:
     """Where another local user can read `key`: every process's command line (`ps` and
     /proc/*/cmdline), /proc/*/environ, the logs and /dev/shm, read as `nobody` when this
     runs as root (else as this user, who may read more)."""
-    script = ("ps -eo args; for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do "
-              "cat \"$f\" 2>/dev/null | tr '\\0' ' '; echo; done; "
-              f"cat {folder}/*.log 2>/dev/null; cat /dev/shm/* 2>/dev/null")
+    script = (
+        "ps -eo args; for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do "
+        "cat \"$f\" 2>/dev/null | tr '\\0' ' '; echo; done; "
+        f"cat {folder}/*.log 2>/dev/null; cat /dev/shm/* 2>/dev/null"
+    )
     command = ["su", "nobody", "-s", "/bin/sh", "-c", script] if os.geteuid() == 0 else ["/bin/sh", "-c", script]
     out = subprocess.run(command, capture_output=True, timeout=120).stdout
     found = []
@@ -95,8 +120,9 @@ def texts_for_flood(count: int = 256) -> list[str]:
     return [texts[i % len(texts)] for i in range(count)]
 
 
-def run(repository: str, attacks=ATTACKS, short: bool = False, out: str | None = None,
-        max_wait: float = 10.0) -> list[dict]:
+def run(
+    repository: str, attacks=ATTACKS, short: bool = False, out: str | None = None, max_wait: float = 10.0
+) -> list[dict]:
     durations = SHORT if short else LONG
     rows = []
     with tempfile.TemporaryDirectory(prefix="abuse-") as folder:
@@ -118,8 +144,10 @@ def run(repository: str, attacks=ATTACKS, short: bool = False, out: str | None =
                     report = abuse.kill_stub(target, seconds=durations[name])
                 else:
                     report = abuse.sigterm(target)
-                report.notes.append(f"admin key from {'a file' if key_file else 'the environment'}; readable by "
-                                    f"another user: {key_leaks(key, folder) or 'nowhere'}")
+                report.notes.append(
+                    f"admin key from {'a file' if key_file else 'the environment'}; readable by "
+                    f"another user: {key_leaks(key, folder) or 'nowhere'}"
+                )
             finally:
                 code = stop_serve(target)
             row = asdict(report)
@@ -133,14 +161,19 @@ def run(repository: str, attacks=ATTACKS, short: bool = False, out: str | None =
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| attack | honest success | honest p99 | crashes | restarts | tritonserver RSS MB (start → peak → end) "
-             "| what the attack got |", "|---|---|---|---|---|---|---|"]
+    lines = [
+        "| attack | honest success | honest p99 | crashes | restarts | tritonserver RSS MB (start → peak → end) "
+        "| what the attack got |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
         h, m = r["honest"], r["memory_mb"]
         got = ", ".join(f"{k} {v}" for k, v in r["attack_counts"].items() if not isinstance(v, (list, dict)))
-        lines.append(f"| {r['attack']} | {h.get('ok')}/{h.get('requests')} ({100 * h.get('success', 0):.1f} %) | "
-                     f"{h.get('p99_ms')} ms | {r['crashes']} | {r['restarts']} | "
-                     f"{m.get('start')} → {m.get('peak')} → {m.get('end')} | {got} |")
+        lines.append(
+            f"| {r['attack']} | {h.get('ok')}/{h.get('requests')} ({100 * h.get('success', 0):.1f} %) | "
+            f"{h.get('p99_ms')} ms | {r['crashes']} | {r['restarts']} | "
+            f"{m.get('start')} → {m.get('peak')} → {m.get('end')} | {got} |"
+        )
     return "\n".join(lines)
 
 
@@ -153,11 +186,14 @@ def main() -> int:
     parser.add_argument("--json", default=None, help="write the rows here")
     args = parser.parse_args()
     started = time.time()
-    rows = run(args.repository, [a.strip() for a in args.attacks.split(",") if a.strip()], args.short, args.json,
-               args.max_wait)
+    rows = run(
+        args.repository, [a.strip() for a in args.attacks.split(",") if a.strip()], args.short, args.json, args.max_wait
+    )
     print(table(rows))
-    print(f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}, {os.cpu_count()} cores, "
-          f"repository {args.repository}")
+    print(
+        f"\n{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime(started))}, {os.cpu_count()} cores, "
+        f"repository {args.repository}"
+    )
     return 0
 
 

@@ -23,6 +23,7 @@ with 3 shuffles, the vocabulary refitted on each training fold. `--curve`: the f
 RMSE on a hold-out for growing parts of the other excerpts, averaged over 5 random
 hold-outs.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -42,7 +43,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 GRID = [
     {"max_features": 0.33, "min_samples_leaf": 3},  # train-forest's default
-    {"max_features": 1.0, "min_samples_leaf": 1},   # scikit-learn's default
+    {"max_features": 1.0, "min_samples_leaf": 1},  # scikit-learn's default
     {"max_features": 0.15, "min_samples_leaf": 2},
     {"max_features": 0.2, "min_samples_leaf": 3},
     {"max_features": 0.33, "min_samples_leaf": 1},
@@ -72,7 +73,7 @@ def split(texts, y, args):
     """The seeded hold-out: (train indices, held-out indices, train CSV, held-out CSV)."""
     rng = np.random.default_rng(args.seed)
     order = rng.permutation(len(y))
-    test, train = order[: args.held_out], order[args.held_out:]
+    test, train = order[: args.held_out], order[args.held_out :]
     os.makedirs(args.out, exist_ok=True)
     train_csv, test_csv = os.path.join(args.out, "train_part.csv"), os.path.join(args.out, "held_out.csv")
     _write(train_csv, [texts[i] for i in train], y[train].tolist())
@@ -83,8 +84,12 @@ def split(texts, y, args):
 def _split_report(train, test, y, args) -> dict:
     """What both held-out runs report first: the split, and the RMSE of predicting the
     training mean (the floor any model must beat)."""
-    return {"train_texts": len(train), "held_out_texts": len(test), "seed": args.seed,
-            "rmse_of_the_training_mean": forest.rmse(np.full(len(test), y[train].mean()), y[test])}
+    return {
+        "train_texts": len(train),
+        "held_out_texts": len(test),
+        "seed": args.seed,
+        "rmse_of_the_training_mean": forest.rmse(np.full(len(test), y[train].mean()), y[test]),
+    }
 
 
 def demo_held_out(texts, y, args) -> dict:
@@ -110,8 +115,17 @@ def held_out(texts, y, args) -> dict:
         from readability_triton.artifacts.demo import minilm_directory
 
         bert_dir = os.path.join(args.out, "bert")
-        _, result["train_bert_s"] = _cli("train-bert", "--data", train_csv, "--base", minilm_directory(),
-                                         "--out", bert_dir, "--epochs", str(args.bert_epochs))
+        _, result["train_bert_s"] = _cli(
+            "train-bert",
+            "--data",
+            train_csv,
+            "--base",
+            minilm_directory(),
+            "--out",
+            bert_dir,
+            "--epochs",
+            str(args.bert_epochs),
+        )
         _cli("export-bert", "--checkpoint", bert_dir, "--out", os.path.join(artifacts, "model.onnx"))
     out, _ = _cli("evaluate", "--data", test_csv, "--artifacts", artifacts, "--json")
     result["evaluate"] = json.loads(out)
@@ -126,19 +140,26 @@ def grid(texts, y) -> list[dict]:
     for shuffle in range(3):
         for train, test in KFold(5, shuffle=True, random_state=shuffle).split(texts):
             vocabulary = forest._vocabulary([texts[i] for i in train])
-            folds.append((shuffle, train, test, forest.features_of([texts[i] for i in train], vocabulary),
-                          forest.features_of([texts[i] for i in test], vocabulary)))
+            folds.append(
+                (
+                    shuffle,
+                    train,
+                    test,
+                    forest.features_of([texts[i] for i in train], vocabulary),
+                    forest.features_of([texts[i] for i in test], vocabulary),
+                )
+            )
     rows = []
     for params in GRID:
         per_shuffle = np.zeros(3)
         for shuffle, train, test, X_train, X_test in folds:
-            model = RandomForestRegressor(n_estimators=100, max_depth=16, random_state=shuffle, n_jobs=-1,
-                                          **params).fit(X_train, y[train])
+            model = RandomForestRegressor(
+                n_estimators=100, max_depth=16, random_state=shuffle, n_jobs=-1, **params
+            ).fit(X_train, y[train])
             per_shuffle[shuffle] += np.sum((model.predict(X_test) - y[test]) ** 2)
         pooled = np.sqrt(per_shuffle / len(y))
         rows.append({"params": params, "cv_rmse": float(pooled.mean()), "per_shuffle": pooled.round(4).tolist()})
-        print(f"{json.dumps(params):<70} 3x5-fold CV RMSE {pooled.mean():.4f}  {pooled.round(4).tolist()}",
-              flush=True)
+        print(f"{json.dumps(params):<70} 3x5-fold CV RMSE {pooled.mean():.4f}  {pooled.round(4).tolist()}", flush=True)
     return rows
 
 
@@ -155,15 +176,23 @@ def curve(texts, y, seed: int, held: int, repeats: int = 5) -> list[dict]:
             train = train_all[:size]
             vocabulary = forest._vocabulary([texts[i] for i in train])
             model = forest.make_forest("sklearn", seed=r, **forest.DEFAULTS).fit(
-                forest.features_of([texts[i] for i in train], vocabulary), y[train])
-            values[r, j] = forest.rmse(model.predict(forest.features_of([texts[i] for i in test], vocabulary)),
-                                       y[test])
+                forest.features_of([texts[i] for i in train], vocabulary), y[train]
+            )
+            values[r, j] = forest.rmse(model.predict(forest.features_of([texts[i] for i in test], vocabulary)), y[test])
     rows = []
     for j, size in enumerate(sizes):
-        rows.append({"train_texts": size, "rmse_mean": float(values[:, j].mean()),
-                     "per_hold_out": values[:, j].round(4).tolist()})
-        print(f"{size:5d} training excerpts: held-out RMSE {values[:, j].mean():.4f} (mean of {repeats} "
-              f"hold-outs: {values[:, j].round(3).tolist()})", flush=True)
+        rows.append(
+            {
+                "train_texts": size,
+                "rmse_mean": float(values[:, j].mean()),
+                "per_hold_out": values[:, j].round(4).tolist(),
+            }
+        )
+        print(
+            f"{size:5d} training excerpts: held-out RMSE {values[:, j].mean():.4f} (mean of {repeats} "
+            f"hold-outs: {values[:, j].round(3).tolist()})",
+            flush=True,
+        )
     return rows
 
 
@@ -177,9 +206,11 @@ def main() -> int:
     parser.add_argument("--no-bert", action="store_true")
     parser.add_argument("--grid", action="store_true")
     parser.add_argument("--curve", action="store_true")
-    parser.add_argument("--demo", action="store_true",
-                        help="only the demo set: build-demo on the training part (fitted SCORE weights), evaluate "
-                             "on the held-out part")
+    parser.add_argument(
+        "--demo",
+        action="store_true",
+        help="only the demo set: build-demo on the training part (fitted SCORE weights), evaluate on the held-out part",
+    )
     parser.add_argument("--json")
     args = parser.parse_args()
     if not os.path.isfile(args.data):
@@ -198,9 +229,11 @@ def main() -> int:
     if args.demo:
         section = report["demo"] = demo_held_out(texts, y, args)
         blend = section["blend"]
-        print(f"\ndemo set (build-demo on {section['train_texts']} excerpts; SCORE = "
-              f"{blend['bert_weight']:.3f} BERT + {blend['forest_weight']:.3f} forest, fitted on out-of-fold "
-              f"predictions), held out: {section['evaluate']['texts']} excerpts")
+        print(
+            f"\ndemo set (build-demo on {section['train_texts']} excerpts; SCORE = "
+            f"{blend['bert_weight']:.3f} BERT + {blend['forest_weight']:.3f} forest, fitted on out-of-fold "
+            f"predictions), held out: {section['evaluate']['texts']} excerpts"
+        )
     else:
         section = report["held_out"] = held_out(texts, y, args)
         print(f"\nheld out: {section['evaluate']['texts']} excerpts, models trained on {section['train_texts']}")

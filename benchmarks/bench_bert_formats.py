@@ -16,6 +16,7 @@ Runtime's CUDA and TensorRT providers (not runnable here: no GPU).
 
     .venv/bin/python benchmarks/bench_bert_formats.py [--batch-sizes 1,8,64] [--rounds 5] [--json out.json]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+from typing import Any
 
 import numpy as np
 import torch
@@ -54,7 +56,7 @@ def timed(run, ids, mask, batch: int, min_seconds: float) -> float:
     run(ids[:1], mask[:1])
     done, started, start = 0, time.perf_counter(), 0
     while time.perf_counter() - started < min_seconds:
-        run(ids[start:start + batch], mask[start:start + batch])
+        run(ids[start : start + batch], mask[start : start + batch])
         done += batch
         start = (start + batch) % (len(ids) - batch + 1)
     return done / (time.perf_counter() - started)
@@ -81,21 +83,40 @@ def main(argv=None) -> int:
     module = PooledRegressor(encoder, "layers_mean", torch.nn.Linear(6 * encoder.config.hidden_size, 1)).eval()
     ids_all, mask_all = tokenizer.encode(texts)
     special = special_ids(tokenizer)
-    results: dict = {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-                     "python": platform.python_version(), "max_length": args.max_length, "rows": []}
+    results: dict = {
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "cpus": os.cpu_count(),
+        "python": platform.python_version(),
+        "max_length": args.max_length,
+        "rows": [],
+    }
     with tempfile.TemporaryDirectory() as tmp:
         pt, onnx_path = os.path.join(tmp, "model.pt"), os.path.join(tmp, "model.onnx")
-        exported_pt = E.export_torchscript(module, pt, max_length=args.max_length, vocab_size=tokenizer.vocab_size,
-                                           ids=special)
-        exported_onnx = E.export_onnx(module, onnx_path, max_length=args.max_length, vocab_size=tokenizer.vocab_size,
-                                      ids=special, real_inputs=real_inputs(tokenizer))
-        runners = {"torchscript": TorchScriptRunner.from_folder(tmp), "onnxruntime": OnnxRunner(onnx_path),
-                   "onnxruntime_padded": OnnxRunner(onnx_path, trim=False)}
+        exported_pt = E.export_torchscript(
+            module, pt, max_length=args.max_length, vocab_size=tokenizer.vocab_size, ids=special
+        )
+        exported_onnx = E.export_onnx(
+            module,
+            onnx_path,
+            max_length=args.max_length,
+            vocab_size=tokenizer.vocab_size,
+            ids=special,
+            real_inputs=real_inputs(tokenizer),
+        )
+        runners: dict[str, Any] = {
+            "torchscript": TorchScriptRunner.from_folder(tmp),
+            "onnxruntime": OnnxRunner(onnx_path),
+            "onnxruntime_padded": OnnxRunner(onnx_path, trim=False),
+        }
         results["onnxruntime"] = runners["onnxruntime"].version
-        results["export_max_abs_diff"] = {"torchscript": exported_pt["max_abs_diff"],
-                                          "onnx": exported_onnx["max_abs_diff"]}
-        agree = np.abs(runners["torchscript"](ids_all[:64], mask_all[:64])
-                       - runners["onnxruntime"](ids_all[:64], mask_all[:64])).max()
+        results["export_max_abs_diff"] = {
+            "torchscript": exported_pt["max_abs_diff"],
+            "onnx": exported_onnx["max_abs_diff"],
+        }
+        agree = np.abs(
+            runners["torchscript"](ids_all[:64], mask_all[:64]) - runners["onnxruntime"](ids_all[:64], mask_all[:64])
+        ).max()
         results["runners_max_abs_diff_on_64_excerpts"] = float(agree)
         for batch in map(int, args.batch_sizes.split(",")):
             rates: dict[str, list[float]] = {name: [] for name in runners}
@@ -104,24 +125,35 @@ def main(argv=None) -> int:
                     rates[name].append(timed(runner, ids_all, mask_all, batch, args.min_seconds))
             row = {"batch_size": batch, **{name: statistics.median(v) for name, v in rates.items()}}
             for name in ("onnxruntime", "onnxruntime_padded"):
-                row[f"{name}_vs_torchscript"] = statistics.median(o / t for o, t in zip(rates[name],
-                                                                                        rates["torchscript"]))
-            row["tokens_fed_to_onnx"] = statistics.mean(tokens_run(mask_all[i:i + batch])
-                                                         for i in range(0, len(ids_all) - batch + 1, batch))
+                row[f"{name}_vs_torchscript"] = statistics.median(
+                    o / t for o, t in zip(rates[name], rates["torchscript"])
+                )
+            row["tokens_fed_to_onnx"] = statistics.mean(
+                tokens_run(mask_all[i : i + batch]) for i in range(0, len(ids_all) - batch + 1, batch)
+            )
             results["rows"].append(row)
-            print(f"batch {batch:>3}: TorchScript {row['torchscript']:7.1f} texts/s, ONNX Runtime "
-                  f"{row['onnxruntime']:7.1f} texts/s ({row['onnxruntime_vs_torchscript']:.2f}x; padded "
-                  f"{row['onnxruntime_padded']:.1f}, {row['onnxruntime_padded_vs_torchscript']:.2f}x)",
-                  file=sys.stderr, flush=True)
-    print(f"\nMiniLM-L6 + layers_mean head, max_length {args.max_length}, fp32, CPU ({os.cpu_count()} cores, torch "
-          f"{torch.__version__} with {results['threads']} threads, ONNX Runtime {results['onnxruntime']}); "
-          f"the two runners agree within {results['runners_max_abs_diff_on_64_excerpts']:.2g} on 64 excerpts")
-    print(f"{'batch':>5} | {'TorchScript':>12} | {'ONNX padded':>12} | ratio | {'ONNX (served)':>13} | ratio | "
-          "ONNX length")
+            print(
+                f"batch {batch:>3}: TorchScript {row['torchscript']:7.1f} texts/s, ONNX Runtime "
+                f"{row['onnxruntime']:7.1f} texts/s ({row['onnxruntime_vs_torchscript']:.2f}x; padded "
+                f"{row['onnxruntime_padded']:.1f}, {row['onnxruntime_padded_vs_torchscript']:.2f}x)",
+                file=sys.stderr,
+                flush=True,
+            )
+    print(
+        f"\nMiniLM-L6 + layers_mean head, max_length {args.max_length}, fp32, CPU ({os.cpu_count()} cores, torch "
+        f"{torch.__version__} with {results['threads']} threads, ONNX Runtime {results['onnxruntime']}); "
+        f"the two runners agree within {results['runners_max_abs_diff_on_64_excerpts']:.2g} on 64 excerpts"
+    )
+    print(
+        f"{'batch':>5} | {'TorchScript':>12} | {'ONNX padded':>12} | ratio | {'ONNX (served)':>13} | ratio | "
+        "ONNX length"
+    )
     for row in results["rows"]:
-        print(f"{row['batch_size']:>5} | {row['torchscript']:>12.1f} | {row['onnxruntime_padded']:>12.1f} | "
-              f"{row['onnxruntime_padded_vs_torchscript']:.2f}x | {row['onnxruntime']:>13.1f} | "
-              f"{row['onnxruntime_vs_torchscript']:.2f}x | {row['tokens_fed_to_onnx']:.0f} of {args.max_length}")
+        print(
+            f"{row['batch_size']:>5} | {row['torchscript']:>12.1f} | {row['onnxruntime_padded']:>12.1f} | "
+            f"{row['onnxruntime_padded_vs_torchscript']:.2f}x | {row['onnxruntime']:>13.1f} | "
+            f"{row['onnxruntime_vs_torchscript']:.2f}x | {row['tokens_fed_to_onnx']:.0f} of {args.max_length}"
+        )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(results, handle, indent=2)

@@ -12,6 +12,7 @@ excerpts (cycled). The vocabulary is fitted on all excerpts first. Before timing
 NumPy (and CuPy) result of the largest batch is checked bit for bit against the
 reference.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -66,13 +67,18 @@ def main(argv=None) -> int:
     parser.add_argument("--column", default="excerpt")
     parser.add_argument("--batch-sizes", default="1,64,2048")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds per batch size")
-    parser.add_argument("--min-seconds", type=float, default=0.5,
-                        help="minimum time per implementation per round")
-    parser.add_argument("--reference-texts", type=int, default=256,
-                        help="at least this many texts per reference measurement (it is slow)")
+    parser.add_argument("--min-seconds", type=float, default=0.5, help="minimum time per implementation per round")
+    parser.add_argument(
+        "--reference-texts",
+        type=int,
+        default=256,
+        help="at least this many texts per reference measurement (it is slow)",
+    )
     parser.add_argument("--no-gpu", action="store_true", help="skip CuPy even if a GPU is present")
-    parser.add_argument("--vocabulary", help="a vocabulary.json to use (default: built from --data, which needs "
-                                             "scikit-learn's stop words)")
+    parser.add_argument(
+        "--vocabulary",
+        help="a vocabulary.json to use (default: built from --data, which needs scikit-learn's stop words)",
+    )
     parser.add_argument("--json", help="also write the results here")
     args = parser.parse_args(argv)
 
@@ -93,6 +99,7 @@ def main(argv=None) -> int:
 
     impls = [("reference", run_reference), ("numpy", run_numpy)]
     if cupy is not None:
+
         def run_cupy(batch):
             features.featurize(batch, vocab, xp=cupy)
             cupy.cuda.Device().synchronize()
@@ -110,10 +117,12 @@ def main(argv=None) -> int:
             print(f"{name} differs from the reference: not benchmarking a wrong result", file=sys.stderr)
             return 1
 
-    print(f"featurize benchmark: {len(texts)} excerpts from {args.data} "
-          f"(mean {statistics.fmean(map(len, texts)):.0f} characters), n={vocab.n}, "
-          f"{args.rounds} rounds, {os.cpu_count()} CPUs, numpy {np.__version__}, "
-          f"Python {platform.python_version()}" + (f", cupy {cupy.__version__}" if cupy else ", no GPU"))
+    print(
+        f"featurize benchmark: {len(texts)} excerpts from {args.data} "
+        f"(mean {statistics.fmean(map(len, texts)):.0f} characters), n={vocab.n}, "
+        f"{args.rounds} rounds, {os.cpu_count()} CPUs, numpy {np.__version__}, "
+        f"Python {platform.python_version()}" + (f", cupy {cupy.__version__}" if cupy else ", no GPU")
+    )
     results = []
     for size in sizes:
         n_batches = max(1, -(-args.reference_texts // size)) if size < args.reference_texts else 1
@@ -124,13 +133,12 @@ def main(argv=None) -> int:
         for _ in range(args.rounds):
             for name, run in impls:
                 rates[name].append(_rate(run, batches, args.min_seconds))
-        row = {"batch_size": size}
+        row: dict[str, object] = {"batch_size": size}
         for name, values in rates.items():
             row[name] = statistics.median(values)
             row[f"{name}_rounds"] = values
             if name != "reference":
-                row[f"{name}_speedup"] = statistics.median(
-                    v / r for v, r in zip(values, rates["reference"]))
+                row[f"{name}_speedup"] = statistics.median(v / r for v, r in zip(values, rates["reference"]))
         results.append(row)
 
     names = [name for name, _ in impls]

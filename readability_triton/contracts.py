@@ -6,6 +6,7 @@ all take tensor names, Triton data types and dims from here; a test checks every
 
 Dims exclude the batch dimension (every model here batches, `max_batch_size > 0`).
 """
+
 from __future__ import annotations
 
 import numbers
@@ -126,13 +127,17 @@ def contracts(max_length: int = DEFAULT_MAX_LENGTH, n_features: int = N_FEATURES
     return {
         ENSEMBLE: ModelContract(ENSEMBLE, (text,), tuple(score(name) for name in OUTPUTS)),
         VALIDATE: ModelContract(VALIDATE, (text,), (TensorSpec(VALID_TEXT, "TYPE_STRING", (1,)),)),
-        PREPROCESS: ModelContract(PREPROCESS, (text, TensorSpec(AFTER, "TYPE_FP32", (1,), optional=True)),
-                                  (ids(INPUT_IDS), ids(ATTENTION_MASK))),
+        PREPROCESS: ModelContract(
+            PREPROCESS,
+            (text, TensorSpec(AFTER, "TYPE_FP32", (1,), optional=True)),
+            (ids(INPUT_IDS), ids(ATTENTION_MASK)),
+        ),
         BERT: ModelContract(BERT, (ids(INPUT_0), ids(INPUT_1)), (score(OUTPUT_0),)),
         FEATURIZE: ModelContract(FEATURIZE, (text,), (TensorSpec(FEATURES, "TYPE_FP32", (n_features,)),)),
         FOREST: ModelContract(FOREST, (TensorSpec(INPUT_0, "TYPE_FP32", (n_features,)),), (score(OUTPUT_0),)),
-        POSTPROCESS: ModelContract(POSTPROCESS, (score(BERT_OUTPUT), score(FOREST_OUTPUT)),
-                                   tuple(score(name) for name in OUTPUTS)),
+        POSTPROCESS: ModelContract(
+            POSTPROCESS, (score(BERT_OUTPUT), score(FOREST_OUTPUT)), tuple(score(name) for name in OUTPUTS)
+        ),
     }
 
 
@@ -176,8 +181,11 @@ PARALLEL_STEPS = (
     (BERT, {INPUT_0: INPUT_IDS, INPUT_1: ATTENTION_MASK}, {OUTPUT_0: BERT_OUTPUT}),
     (FEATURIZE, {TEXT: VALID_TEXT}, {FEATURES: FEATURES}),
     (FOREST, {INPUT_0: FEATURES}, {OUTPUT_0: FOREST_OUTPUT}),
-    (POSTPROCESS, {BERT_OUTPUT: BERT_OUTPUT, FOREST_OUTPUT: FOREST_OUTPUT},
-     {SCORE: SCORE, BERT_SCORE: BERT_SCORE, FOREST_SCORE: FOREST_SCORE}),
+    (
+        POSTPROCESS,
+        {BERT_OUTPUT: BERT_OUTPUT, FOREST_OUTPUT: FOREST_OUTPUT},
+        {SCORE: SCORE, BERT_SCORE: BERT_SCORE, FOREST_SCORE: FOREST_SCORE},
+    ),
 )
 SERIAL_STEPS = (
     (VALIDATE, {TEXT: TEXT}, {VALID_TEXT: VALID_TEXT}),
@@ -185,8 +193,11 @@ SERIAL_STEPS = (
     (FOREST, {INPUT_0: FEATURES}, {OUTPUT_0: FOREST_OUTPUT}),
     (PREPROCESS, {TEXT: VALID_TEXT, AFTER: FOREST_OUTPUT}, {INPUT_IDS: INPUT_IDS, ATTENTION_MASK: ATTENTION_MASK}),
     (BERT, {INPUT_0: INPUT_IDS, INPUT_1: ATTENTION_MASK}, {OUTPUT_0: BERT_OUTPUT}),
-    (POSTPROCESS, {BERT_OUTPUT: BERT_OUTPUT, FOREST_OUTPUT: FOREST_OUTPUT},
-     {SCORE: SCORE, BERT_SCORE: BERT_SCORE, FOREST_SCORE: FOREST_SCORE}),
+    (
+        POSTPROCESS,
+        {BERT_OUTPUT: BERT_OUTPUT, FOREST_OUTPUT: FOREST_OUTPUT},
+        {SCORE: SCORE, BERT_SCORE: BERT_SCORE, FOREST_SCORE: FOREST_SCORE},
+    ),
 )
 
 

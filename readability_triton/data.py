@@ -3,6 +3,7 @@
 Plain `csv` (no pandas) so that serving-side tools need nothing heavy. Every error says
 which file, which column or row, and what to do.
 """
+
 from __future__ import annotations
 
 import csv
@@ -14,8 +15,9 @@ from dataclasses import dataclass
 from .errors import DataError
 
 #: Where the shared CommonLit training excerpts live, relative to a checkout.
-COMMONLIT_CSV = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                             "..", "shared", "data", "commonlit", "train.csv")
+COMMONLIT_CSV = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "..", "shared", "data", "commonlit", "train.csv"
+)
 
 
 @dataclass
@@ -51,8 +53,10 @@ def read_table(path: str, column: str = "excerpt", target: str | None = None) ->
         wanted = [column] + ([target] if target else [])
         missing = [name for name in wanted if name not in fields]
         if missing:
-            raise DataError(f"{path}: no column {', '.join(map(repr, missing))}; the columns are "
-                            f"{', '.join(map(repr, fields))} (choose one with --column)")
+            raise DataError(
+                f"{path}: no column {', '.join(map(repr, missing))}; the columns are "
+                f"{', '.join(map(repr, fields))} (choose one with --column)"
+            )
         texts: list[str] = []
         targets: list[float] = []
         try:
@@ -66,8 +70,9 @@ def read_table(path: str, column: str = "excerpt", target: str | None = None) ->
                     try:
                         value = float(raw)
                     except ValueError:
-                        raise DataError(f"{path}, line {line}: target {raw!r} in column {target!r} "
-                                        "is not a number") from None
+                        raise DataError(
+                            f"{path}, line {line}: target {raw!r} in column {target!r} is not a number"
+                        ) from None
                     if not math.isfinite(value):
                         raise DataError(f"{path}, line {line}: target {raw!r} is not finite")
                     targets.append(value)

@@ -3,6 +3,7 @@
 Runners take a `Device` (or "cpu", "gpu", "cuda:N"); array code takes the array module
 it gives (`Device.array_module()`), so one implementation serves both.
 """
+
 from __future__ import annotations
 
 import re

@@ -4,6 +4,7 @@ Each error says what is wrong and what to do; the command line prints it in one 
 (exit status 2) without a traceback. The specific errors also derive from the built-in
 exception a caller would catch (`ValueError` or `RuntimeError`).
 """
+
 from __future__ import annotations
 
 

@@ -21,6 +21,7 @@ a set whose files are missing or whose checksums or contract numbers do not matc
 models check the checksums of the files they load against the manifest copied into
 their version folder. The file names are defined here, once.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -78,12 +79,16 @@ def choose_bert_format(directory: str, wanted: str | None = None) -> str:
         if wanted not in BERT_FORMATS:
             raise ManifestError(f"BERT format {wanted!r}: choose one of {', '.join(BERT_FORMATS)}")
         if wanted not in found:
-            raise ManifestError(f"{directory}: no {BERT_FORMATS[wanted]} (the {wanted} BERT); it holds "
-                                f"{', '.join(BERT_FORMATS[f] for f in found) or 'no BERT model'}")
+            raise ManifestError(
+                f"{directory}: no {BERT_FORMATS[wanted]} (the {wanted} BERT); it holds "
+                f"{', '.join(BERT_FORMATS[f] for f in found) or 'no BERT model'}"
+            )
         return wanted
     if not found:
-        raise ManifestError(f"{directory}: no BERT model ({' or '.join(BERT_FORMATS.values())}); export one with "
-                            "`readability-triton export-bert` or build the set with `build-demo`")
+        raise ManifestError(
+            f"{directory}: no BERT model ({' or '.join(BERT_FORMATS.values())}); export one with "
+            "`readability-triton export-bert` or build the set with `build-demo`"
+        )
     return found[0]
 
 
@@ -116,8 +121,11 @@ class Manifest:
         for key in ("max_length", "n_features", "files"):
             if key not in data:
                 raise ManifestError(f"{where}: missing key {key!r}")
-        known = {k: data[k] for k in ("max_length", "n_features", "files", "info", "versions", "created", "format")
-                 if k in data}
+        known = {
+            k: data[k]
+            for k in ("max_length", "n_features", "files", "info", "versions", "created", "format")
+            if k in data
+        }
         return cls(**known)
 
 
@@ -142,8 +150,9 @@ def library_versions() -> dict[str, str]:
     return versions
 
 
-def write_manifest(directory: str, max_length: int, n_features: int = contracts.N_FEATURES,
-                   info: dict | None = None) -> Manifest:
+def write_manifest(
+    directory: str, max_length: int, n_features: int = contracts.N_FEATURES, info: dict | None = None
+) -> Manifest:
     """Write `directory/manifest.json` over every artifact file present in `directory`."""
     files = {}
     names = [n for model in MODEL_FILES for n in MODEL_FILES[model] + OPTIONAL_FILES.get(model, ())]
@@ -151,8 +160,14 @@ def write_manifest(directory: str, max_length: int, n_features: int = contracts.
         path = os.path.join(directory, name)
         if os.path.isfile(path):
             files[name] = sha256(path)
-    manifest = Manifest(max_length=int(max_length), n_features=int(n_features), files=files, info=info or {},
-                        versions=library_versions(), created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()))
+    manifest = Manifest(
+        max_length=int(max_length),
+        n_features=int(n_features),
+        files=files,
+        info=info or {},
+        versions=library_versions(),
+        created=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    )
     with open(os.path.join(directory, MANIFEST), "w", encoding="utf-8") as handle:
         json.dump(manifest.to_dict(), handle, indent=2, sort_keys=True)
         handle.write("\n")
@@ -162,8 +177,10 @@ def write_manifest(directory: str, max_length: int, n_features: int = contracts.
 def load_manifest(directory: str) -> Manifest:
     path = os.path.join(directory, MANIFEST)
     if not os.path.isfile(path):
-        raise ManifestError(f"{directory}: no {MANIFEST}; build the artifacts with "
-                            "`readability-triton build-demo` (or write one with the training commands)")
+        raise ManifestError(
+            f"{directory}: no {MANIFEST}; build the artifacts with "
+            "`readability-triton build-demo` (or write one with the training commands)"
+        )
     try:
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
@@ -182,8 +199,10 @@ def verify_files(directory: str, manifest: Manifest, names) -> None:
         if expected is None:
             raise ManifestError(f"{directory}: {name} is not listed in {MANIFEST}")
         if sha256(path) != expected:
-            raise ManifestError(f"{path}: checksum differs from {MANIFEST}; the file was changed or "
-                                "belongs to another artifact set: rebuild or re-assemble")
+            raise ManifestError(
+                f"{path}: checksum differs from {MANIFEST}; the file was changed or "
+                "belongs to another artifact set: rebuild or re-assemble"
+            )
 
 
 def present(directory: str, names) -> list[str]:
@@ -191,28 +210,32 @@ def present(directory: str, names) -> list[str]:
     return [name for name in names if os.path.isfile(os.path.join(directory, name))]
 
 
-def check_artifacts(directory: str, max_length: int | None = None,
-                    n_features: int = contracts.N_FEATURES) -> Manifest:
+def check_artifacts(directory: str, max_length: int | None = None, n_features: int = contracts.N_FEATURES) -> Manifest:
     """Everything `assemble` checks before it copies an artifact set; returns the manifest."""
     if not os.path.isdir(directory):
         raise ManifestError(f"{directory}: no such artifact folder")
     manifest = load_manifest(directory)
     if manifest.n_features != n_features:
-        raise ManifestError(f"{directory}: the forest was trained on {manifest.n_features} features, "
-                            f"the featurize contract gives {n_features}")
+        raise ManifestError(
+            f"{directory}: the forest was trained on {manifest.n_features} features, "
+            f"the featurize contract gives {n_features}"
+        )
     if max_length is not None and manifest.max_length != max_length:
-        raise ManifestError(f"{directory}: the BERT model was exported for max_length "
-                            f"{manifest.max_length}, not {max_length}")
+        raise ManifestError(
+            f"{directory}: the BERT model was exported for max_length {manifest.max_length}, not {max_length}"
+        )
     choose_bert_format(directory)  # at least one BERT model
     required = [name for names in MODEL_FILES.values() for name in names]
-    optional = present(directory, [name for names in OPTIONAL_FILES.values() for name in names]
-                       + list(BERT_FORMATS.values()))
+    optional = present(
+        directory, [name for names in OPTIONAL_FILES.values() for name in names] + list(BERT_FORMATS.values())
+    )
     verify_files(directory, manifest, required + optional)
     return manifest
 
 
-def update_manifest(directory: str, section: str, info: dict, max_length: int | None = None,
-                    key: str | None = None) -> Manifest:
+def update_manifest(
+    directory: str, section: str, info: dict, max_length: int | None = None, key: str | None = None
+) -> Manifest:
     """Rewrite `directory/manifest.json` over the files present, keeping the other
     sections' training info (and the recorded max_length unless one is given); with `key`,
     `info` goes to `section[key]` (e.g. one export format beside another)."""

@@ -1,4 +1,5 @@
 """Accuracy: RMSE, out-of-fold predictions, and the report `evaluate` prints."""
+
 from __future__ import annotations
 
 from typing import Callable
@@ -28,11 +29,17 @@ def fit_blend(bert, forest, target) -> dict:
     branches is the least-squares BERT weight clipped to [0, 1]. With the RMSE of each
     branch, of the fitted blend and of the 0.5/0.5 blend on the same predictions."""
     w = best_bert_weight(bert, forest, target)
-    return {"bert_weight": w, "forest_weight": 1.0 - w,
-            "rmse": {"bert": rmse(bert, target), "forest": rmse(forest, target),
-                     "score": rmse(blend(bert, forest, w, 1.0 - w), target),
-                     "score_at_0.5": rmse(blend(bert, forest), target)},
-            "n_texts": int(len(np.asarray(target)))}
+    return {
+        "bert_weight": w,
+        "forest_weight": 1.0 - w,
+        "rmse": {
+            "bert": rmse(bert, target),
+            "forest": rmse(forest, target),
+            "score": rmse(blend(bert, forest, w, 1.0 - w), target),
+            "score_at_0.5": rmse(blend(bert, forest), target),
+        },
+        "n_texts": int(len(np.asarray(target))),
+    }
 
 
 def mean_rmse(target) -> float:
@@ -50,8 +57,11 @@ def data_digest(texts, targets) -> str:
 
     digest = hashlib.sha256()
     for text, target in zip(texts, targets, strict=True):
-        digest.update(json.dumps([text if isinstance(text, str) else bytes(text).decode("utf-8", "replace"),
-                                  float(target)]).encode("utf-8"))
+        digest.update(
+            json.dumps(
+                [text if isinstance(text, str) else bytes(text).decode("utf-8", "replace"), float(target)]
+            ).encode("utf-8")
+        )
     return digest.hexdigest()
 
 
@@ -63,8 +73,9 @@ def text_fingerprints(texts) -> list[str]:
     return [hashlib.sha256(t.encode("utf-8") if isinstance(t, str) else bytes(t)).hexdigest()[:10] for t in texts]
 
 
-def check_folds(folds: int, n: int | None, *, optional: bool = True, what: str = "--folds",
-                error: type[Exception] = EvaluationError) -> int:
+def check_folds(
+    folds: int, n: int | None, *, optional: bool = True, what: str = "--folds", error: type[Exception] = EvaluationError
+) -> int:
     """`folds` for a K-fold cross-validation over `n` texts (None: not known yet): 2 to `n`,
     or, where the cross-validation is `optional`, 0 or 1 to leave it out (returned as 0);
     else `error`."""
@@ -83,8 +94,14 @@ def fold_splits(n: int, folds: int, seed: int = 0) -> list[tuple[np.ndarray, np.
     return list(KFold(folds, shuffle=True, random_state=seed).split(np.zeros(n)))
 
 
-def out_of_fold(targets, folds: int, fit_predict: Callable[[np.ndarray, np.ndarray], np.ndarray],
-                seed: int = 0, progress=None, desc: str = "cross-validation") -> tuple[np.ndarray, list[float]]:
+def out_of_fold(
+    targets,
+    folds: int,
+    fit_predict: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    seed: int = 0,
+    progress=None,
+    desc: str = "cross-validation",
+) -> tuple[np.ndarray, list[float]]:
     """Out-of-fold predictions of a shuffled K-fold split, and the RMSE of each fold:
     `fit_predict(train, held)` (index arrays) fits on `train` and returns the predictions
     for `held`. The one K-fold loop of the project (forest, BERT, the demo's head)."""
@@ -93,7 +110,7 @@ def out_of_fold(targets, folds: int, fit_predict: Callable[[np.ndarray, np.ndarr
     oof = np.zeros(len(y), dtype=np.float64)
     per_fold = []
     splits = fold_splits(len(y), folds, seed)
-    for train, held in (progress(splits, desc=desc, unit="fold") if progress else splits):
+    for train, held in progress(splits, desc=desc, unit="fold") if progress else splits:
         oof[held] = np.asarray(fit_predict(train, held), dtype=np.float64).reshape(-1)
         per_fold.append(rmse(oof[held], y[held]))
     return oof, per_fold
@@ -103,9 +120,11 @@ def summarize(targets, predictions: dict[str, np.ndarray]) -> dict:
     """RMSE of each branch present, the RMSE of the best constant (the targets' own mean)
     and, when both branches are there, the best blend weight on these texts."""
     targets = np.asarray(targets, dtype=np.float64)
-    report = {"texts": int(len(targets)),
-              "rmse": {name: rmse(predictions[name], targets) for name in BRANCHES if name in predictions},
-              "rmse_of_the_mean": mean_rmse(targets)}
+    report = {
+        "texts": int(len(targets)),
+        "rmse": {name: rmse(predictions[name], targets) for name in BRANCHES if name in predictions},
+        "rmse_of_the_mean": mean_rmse(targets),
+    }
     if "bert" in predictions and "forest" in predictions:
         w = best_bert_weight(predictions["bert"], predictions["forest"], targets)
         report["best_bert_weight"] = w

@@ -8,6 +8,7 @@ only, and one with only the BERT model and its tokenizer the BERT branch only; h
 branch is refused. `evaluate --artifacts`, `bench` (the in-process row) and the tests'
 expectations all use it.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,13 @@ class Pipeline:
         self.weights = blend_weights(*weights)  # normalised to sum 1
 
     @classmethod
-    def from_folder(cls, folder: str, bert_weight: float | None = None, forest_weight: float | None = None,
-                    bert_format: str | None = None) -> "Pipeline":
+    def from_folder(
+        cls,
+        folder: str,
+        bert_weight: float | None = None,
+        forest_weight: float | None = None,
+        bert_format: str | None = None,
+    ) -> "Pipeline":
         """The runners of the artifact set in `folder` (the BERT model in `bert_format`, or
         the one present: ONNX when both are); SCORE's weights are the ones given (both or
         none; default: the set's fitted weights, else 0.5 each). On the CPU."""
@@ -58,31 +64,38 @@ class Pipeline:
             raise EvaluationError(f"{folder}: no such artifact folder")
         manifest = load_manifest(folder)
         found = bert_formats(folder)
-        pairs = {"forest": FOREST_FILES,
-                 "bert": (BERT_FORMATS[found[0]] if found else "model.onnx or model.pt", VOCAB_TXT)}
-        has = {branch: [os.path.isfile(os.path.join(folder, name)) for name in names]
-               for branch, names in pairs.items()}
+        pairs = {
+            "forest": FOREST_FILES,
+            "bert": (BERT_FORMATS[found[0]] if found else "model.onnx or model.pt", VOCAB_TXT),
+        }
+        has = {
+            branch: [os.path.isfile(os.path.join(folder, name)) for name in names] for branch, names in pairs.items()
+        }
         for branch, flags in has.items():
             if any(flags) and not all(flags):
                 first, second = pairs[branch]
                 present_, absent = (first, second) if flags[0] else (second, first)
-                raise EvaluationError(f"{folder}: {present_} without {absent}; the two belong together "
-                                      "(train-forest writes checkpoint.tl and vocabulary.json, export-bert "
-                                      "the model and the tokenizer files)")
+                raise EvaluationError(
+                    f"{folder}: {present_} without {absent}; the two belong together "
+                    "(train-forest writes checkpoint.tl and vocabulary.json, export-bert "
+                    "the model and the tokenizer files)"
+                )
         if not (all(has["forest"]) or all(has["bert"])):
-            raise EvaluationError(f"{folder}: neither a forest (checkpoint.tl + vocabulary.json, from train-forest) "
-                                  "nor a BERT model (model.onnx or model.pt + vocab.txt, from export-bert)")
+            raise EvaluationError(
+                f"{folder}: neither a forest (checkpoint.tl + vocabulary.json, from train-forest) "
+                "nor a BERT model (model.onnx or model.pt + vocab.txt, from export-bert)"
+            )
         runners: dict = {}
         if all(has["forest"]):
-
             verify_files(folder, manifest, FOREST_FILES)
             runners["features"] = FeatureRunner.from_folder(folder)
             runners["forest"] = GTILRunner.from_folder(folder)
             if runners["forest"].n_features != runners["features"].n_features:
-                raise EvaluationError(f"{folder}: the forest takes {runners['forest'].n_features} features, its "
-                                      f"vocabulary gives {runners['features'].n_features}")
+                raise EvaluationError(
+                    f"{folder}: the forest takes {runners['forest'].n_features} features, its "
+                    f"vocabulary gives {runners['features'].n_features}"
+                )
         if all(has["bert"]):
-
             chosen = choose_bert_format(folder, bert_format)
             verify_files(folder, manifest, [BERT_FORMATS[chosen]] + present(folder, TOKENIZER_FILES))
             runners["tokenizer"] = TokenizerRunner.from_folder(folder, manifest.max_length)
@@ -96,8 +109,13 @@ class Pipeline:
         out += ["forest"] if self.forest is not None else []
         return tuple(out + (["score"] if len(out) == 2 else []))
 
-    def __call__(self, texts, batch_size: int = contracts.MAX_BATCH_SIZE[contracts.ENSEMBLE],
-                 progress=None, validate: bool = True) -> dict[str, np.ndarray]:
+    def __call__(
+        self,
+        texts,
+        batch_size: int = contracts.MAX_BATCH_SIZE[contracts.ENSEMBLE],
+        progress=None,
+        validate: bool = True,
+    ) -> dict[str, np.ndarray]:
         """float32 predictions by branch ("bert", "forest", "score" when both), texts in
         batches of `batch_size`. With `validate`, a text the served ensemble would refuse
         is a ValueError naming it. `progress(total=..., desc=..., unit=...)` gives an
@@ -109,15 +127,18 @@ class Pipeline:
         bar = progress(total=len(rows), desc="scoring", unit="text") if progress else nullcontext(None)
         with bar as b:
             for start in range(0, len(rows), batch_size):
-                chunk = rows[start:start + batch_size]
+                chunk = rows[start : start + batch_size]
                 if self.bert is not None:
                     parts["bert"].append(self.bert(*self.tokenizer(chunk)).reshape(-1))
                 if self.forest is not None:
                     parts["forest"].append(self.forest(self.features(chunk)).reshape(-1))
                 if b is not None:
                     b.update(len(chunk))
-        out = {name: (np.concatenate(values) if values else np.zeros(0, np.float32)).astype(np.float32)
-               for name, values in parts.items() if name in self.branches}
+        out = {
+            name: (np.concatenate(values) if values else np.zeros(0, np.float32)).astype(np.float32)
+            for name, values in parts.items()
+            if name in self.branches
+        }
         if "score" in self.branches:
             out["score"] = self.blender(out["bert"], out["forest"])[0]
         return out

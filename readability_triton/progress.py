@@ -4,6 +4,7 @@ bar it gives is a context manager with `update(n)` (or, given an iterable, itera
 The command line passes tqdm's (`cli.common.progress`); `None` or `no_progress` shows
 nothing.
 """
+
 from __future__ import annotations
 
 

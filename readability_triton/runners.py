@@ -10,6 +10,7 @@ The runners: `tokenizer.runner.TokenizerRunner`, `features.runner.FeatureRunner`
 `forest.runner.GTILRunner`, `forest.arrays.ArrayForestRunner`,
 `bert.runner.TorchScriptRunner` and `bert.runner.OnnxRunner`.
 """
+
 from __future__ import annotations
 
 from typing import Any, ClassVar, Protocol, runtime_checkable

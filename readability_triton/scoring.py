@@ -3,13 +3,15 @@
 `postprocess` (served), the in-process pipeline behind `evaluate --artifacts`, and
 `assemble`'s check of the weights all compute it here.
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 
-def weight_pair(bert_weight: float | None, forest_weight: float | None,
-                error: type[Exception] = ValueError) -> tuple[float, float] | None:
+def weight_pair(
+    bert_weight: float | None, forest_weight: float | None, error: type[Exception] = ValueError
+) -> tuple[float, float] | None:
     """The SCORE weights a user gave (normalised, see `blend_weights`), or None for neither;
     `error` when only one is given."""
     if (bert_weight is None) != (forest_weight is None):
@@ -27,8 +29,10 @@ def blend_weights(bert_weight: float, forest_weight: float) -> tuple[float, floa
     with a positive sum."""
     bert_weight, forest_weight = float(bert_weight), float(forest_weight)
     if not (bert_weight >= 0 and forest_weight >= 0 and bert_weight + forest_weight > 0):
-        raise ValueError(f"the BERT weight ({bert_weight}) and the forest weight ({forest_weight}) must be "
-                         "non-negative with a positive sum")
+        raise ValueError(
+            f"the BERT weight ({bert_weight}) and the forest weight ({forest_weight}) must be "
+            "non-negative with a positive sum"
+        )
     total = bert_weight + forest_weight
     return bert_weight / total, forest_weight / total
 

@@ -9,6 +9,7 @@
 - `to_rows(texts)`: texts as the `[n, 1]` object array of a BYTES tensor (the `validate`
   step's runner: it passes what it accepted on unchanged).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -31,8 +32,10 @@ def culprit(texts: Sequence) -> Exception:
             try:
                 text.encode("utf-8")
             except UnicodeEncodeError as err:
-                return RequestError(f"text {index} is not valid Unicode: it holds the lone surrogate "
-                                  f"U+{ord(text[err.start]):04X} at {err.start}, which has no UTF-8 form")
+                return RequestError(
+                    f"text {index} is not valid Unicode: it holds the lone surrogate "
+                    f"U+{ord(text[err.start]):04X} at {err.start}, which has no UTF-8 form"
+                )
         elif isinstance(text, (bytes, bytearray, memoryview)):
             try:
                 bytes(text).decode("utf-8")

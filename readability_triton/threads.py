@@ -14,6 +14,7 @@ gets 1 thread (`THREADS` 1); OpenMP waits passively everywhere. `apply(n)` runs 
 `initialize`, before a runner imports its runtime, because OpenMP and Rayon read their
 environment once, when they start; ONNX Runtime, torch and GTIL also take `n` explicitly.
 """
+
 from __future__ import annotations
 
 import os
@@ -25,6 +26,7 @@ PLAN_ENV = "READABILITY_TRITON_THREAD_PLAN"
 
 def enabled() -> bool:
     return os.environ.get(PLAN_ENV, "on").lower() != "off"
+
 
 #: Environment variables that size (or quiet) a runtime's pool when it starts.
 _SIZED = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "RAYON_NUM_THREADS")

@@ -6,6 +6,7 @@ over `max_text_bytes` bytes, is not valid UTF-8, or (`require_words`) holds no w
 A failed check is a `RequestError`: the client's input is at fault, and it is the only
 error a model answers with INVALID_ARG (`triton.responses.run_batch`).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -17,8 +18,7 @@ from .features import count_words
 from .texts import as_utf8, first_invalid_utf8
 
 #: Why a text without words is refused.
-NO_WORDS = ("holds no words (it is empty, or only spaces, punctuation or control characters): "
-            "there is nothing to score")
+NO_WORDS = "holds no words (it is empty, or only spaces, punctuation or control characters): there is nothing to score"
 
 
 def size_and_encoding(rows: Sequence[bytes], max_text_bytes: int, where: str = "") -> str | None:
@@ -27,8 +27,10 @@ def size_and_encoding(rows: Sequence[bytes], max_text_bytes: int, where: str = "
     sizes = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
     if sizes.size and int(sizes.max()) > max_text_bytes:
         at = int(np.argmax(sizes > max_text_bytes))
-        return (f"text {at}{where} has {int(sizes[at])} bytes, over the limit of {max_text_bytes} "
-                "(parameter MAX_TEXT_BYTES)")
+        return (
+            f"text {at}{where} has {int(sizes[at])} bytes, over the limit of {max_text_bytes} "
+            "(parameter MAX_TEXT_BYTES)"
+        )
     bad = first_invalid_utf8(rows)
     if bad is not None:
         return f"text {bad}{where} is not valid UTF-8"
@@ -42,7 +44,7 @@ def without_words(groups: Sequence[Sequence[bytes]], where: str = "") -> list[st
     problems: list[str | None] = []
     start = 0
     for rows in groups:
-        empty = np.flatnonzero(words[start:start + len(rows)] == 0)
+        empty = np.flatnonzero(words[start : start + len(rows)] == 0)
         start += len(rows)
         problems.append(f"text {int(empty[0])}{where} {NO_WORDS}" if empty.size else None)
     return problems

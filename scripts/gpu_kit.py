@@ -20,6 +20,7 @@ pytriton wheel's tritonserver, whose Python 3.12 stub needs numpy < 2 and theref
 13.x (CuPy 14 refuses numpy 1): phase 2a unpacks those into /tmp/readability-kit-site,
 phase 2 puts them first on the server's PYTHONPATH.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,6 +32,7 @@ import sys
 import tarfile
 import tempfile
 import time
+from typing import Any
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CARRY = os.environ.get("READABILITY_KIT_CARRY") or os.path.join(ROOT, ".gpu-check")
@@ -39,9 +41,13 @@ CARRY_LIMIT = 60 * 2**20
 #: Modules the GPU machine lacks: blocked in a dry run, so that the dry run imports what
 #: the machine can (rapidjson: tritonclient.grpc then raises RuntimeError, as it does there).
 ABSENT_THERE = ("cudf", "treelite", "rapidjson", "gevent", "geventhttpclient", "sklearn")
-TEXTS = ["A short and easy text.", "The cat sat on the mat. It was warm and the cat was happy.",
-         "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor forthwith.",
-         "Ünïcödé — “quotes”, and an em dash — here.", "Photosynthesis converts light energy into chemical energy."]
+TEXTS = [
+    "A short and easy text.",
+    "The cat sat on the mat. It was warm and the cat was happy.",
+    "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor forthwith.",
+    "Ünïcödé — “quotes”, and an em dash — here.",
+    "Photosynthesis converts light energy into chemical energy.",
+]
 
 
 def say(message: str) -> None:
@@ -65,20 +71,23 @@ def _run(cmd, timeout, env=None, **kw):
     try:
         return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, **kw)
     except subprocess.TimeoutExpired as exc:
-        return subprocess.CompletedProcess(cmd, 124, exc.stdout or "", (exc.stderr or "") + "\ntimed out")
+        out, err = exc.stdout or "", exc.stderr or ""
+        return subprocess.CompletedProcess(cmd, 124, str(out), str(err) + "\ntimed out")
 
 
 # --------------------------------------------------------------------- phase 0
 
 
 def _versions(env) -> dict:
-    code = ("import importlib, json\nout = {}\n"
-            "for name in ('numpy', 'cupy', 'torch', 'tokenizers', 'transformers', 'treelite', 'cudf', "
-            "'tritonclient', 'google.protobuf', 'pytest', 'hypothesis'):\n"
-            "    try:\n        m = importlib.import_module(name)\n"
-            "        out[name] = getattr(m, '__version__', 'present')\n"
-            "    except Exception as exc:\n        out[name] = f'missing ({type(exc).__name__})'\n"
-            "print(json.dumps(out))")
+    code = (
+        "import importlib, json\nout = {}\n"
+        "for name in ('numpy', 'cupy', 'torch', 'tokenizers', 'transformers', 'treelite', 'cudf', "
+        "'tritonclient', 'google.protobuf', 'pytest', 'hypothesis'):\n"
+        "    try:\n        m = importlib.import_module(name)\n"
+        "        out[name] = getattr(m, '__version__', 'present')\n"
+        "    except Exception as exc:\n        out[name] = f'missing ({type(exc).__name__})'\n"
+        "print(json.dumps(out))"
+    )
     result = _run([sys.executable, "-c", code], 120, env=env)
     return json.loads(result.stdout) if result.returncode == 0 else {"error": result.stderr[-500:]}
 
@@ -109,8 +118,11 @@ def cupy_ipc_check(env) -> dict:
         if child.returncode != 0:
             return {"ok": False, "why": child.stderr.strip()[-400:]}
         want = float(array.sum())
-        return {"ok": abs(float(child.stdout.strip()) - want) < 1e-3 * want, "sum": float(child.stdout.strip()),
-                "want": want}
+        return {
+            "ok": abs(float(child.stdout.strip()) - want) < 1e-3 * want,
+            "sum": float(child.stdout.strip()),
+            "want": want,
+        }
     except Exception as exc:  # noqa: BLE001
         return {"ok": False, "why": f"{type(exc).__name__}: {exc}"}
 
@@ -121,8 +133,12 @@ def _libpython() -> dict:
     libdir, name = sysconfig.get_config_var("LIBDIR"), sysconfig.get_config_var("LDLIBRARY") or ""
     soname = f"libpython{sys.version_info.major}.{sys.version_info.minor}.so.1.0"
     found = [p for p in (os.path.join(libdir or "", soname), os.path.join(libdir or "", name)) if os.path.isfile(p)]
-    return {"libdir": libdir, "soname": soname, "found": found,
-            "shared": bool(sysconfig.get_config_var("Py_ENABLE_SHARED"))}
+    return {
+        "libdir": libdir,
+        "soname": soname,
+        "found": found,
+        "shared": bool(sysconfig.get_config_var("Py_ENABLE_SHARED")),
+    }
 
 
 def _libcuda() -> dict:
@@ -140,22 +156,32 @@ def _libcuda() -> dict:
 
 def phase0(dry: bool, env) -> dict:
     started = time.time()
-    smi = _run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"], 30) \
-        if shutil.which("nvidia-smi") else None
+    smi = (
+        _run(["nvidia-smi", "--query-gpu=name,driver_version,memory.total", "--format=csv,noheader"], 30)
+        if shutil.which("nvidia-smi")
+        else None
+    )
     shm = os.statvfs("/dev/shm") if os.path.isdir("/dev/shm") else None
-    probe = {
-        "dry_run": dry, "python": sys.version.split()[0], "executable": sys.executable,
+    probe: dict[str, Any] = {
+        "dry_run": dry,
+        "python": sys.version.split()[0],
+        "executable": sys.executable,
         "gpu": (smi.stdout.strip() if smi and smi.returncode == 0 else "no nvidia-smi / no GPU"),
-        "libpython": _libpython(), "libcuda": _libcuda(), "packages": _versions(env),
+        "libpython": _libpython(),
+        "libcuda": _libcuda(),
+        "packages": _versions(env),
         "dev_shm_mib": {"total": shm.f_blocks * shm.f_frsize // 2**20, "free": shm.f_bavail * shm.f_frsize // 2**20}
-        if shm else None,
+        if shm
+        else None,
         "cupy_ipc": {"ok": None, "why": "dry run: no GPU"} if dry else cupy_ipc_check(env),
     }
     probe["seconds"] = round(time.time() - started, 1)
     write_json("probe.json", probe)
     libpython = probe["libpython"]["found"] or "NOT FOUND"
-    say(f"== phase 0: {probe['gpu']}; Python {probe['python']}; libpython {libpython}; "
-        f"libcuda.so {probe['libcuda']['libcuda.so']}; /dev/shm {probe['dev_shm_mib']}; CUDA IPC {probe['cupy_ipc']}")
+    say(
+        f"== phase 0: {probe['gpu']}; Python {probe['python']}; libpython {libpython}; "
+        f"libcuda.so {probe['libcuda']['libcuda.so']}; /dev/shm {probe['dev_shm_mib']}; CUDA IPC {probe['cupy_ipc']}"
+    )
     say("   packages: " + ", ".join(f"{k} {v}" for k, v in probe["packages"].items()))
     return probe
 
@@ -167,38 +193,79 @@ def gpu_test_files() -> list[str]:
     """Test modules holding `gpu`-marked tests (collected explicitly: the rest of the suite
     needs packages the GPU machine lacks)."""
     folder = os.path.join(ROOT, "tests")
-    return sorted(os.path.join("tests", name) for name in os.listdir(folder)
-                  if name.startswith("test_") and name.endswith(".py")
-                  and "mark.gpu" in open(os.path.join(folder, name), encoding="utf-8").read())
+    return sorted(
+        os.path.join("tests", name)
+        for name in os.listdir(folder)
+        if name.startswith("test_")
+        and name.endswith(".py")
+        and "mark.gpu" in open(os.path.join(folder, name), encoding="utf-8").read()
+    )
 
 
 def phase1(dry: bool, env, data: str | None) -> dict:
     result: dict = {"dry_run": dry}
     files = gpu_test_files()
     xml = os.path.join(out_dir(), "gpu-tests.xml")
-    tests = _run([sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-rA", "-p", "no:cacheprovider",
-                  f"--junitxml={xml}", *files], 240, env=env, cwd=ROOT)
+    tests = _run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-m",
+            "gpu",
+            "-rA",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={xml}",
+            *files,
+        ],
+        240,
+        env=env,
+        cwd=ROOT,
+    )
     with open(os.path.join(out_dir(), "gpu-tests.log"), "w", encoding="utf-8") as handle:
         handle.write(tests.stdout + tests.stderr)
-    last = [line for line in tests.stdout.splitlines() if " in " in line and ("passed" in line or "skipped" in line
-                                                                               or "failed" in line or "error" in line)]
+    last = [
+        line
+        for line in tests.stdout.splitlines()
+        if " in " in line and ("passed" in line or "skipped" in line or "failed" in line or "error" in line)
+    ]
     result["tests"] = {"files": files, "exit": tests.returncode, "summary": last[-1] if last else tests.stdout[-300:]}
     say(f"== phase 1: gpu tests ({len(files)} files): {result['tests']['summary']} (exit {tests.returncode})")
     bench_env = dict(env)
-    featurize = [sys.executable, "benchmarks/bench_featurize.py", "--batch-sizes", "64,2048", "--rounds", "2",
-                 "--min-seconds", "0.3", "--json", os.path.join(out_dir(), "featurize.json")]
-    tokenize = [sys.executable, "benchmarks/bench_tokenize.py", "--batch-sizes", "64,2048", "--min-time", "0.5",
-                "--paths", "cpu,gpu,array-numpy", "--json", os.path.join(out_dir(), "tokenize.json")]
+    featurize = [
+        sys.executable,
+        "benchmarks/bench_featurize.py",
+        "--batch-sizes",
+        "64,2048",
+        "--rounds",
+        "2",
+        "--min-seconds",
+        "0.3",
+        "--json",
+        os.path.join(out_dir(), "featurize.json"),
+    ]
+    tokenize = [
+        sys.executable,
+        "benchmarks/bench_tokenize.py",
+        "--batch-sizes",
+        "64,2048",
+        "--min-time",
+        "0.5",
+        "--paths",
+        "cpu,gpu,array-numpy",
+        "--json",
+        os.path.join(out_dir(), "tokenize.json"),
+    ]
     if os.environ.get("READABILITY_TRITON_TOKENIZER_DIR"):
         tokenize += ["--tokenizer", os.environ["READABILITY_TRITON_TOKENIZER_DIR"]]
     data = data or _bench_data()
     featurize += ["--data", data]
     tokenize += ["--data", data]
-    vocabulary = os.path.join(CARRY, "p01", "vocabulary.json")  # no scikit-learn there to build one
-    if not os.path.isfile(vocabulary):
-        vocabulary = os.path.join(ROOT, ".cache", "demo-artifacts", "vocabulary.json")
-    if not os.path.isfile(vocabulary):
-        vocabulary = _build_vocabulary(data)
+    carried = os.path.join(CARRY, "p01", "vocabulary.json")  # no scikit-learn there to build one
+    demo = os.path.join(ROOT, ".cache", "demo-artifacts", "vocabulary.json")
+    vocabulary = next((v for v in (carried, demo) if os.path.isfile(v)), None) or _build_vocabulary(data)
     if vocabulary:
         featurize += ["--vocabulary", vocabulary]
     if dry:
@@ -346,8 +413,9 @@ def phase2(dry: bool, env) -> dict:
         server_tar = os.path.join(p2b, "tritonserver.tar.xz")
         _extract(server_tar, SITE)
         sys.path.insert(0, SITE)
-        os.environ["PYTHONPATH"] = os.pathsep.join([SITE, ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(
-            os.pathsep) if p])
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            [SITE, ROOT] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        )
     arrivals = os.path.join(work, "arrivals")
     os.makedirs(arrivals)
     os.environ[ARRIVALS_ENV] = arrivals
@@ -357,8 +425,10 @@ def phase2(dry: bool, env) -> dict:
     try:
         server.start(timeout=240)
         got = _infer(server.http_url, expected["texts"])
-        diffs = {name: max(abs(a - b) for a, b in zip(got[name], expected[key]))
-                 for name, key in (("SCORE", "score"), ("BERT_SCORE", "bert"), ("FOREST_SCORE", "forest"))}
+        diffs = {
+            name: max(abs(a - b) for a, b in zip(got[name], expected[key]))
+            for name, key in (("SCORE", "score"), ("BERT_SCORE", "bert"), ("FOREST_SCORE", "forest"))
+        }
         result["max_abs_diff_vs_cpu"] = diffs
         result["scores_match"] = diffs["FOREST_SCORE"] == 0.0 and diffs["BERT_SCORE"] < 1e-4 and diffs["SCORE"] < 1e-4
         result["throughput"] = [_throughput(server.http_url, c, 5.0) for c in (1, 8, 32)]
@@ -372,18 +442,25 @@ def phase2(dry: bool, env) -> dict:
     result["input_devices"] = devices
     result["inputs_on_expected_device"] = all(
         d is not None and all(c[want] >= 1 and c["cpu" if want == "gpu" else "gpu"] == 0 for c in d["inputs"].values())
-        for d in devices.values())
+        for d in devices.values()
+    )
     text = open(log, encoding="utf-8", errors="replace").read() if os.path.isfile(log) else ""
-    result["log"] = {needle: text.count(needle) for needle in ("Forcing CPU only", "CUDA IPC", "not healthy",
-                                                               "first inputs arrived")}
-    result["ok"] = bool(result.get("scores_match")) and result["inputs_on_expected_device"] \
-        and result["log"]["not healthy"] == 0
+    result["log"] = {
+        needle: text.count(needle) for needle in ("Forcing CPU only", "CUDA IPC", "not healthy", "first inputs arrived")
+    }
+    result["ok"] = (
+        bool(result.get("scores_match")) and result["inputs_on_expected_device"] and result["log"]["not healthy"] == 0
+    )
     write_json("serve.json", result)
-    say(f"== phase 2: scores vs the CPU pipeline {result.get('max_abs_diff_vs_cpu')}; inputs on {want}: "
-        f"{result['inputs_on_expected_device']}; log {result['log']}")
+    say(
+        f"== phase 2: scores vs the CPU pipeline {result.get('max_abs_diff_vs_cpu')}; inputs on {want}: "
+        f"{result['inputs_on_expected_device']}; log {result['log']}"
+    )
     for row in result.get("throughput", []):
-        say(f"   {row['clients']:>3} clients: {row['texts_per_s']:.1f} texts/s, p50 {row['p50_ms']} ms, "
-            f"{row['errors']} errors")
+        say(
+            f"   {row['clients']:>3} clients: {row['texts_per_s']:.1f} texts/s, p50 {row['p50_ms']} ms, "
+            f"{row['errors']} errors"
+        )
     return result
 
 
@@ -409,14 +486,17 @@ def kit_env(dry: bool) -> dict:
                 "        if name.split('.')[0] in BLOCKED:\n"
                 "            raise ModuleNotFoundError(f'No module named {name!r} (GPU kit dry run: absent there)')\n"
                 "        return None\n"
-                "sys.meta_path.insert(0, _Absent())\n")
+                "sys.meta_path.insert(0, _Absent())\n"
+            )
         paths.insert(0, blocker)
     env["PYTHONPATH"] = os.pathsep.join(paths + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
     env["PYTHONUNBUFFERED"] = "1"
-    for name, var in (("triton_python_backend_utils.py", "READABILITY_TRITON_PB_UTILS"),
-                      ("tokenizer", "READABILITY_TRITON_TOKENIZER_DIR"),
-                      ("tiny-artifacts", "READABILITY_TRITON_TINY_ARTIFACTS"),
-                      ("train.csv", "READABILITY_TRITON_COMMONLIT")):
+    for name, var in (
+        ("triton_python_backend_utils.py", "READABILITY_TRITON_PB_UTILS"),
+        ("tokenizer", "READABILITY_TRITON_TOKENIZER_DIR"),
+        ("tiny-artifacts", "READABILITY_TRITON_TINY_ARTIFACTS"),
+        ("train.csv", "READABILITY_TRITON_COMMONLIT"),
+    ):
         if os.path.exists(os.path.join(p01, name)):
             env[var] = os.path.join(p01, name)
             os.environ[var] = env[var]
@@ -434,8 +514,11 @@ def main(argv=None) -> int:
     prepare = sub.add_parser("prepare")
     prepare.add_argument("--python-version", default="3.12")
     prepare.add_argument("--only", default="p01,p2a,p2b", help="which carry folders (default all)")
-    prepare.add_argument("--no-server", action="store_true",
-                         help="p2b without the tritonserver archive (enough for phase 2's --cpu-dry-run)")
+    prepare.add_argument(
+        "--no-server",
+        action="store_true",
+        help="p2b without the tritonserver archive (enough for phase 2's --cpu-dry-run)",
+    )
     args = parser.parse_args(argv)
     if args.command == "prepare":
         from gpu_kit_prepare import prepare as do_prepare
@@ -448,14 +531,17 @@ def main(argv=None) -> int:
         # own numpy before starting one): run phase 2 with the unpacked site first.
         if not os.path.isdir(SITE):
             parser.error(f"no {SITE}: run phase 2a first (carry .gpu-check/p2a), then phase 2 within 30 s")
-        env = dict(os.environ, READABILITY_KIT_SITE_FIRST="1",
-                   PYTHONPATH=os.pathsep.join([SITE, ROOT, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+        env = dict(
+            os.environ,
+            READABILITY_KIT_SITE_FIRST="1",
+            PYTHONPATH=os.pathsep.join([SITE, ROOT, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+        )
         rest = [p for p in phases if p != "2"]
         status = main(["run", "--phase", ",".join(rest)]) if rest else 0
         return status | subprocess.call([sys.executable, os.path.abspath(__file__), "run", "--phase", "2"], env=env)
     env = kit_env(dry)
-    data = os.path.join(CARRY, "p01", "train.csv")
-    data = data if os.path.isfile(data) else None
+    shared_data: str | None = os.path.join(CARRY, "p01", "train.csv")
+    data = shared_data if shared_data and os.path.isfile(shared_data) else None
     ok = True
     started = time.time()
     for phase in phases:
@@ -469,8 +555,10 @@ def main(argv=None) -> int:
             ok &= bool(phase2(dry, env)["ok"])
         else:
             parser.error(f"unknown phase {phase!r}")
-    say(f"== done: phases {','.join(phases)}{' (cpu dry run)' if dry else ''} in {time.time() - started:.0f} s, "
-        f"{'ok' if ok else 'FAILED'}; results in {out_dir()}")
+    say(
+        f"== done: phases {','.join(phases)}{' (cpu dry run)' if dry else ''} in {time.time() - started:.0f} s, "
+        f"{'ok' if ok else 'FAILED'}; results in {out_dir()}"
+    )
     return 0 if ok else 1
 
 

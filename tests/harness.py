@@ -4,6 +4,7 @@
 as Triton's `ModelConfig` proto, handed to `initialize` as JSON with int64 as strings),
 imports `model_dir/1/model.py` under a fresh name and calls `initialize`.
 """
+
 from __future__ import annotations
 
 import csv
@@ -31,6 +32,7 @@ def model_config_pb2():
     kit's machine), the generated file is loaded on its own: it needs only protobuf."""
     try:
         from tritonclient.grpc import model_config_pb2 as module
+
         return module
     except Exception:  # noqa: BLE001 - RuntimeError from a missing rapidjson, not only ImportError
         spec = importlib.util.find_spec("tritonclient")
@@ -61,20 +63,23 @@ def load_model(model_dir: str, kind: str = "CPU", device_id: int = 0, version: s
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     model = module.TritonPythonModel()
-    model.initialize({
-        "model_config": config_json(os.path.join(model_dir, "config.pbtxt")),
-        "model_instance_kind": kind,
-        "model_instance_name": f"{name}_0",
-        "model_instance_device_id": str(device_id),
-        "model_repository": os.path.abspath(model_dir),
-        "model_version": version,
-        "model_name": name,
-    })
+    model.initialize(
+        {
+            "model_config": config_json(os.path.join(model_dir, "config.pbtxt")),
+            "model_instance_kind": kind,
+            "model_instance_name": f"{name}_0",
+            "model_instance_device_id": str(device_id),
+            "model_repository": os.path.abspath(model_dir),
+            "model_version": version,
+            "model_name": name,
+        }
+    )
     return model
 
 
-def make_model_dir(root: str, model: str, profile: str = "portable", files: dict[str, str] | None = None,
-                   **render_kw) -> str:
+def make_model_dir(
+    root: str, model: str, profile: str = "portable", files: dict[str, str] | None = None, **render_kw
+) -> str:
     """A one-model folder: rendered config, the backend's model.py, and artifact files copied in."""
     import shutil
 
@@ -83,8 +88,9 @@ def make_model_dir(root: str, model: str, profile: str = "portable", files: dict
     with open(os.path.join(model_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(configs.render_config(model, profile, **render_kw))
     source = profiles.backend_file(model, profile)
-    shutil.copyfile(os.path.join(repository.backends_root(), source, "model.py"),
-                    os.path.join(model_dir, "1", "model.py"))
+    shutil.copyfile(
+        os.path.join(repository.backends_root(), source, "model.py"), os.path.join(model_dir, "1", "model.py")
+    )
     for name, path in (files or {}).items():
         shutil.copyfile(path, os.path.join(model_dir, "1", name))
     return model_dir
@@ -132,8 +138,15 @@ def tiny_bert_config(**extra):
     """A 2-layer, 32-wide BERT config on the real uncased vocabulary: trains in seconds."""
     from transformers import BertConfig
 
-    return BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                      intermediate_size=64, max_position_embeddings=128, **extra)
+    return BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        **extra,
+    )
 
 
 def save_bert_checkpoint(directory, model, max_length: int):
@@ -154,8 +167,9 @@ def hf_tokenizer(directory):
 
 
 def hf_encode(directory, texts, max_length):
-    out = hf_tokenizer(directory)(list(texts), padding="max_length", truncation=True, max_length=max_length,
-                         return_tensors="np")
+    out = hf_tokenizer(directory)(
+        list(texts), padding="max_length", truncation=True, max_length=max_length, return_tensors="np"
+    )
     return out["input_ids"].astype(np.int64), out["attention_mask"].astype(np.int64)
 
 
@@ -164,10 +178,10 @@ class CupyLikeRules:
     respect: no ufunc.reduceat, `repeat` only with a scalar count, `bincount` of an empty
     array fails, and `cuda.runtime.getDevice()` exists."""
 
-    class cuda:  # noqa: N801 - mimics cupy.cuda
-        class runtime:  # noqa: N801
+    class cuda:
+        class runtime:
             @staticmethod
-            def getDevice():  # noqa: N802
+            def getDevice():
                 return 0
 
     __name__ = "cupy_like"
@@ -186,6 +200,6 @@ class CupyLikeRules:
         int(np.max(x))  # what CuPy does (fails on an empty array)
         return np.bincount(x, weights=weights, minlength=minlength)
 
-    class add:  # noqa: N801 - no reduceat, no at
+    class add:
         def __new__(cls, *args, **kwargs):
             return np.add(*args, **kwargs)

@@ -4,6 +4,7 @@ requests sent side by side.
 The three clients are the ones users have: tritonclient over HTTP, tritonclient over gRPC,
 and KServe v2 JSON sent by `curl` (a client no one here wrote).
 """
+
 from __future__ import annotations
 
 import json
@@ -31,6 +32,7 @@ def assemble_portable(artifacts: str, out: str, batch_window_us: int | None = No
     calls, which the production windows of about 1 ms cannot promise)."""
     repository.assemble(artifacts, out, "portable", **assemble_kw)
     if batch_window_us is not None:
+
         def widen(config) -> None:
             config.dynamic_batching.max_queue_delay_microseconds = batch_window_us
 
@@ -66,8 +68,7 @@ def served_weights(repo: str) -> tuple[float, float]:
     return (float(post.parameters[C.BERT_WEIGHT].string_value), float(post.parameters[C.FOREST_WEIGHT].string_value))
 
 
-def start_server(repo: str, log_file: str, backend_dir: str | None = None, timeout: float = 240,
-                 **kw) -> TritonServer:
+def start_server(repo: str, log_file: str, backend_dir: str | None = None, timeout: float = 240, **kw) -> TritonServer:
     """The tests' one way to start a tritonserver on `repo` (keyword arguments go to
     `TritonServer`): ready, or the end of its log printed before the error."""
     if backend_dir is not None:
@@ -94,8 +95,9 @@ class Failure(Exception):
         self.status, self.message = status, message
 
 
-def infer(server: TritonServer, protocol: str, model: str, inputs: dict[str, tuple[str, np.ndarray]],
-          outputs=None) -> dict[str, np.ndarray]:
+def infer(
+    server: TritonServer, protocol: str, model: str, inputs: dict[str, tuple[str, np.ndarray]], outputs=None
+) -> dict[str, np.ndarray]:
     """One inference request with `inputs` ({name: (datatype, array)}); `outputs` is the
     list of output names to ask for (None: ask for none, i.e. get all). Raises `Failure`
     when the server refuses the request."""
@@ -115,8 +117,11 @@ def infer(server: TritonServer, protocol: str, model: str, inputs: dict[str, tup
             result = client.infer(model, tensors, outputs=requested)
         except InferenceServerException as err:
             raise Failure(err.status(), err.message()) from None
-        names = outputs if outputs is not None else [o["name"] if isinstance(o, dict) else o.name
-                                                     for o in _response_outputs(result, protocol)]
+        names = (
+            outputs
+            if outputs is not None
+            else [o["name"] if isinstance(o, dict) else o.name for o in _response_outputs(result, protocol)]
+        )
         return {name: result.as_numpy(name) for name in names}
     finally:
         client.close()
@@ -139,16 +144,39 @@ def curl_infer(server: TritonServer, model: str, inputs: dict, outputs=None, bod
     """A KServe v2 JSON request sent with curl: `inputs` is {name: (datatype, shape, data)}
     (data a NumPy array, or a list sent as is); `body` replaces the whole request body."""
     if body is None:
-        request = {"inputs": [{"name": name, "datatype": datatype, "shape": list(shape),
-                               "data": data if isinstance(data, list) else _json_data(data)}
-                              for name, (datatype, shape, data) in inputs.items()]}
+        request = {
+            "inputs": [
+                {
+                    "name": name,
+                    "datatype": datatype,
+                    "shape": list(shape),
+                    "data": data if isinstance(data, list) else _json_data(data),
+                }
+                for name, (datatype, shape, data) in inputs.items()
+            ]
+        }
         if outputs is not None:
             request["outputs"] = [{"name": name} for name in outputs]
         body = json.dumps(request).encode("utf-8")
     reply = subprocess.run(
-        ["curl", "-sS", "-X", "POST", "-H", "Content-Type: application/json", "--data-binary", "@-",
-         "-w", "\n%{http_code}", f"http://{server.http_url}/v2/models/{model}/infer"],
-        input=body, capture_output=True, timeout=120, check=True)
+        [
+            "curl",
+            "-sS",
+            "-X",
+            "POST",
+            "-H",
+            "Content-Type: application/json",
+            "--data-binary",
+            "@-",
+            "-w",
+            "\n%{http_code}",
+            f"http://{server.http_url}/v2/models/{model}/infer",
+        ],
+        input=body,
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
     text, _, code = reply.stdout.decode("utf-8").rpartition("\n")
     payload = json.loads(text)
     if code != "200":

@@ -22,9 +22,22 @@ def rows(tiny_artifacts, tmp_path_factory):
     folder = tmp_path_factory.mktemp("abuse")
     repo = assemble_portable(tiny_artifacts, str(folder / "repository"))
     out = folder / "abuse.json"
-    done = subprocess.run([sys.executable, os.path.join(ROOT, "benchmarks", "abuse.py"), "--repository", repo,
-                           "--short", "--json", str(out), "--max-wait", str(MAX_WAIT)],
-                          capture_output=True, text=True, timeout=1200)
+    done = subprocess.run(
+        [
+            sys.executable,
+            os.path.join(ROOT, "benchmarks", "abuse.py"),
+            "--repository",
+            repo,
+            "--short",
+            "--json",
+            str(out),
+            "--max-wait",
+            str(MAX_WAIT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
     assert done.returncode == 0, done.stderr[-4000:]
     assert "| attack | honest success |" in done.stdout
     return {row["attack"]: row for row in json.loads(out.read_text())}

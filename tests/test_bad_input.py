@@ -6,6 +6,7 @@ request and its neighbours share execute() calls. Valid but odd text gets a scor
 other case gets its own error that says what is wrong; and nothing takes down a stub or
 the server (checked at the end).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,15 +31,15 @@ from readability_triton import scoring
 pytestmark = pytest.mark.integration
 
 MAX_TEXT_BYTES = 20_000
-GOOD = [f"Sentence number {i} is short. It is easy to read, and the next one is{' not' * i} harder."
-        for i in range(6)]
+GOOD = [f"Sentence number {i} is short. It is easy to read, and the next one is{' not' * i} harder." for i in range(6)]
 
 
 @pytest.fixture(scope="module")
 def server(tiny_artifacts, tmp_path_factory):
     root = tmp_path_factory.mktemp("bad-input")
-    repo = assemble_portable(tiny_artifacts, str(root / "repository"), batch_window_us=50_000,
-                             max_text_bytes=MAX_TEXT_BYTES)
+    repo = assemble_portable(
+        tiny_artifacts, str(root / "repository"), batch_window_us=50_000, max_text_bytes=MAX_TEXT_BYTES
+    )
     server = start_server(repo, str(root / "server.log"), str(root / "backends"))
     server.log_path = str(root / "server.log")
     yield server
@@ -69,9 +70,14 @@ def direct(tiny_artifacts):
         C.FEATURIZE: ({C.TEXT: text}, {C.FEATURES: features}),
         C.BERT: ({C.INPUT_0: ("INT64", ids), C.INPUT_1: ("INT64", mask)}, {C.OUTPUT_0: bert}),
         C.FOREST: ({C.INPUT_0: ("FP32", features)}, {C.OUTPUT_0: trees}),
-        C.POSTPROCESS: ({C.BERT_OUTPUT: ("FP32", scores), C.FOREST_OUTPUT: ("FP32", -scores)},
-                        {C.SCORE: scoring.blend(scores, -scores, *pipeline.weights),  # the set's fitted weights
-                         C.BERT_SCORE: scores, C.FOREST_SCORE: -scores}),
+        C.POSTPROCESS: (
+            {C.BERT_OUTPUT: ("FP32", scores), C.FOREST_OUTPUT: ("FP32", -scores)},
+            {
+                C.SCORE: scoring.blend(scores, -scores, *pipeline.weights),  # the set's fitted weights
+                C.BERT_SCORE: scores,
+                C.FOREST_SCORE: -scores,
+            },
+        ),
     }
 
 
@@ -117,51 +123,124 @@ CASES = [
     ("nul-and-controls-only", lambda d: ensemble(["\x00\x01\x02\x1b\x7f"], "curl"), NO_WORDS),
     ("over-max-text-bytes", lambda d: ensemble(["word " * (MAX_TEXT_BYTES // 5) + "x"]), "over the limit of 20000"),
     ("a-10000-character-word", lambda d: ensemble(["w" * 10_000], "http"), "score"),
-    ("mixed-scripts-and-emoji", lambda d: ensemble(
-        ["Ünïcödé — “quotes”, 漢字とかな, עברית, Ελληνικά, русский, emoji 😀🚀👍🏽 and ZWJ 👨‍👩‍👧."], "curl"), "score"),
+    (
+        "mixed-scripts-and-emoji",
+        lambda d: ensemble(
+            ["Ünïcödé — “quotes”, 漢字とかな, עברית, Ελληνικά, русский, emoji 😀🚀👍🏽 and ZWJ 👨‍👩‍👧."], "curl"
+        ),
+        "score",
+    ),
     ("int32-text", lambda d: ensemble_inputs({C.TEXT: ("INT32", np.zeros((1, 1), np.int32))}), "INT32"),
     ("fp32-text", lambda d: ensemble_inputs({C.TEXT: ("FP32", np.zeros((1, 1), np.float32))}, "http"), "FP32"),
-    ("shape-[1]", lambda d: ensemble_inputs({C.TEXT: ("BYTES", np.array([b"A text."], dtype=np.object_))}),
-     "shape"),
-    ("shape-[1,2]", lambda d: ensemble_inputs({C.TEXT: ("BYTES", np.array([[b"A text.", b"Two."]],
-                                                                          dtype=np.object_))}, "http"), "shape"),
-    ("shape-[2,1]-one-bad-row", lambda d: ensemble([GOOD[0], b"\xff bad row"]),
-     "text 1 of the request is not valid UTF-8"),
+    ("shape-[1]", lambda d: ensemble_inputs({C.TEXT: ("BYTES", np.array([b"A text."], dtype=np.object_))}), "shape"),
+    (
+        "shape-[1,2]",
+        lambda d: ensemble_inputs({C.TEXT: ("BYTES", np.array([[b"A text.", b"Two."]], dtype=np.object_))}, "http"),
+        "shape",
+    ),
+    (
+        "shape-[2,1]-one-bad-row",
+        lambda d: ensemble([GOOD[0], b"\xff bad row"]),
+        "text 1 of the request is not valid UTF-8",
+    ),
     ("missing-input", lambda d: ensemble_inputs({}), "expected 1 inputs but got 0"),
-    ("unknown-extra-input", lambda d: ensemble_inputs({C.TEXT: ("BYTES", text_rows([GOOD[0]])),
-                                                       "EXTRA": ("INT32", np.zeros((1, 1), np.int32))}), "EXTRA"),
-    ("malformed-json", lambda d: raw_json(b'{"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", '),
-     "failed to parse the request JSON buffer"),
-    ("json-data-not-matching-shape", lambda d: raw_json(json.dumps(
-        {"inputs": [{"name": "TEXT", "shape": [2, 1], "datatype": "BYTES", "data": ["only one"]}]}).encode()),
-     "TEXT"),
-    ("json-numbers-as-text", lambda d: raw_json(json.dumps(
-        {"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [42]}]}).encode()),
-     "non-string"),
-    ("nan-straight-to-postprocess", lambda d: to_model(C.POSTPROCESS, _row(
-        d[C.POSTPROCESS][0], BERT_OUTPUT=("FP32", np.array([[np.nan]], np.float32)))), "NaN or infinity"),
-    ("inf-straight-to-postprocess", lambda d: to_model(C.POSTPROCESS, _row(
-        d[C.POSTPROCESS][0], FOREST_OUTPUT=("FP32", np.array([[-np.inf]], np.float32))), "http"), "NaN or infinity"),
-    ("out-of-range-token-id-straight-to-bert", lambda d: to_model(C.BERT, _row(
-        d[C.BERT][0], input__0=("INT64", np.full_like(d[C.BERT][0][C.INPUT_0][1][:1], 10**6)))),
-     "token id 1000000, outside the model's vocabulary"),
-    ("non-0/1-mask-straight-to-bert", lambda d: to_model(C.BERT, _row(
-        d[C.BERT][0], input__1=("INT64", d[C.BERT][0][C.INPUT_1][1][:1] * 7)), "http"), "only 0 and 1"),
-    ("wrong-shape-to-validate", lambda d: to_model(C.VALIDATE, {C.TEXT: ("BYTES", np.array(
-        [[b"a", b"b"]], dtype=np.object_))}), "shape"),
-    ("wrong-shape-to-preprocess", lambda d: to_model(C.PREPROCESS, {C.TEXT: ("BYTES", np.array(
-        [[b"a", b"b"]], dtype=np.object_))}, "http"), "shape"),
-    ("wrong-shape-to-featurize", lambda d: to_model(C.FEATURIZE, {C.TEXT: ("BYTES", np.array(
-        [b"a"], dtype=np.object_))}), "shape"),
-    ("wrong-shape-to-bert", lambda d: to_model(C.BERT, {C.INPUT_0: ("INT64", _long(5)),
-                                                        C.INPUT_1: ("INT64", _long(5))}), "shape"),
-    ("wrong-shape-to-forest", lambda d: to_model(C.FOREST, {C.INPUT_0: ("FP32", np.zeros((1, 5), np.float32))}, "http"),
-     "shape"),
-    ("wrong-shape-to-postprocess", lambda d: to_model(C.POSTPROCESS, {
-        C.BERT_OUTPUT: ("FP32", np.zeros((1, 2), np.float32)),
-        C.FOREST_OUTPUT: ("FP32", np.zeros((1, 2), np.float32))}), "shape"),
-    ("wrong-dtype-to-bert", lambda d: to_model(C.BERT, _row(d[C.BERT][0], input__0=(
-        "FP32", d[C.BERT][0][C.INPUT_0][1][:1].astype(np.float32)))), "FP32"),
+    (
+        "unknown-extra-input",
+        lambda d: ensemble_inputs(
+            {C.TEXT: ("BYTES", text_rows([GOOD[0]])), "EXTRA": ("INT32", np.zeros((1, 1), np.int32))}
+        ),
+        "EXTRA",
+    ),
+    (
+        "malformed-json",
+        lambda d: raw_json(b'{"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", '),
+        "failed to parse the request JSON buffer",
+    ),
+    (
+        "json-data-not-matching-shape",
+        lambda d: raw_json(
+            json.dumps(
+                {"inputs": [{"name": "TEXT", "shape": [2, 1], "datatype": "BYTES", "data": ["only one"]}]}
+            ).encode()
+        ),
+        "TEXT",
+    ),
+    (
+        "json-numbers-as-text",
+        lambda d: raw_json(
+            json.dumps({"inputs": [{"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": [42]}]}).encode()
+        ),
+        "non-string",
+    ),
+    (
+        "nan-straight-to-postprocess",
+        lambda d: to_model(
+            C.POSTPROCESS, _row(d[C.POSTPROCESS][0], BERT_OUTPUT=("FP32", np.array([[np.nan]], np.float32)))
+        ),
+        "NaN or infinity",
+    ),
+    (
+        "inf-straight-to-postprocess",
+        lambda d: to_model(
+            C.POSTPROCESS, _row(d[C.POSTPROCESS][0], FOREST_OUTPUT=("FP32", np.array([[-np.inf]], np.float32))), "http"
+        ),
+        "NaN or infinity",
+    ),
+    (
+        "out-of-range-token-id-straight-to-bert",
+        lambda d: to_model(
+            C.BERT, _row(d[C.BERT][0], input__0=("INT64", np.full_like(d[C.BERT][0][C.INPUT_0][1][:1], 10**6)))
+        ),
+        "token id 1000000, outside the model's vocabulary",
+    ),
+    (
+        "non-0/1-mask-straight-to-bert",
+        lambda d: to_model(C.BERT, _row(d[C.BERT][0], input__1=("INT64", d[C.BERT][0][C.INPUT_1][1][:1] * 7)), "http"),
+        "only 0 and 1",
+    ),
+    (
+        "wrong-shape-to-validate",
+        lambda d: to_model(C.VALIDATE, {C.TEXT: ("BYTES", np.array([[b"a", b"b"]], dtype=np.object_))}),
+        "shape",
+    ),
+    (
+        "wrong-shape-to-preprocess",
+        lambda d: to_model(C.PREPROCESS, {C.TEXT: ("BYTES", np.array([[b"a", b"b"]], dtype=np.object_))}, "http"),
+        "shape",
+    ),
+    (
+        "wrong-shape-to-featurize",
+        lambda d: to_model(C.FEATURIZE, {C.TEXT: ("BYTES", np.array([b"a"], dtype=np.object_))}),
+        "shape",
+    ),
+    (
+        "wrong-shape-to-bert",
+        lambda d: to_model(C.BERT, {C.INPUT_0: ("INT64", _long(5)), C.INPUT_1: ("INT64", _long(5))}),
+        "shape",
+    ),
+    (
+        "wrong-shape-to-forest",
+        lambda d: to_model(C.FOREST, {C.INPUT_0: ("FP32", np.zeros((1, 5), np.float32))}, "http"),
+        "shape",
+    ),
+    (
+        "wrong-shape-to-postprocess",
+        lambda d: to_model(
+            C.POSTPROCESS,
+            {
+                C.BERT_OUTPUT: ("FP32", np.zeros((1, 2), np.float32)),
+                C.FOREST_OUTPUT: ("FP32", np.zeros((1, 2), np.float32)),
+            },
+        ),
+        "shape",
+    ),
+    (
+        "wrong-dtype-to-bert",
+        lambda d: to_model(
+            C.BERT, _row(d[C.BERT][0], input__0=("FP32", d[C.BERT][0][C.INPUT_0][1][:1].astype(np.float32)))
+        ),
+        "FP32",
+    ),
 ]
 
 
@@ -174,7 +253,7 @@ def _neighbours(server, direct, model):
     if model is not None:
         inputs, _ = direct[model]
         for i in range(len(GOOD)):
-            row = {name: (datatype, array[i:i + 1]) for name, (datatype, array) in inputs.items()}
+            row = {name: (datatype, array[i : i + 1]) for name, (datatype, array) in inputs.items()}
             calls.append((model, i, lambda row=row, i=i: infer(server, ("grpc", "http")[i % 2], model, row)))
     return calls
 
@@ -205,7 +284,7 @@ def test_bad_or_odd_request_beside_good_ones(server, reference, direct, case_id,
         assert not isinstance(result, Exception), f"{case_id}: good request {i} to {target} failed: {result}"
         want = reference[i] if target == "ensemble" else direct[target][1]
         for name, array in result.items():
-            expected_rows = want[name] if target == "ensemble" else want[name][i:i + 1]
+            expected_rows = want[name] if target == "ensemble" else want[name][i : i + 1]
             if array.dtype == np.object_:
                 assert array.tolist() == expected_rows.tolist()
             elif name in (C.SCORE, C.BERT_SCORE, C.OUTPUT_0) and target in ("ensemble", C.BERT):

@@ -6,6 +6,7 @@ breakdown is checked against what the load did (every step saw exactly the reque
 clients sent in the row), and the PNG is checked for being an image with something drawn.
 `perf-input` is checked against perf_analyzer's documented --input-data layout.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -34,14 +35,16 @@ def run(*argv):
 @pytest.fixture(scope="module")
 def texts_csv(tmp_path_factory):
     texts, targets = generate_corpus(60, seed=21)
-    return write_csv(tmp_path_factory.mktemp("bench") / "texts.csv",
-                     [(i, t, y) for i, (t, y) in enumerate(zip(texts, targets))])
+    return write_csv(
+        tmp_path_factory.mktemp("bench") / "texts.csv", [(i, t, y) for i, (t, y) in enumerate(zip(texts, targets))]
+    )
 
 
 def check_rows(report, per_request, concurrency):
     rows = report["rows"]
     assert [(r["texts_per_request"], r["concurrency"]) for r in rows] == [
-        (p, c) for p in per_request for c in concurrency]
+        (p, c) for p in per_request for c in concurrency
+    ]
     for r in rows:
         assert r["errors"] == 0 and r["requests"] > 0
         assert r["texts_per_s"] == pytest.approx(r["requests"] * r["texts_per_request"] / r["seconds"])
@@ -65,9 +68,25 @@ def check_rows(report, per_request, concurrency):
 def test_bench_serves_a_repository_itself(tiny_artifacts, tmp_path, texts_csv):
     repo = assemble_portable(tiny_artifacts, str(tmp_path / "repo"))
     out, plot = tmp_path / "bench.json", tmp_path / "bench.png"
-    code, printed, err = run("bench", "--repository", repo, "--protocol", "grpc", "--concurrency", "1,3",
-                             "--duration", "2", "--warmup", "0.5", "--data", texts_csv, "--json", str(out),
-                             "--plot", str(plot))
+    code, printed, err = run(
+        "bench",
+        "--repository",
+        repo,
+        "--protocol",
+        "grpc",
+        "--concurrency",
+        "1,3",
+        "--duration",
+        "2",
+        "--warmup",
+        "0.5",
+        "--data",
+        texts_csv,
+        "--json",
+        str(out),
+        "--plot",
+        str(plot),
+    )
     assert code == 0, err
     report = json.loads(out.read_text())
     rows = check_rows(report, (1,), (1, 3))
@@ -87,14 +106,45 @@ def test_bench_against_a_running_server(tiny_artifacts, tmp_path, texts_csv):
     server = start_server(repo, str(tmp_path / "server.log"), str(tmp_path / "backends"))
     try:
         out = tmp_path / "bench.json"
-        code, printed, err = run("bench", "--url", server.http_url, "--protocol", "http", "--concurrency", "2",
-                                 "--texts-per-request", "1,4", "--duration", "1.5", "--warmup", "0.3",
-                                 "--data", texts_csv, "--artifacts", tiny_artifacts, "--json", str(out))
+        code, printed, err = run(
+            "bench",
+            "--url",
+            server.http_url,
+            "--protocol",
+            "http",
+            "--concurrency",
+            "2",
+            "--texts-per-request",
+            "1,4",
+            "--duration",
+            "1.5",
+            "--warmup",
+            "0.3",
+            "--data",
+            texts_csv,
+            "--artifacts",
+            tiny_artifacts,
+            "--json",
+            str(out),
+        )
         assert code == 0, err
         rows = check_rows(json.loads(out.read_text()), (1, 4), (2,))
         assert all(r["in_process_texts_per_s"] > 0 for r in rows)
-        code, _, err = run("bench", "--url", server.http_url, "--protocol", "http", "--concurrency", "1",
-                           "--duration", "1", "--warmup", "0", "--data", texts_csv)
+        code, _, err = run(
+            "bench",
+            "--url",
+            server.http_url,
+            "--protocol",
+            "http",
+            "--concurrency",
+            "1",
+            "--duration",
+            "1",
+            "--warmup",
+            "0",
+            "--data",
+            texts_csv,
+        )
         assert code == 0 and "in-process row is left out" in err
     finally:
         server.stop()
@@ -102,12 +152,12 @@ def test_bench_against_a_running_server(tiny_artifacts, tmp_path, texts_csv):
 
 def test_bench_refusals(tmp_path):
     for argv, message in (
-            (("--url", "127.0.0.1:9", "--concurrency", "0"), "at least 1"),
-            (("--url", "127.0.0.1:9", "--concurrency", "a,b"), "comma-separated whole numbers"),
-            (("--url", "127.0.0.1:9", "--texts-per-request", "65"), "at most 64"),
-            (("--url", "127.0.0.1:9", "--duration", "0"), "positive"),
-            (("--repository", str(tmp_path), "--artifacts", str(tmp_path)), "--artifacts goes with --url"),
-            (("--url", "127.0.0.1:9", "--duration", "1"), "does not answer"),
+        (("--url", "127.0.0.1:9", "--concurrency", "0"), "at least 1"),
+        (("--url", "127.0.0.1:9", "--concurrency", "a,b"), "comma-separated whole numbers"),
+        (("--url", "127.0.0.1:9", "--texts-per-request", "65"), "at most 64"),
+        (("--url", "127.0.0.1:9", "--duration", "0"), "positive"),
+        (("--repository", str(tmp_path), "--artifacts", str(tmp_path)), "--artifacts goes with --url"),
+        (("--url", "127.0.0.1:9", "--duration", "1"), "does not answer"),
     ):
         code, _, err = run("bench", *argv)
         assert code == 2 and message in err, (argv, err)
@@ -147,8 +197,11 @@ def test_perf_input_is_perf_analyzers_documented_layout(tmp_path):
     """perf_analyzer --input-data FILE (docs/input_data.md, "Real Input Data"): {"data": [one
     object per request: {INPUT_NAME: {"content": [...], "shape": [...]}}]}, where a BYTES
     tensor's content is a list of strings and "shape" excludes the batch dimension."""
-    rows = [(0, "A plain text.", 0.0), (1, "Ünïcödé — “quotes”, 漢字, emoji 😀.", -1.0),
-            (2, "Two lines,\nand a comma.", 0.5)]
+    rows = [
+        (0, "A plain text.", 0.0),
+        (1, "Ünïcödé — “quotes”, 漢字, emoji 😀.", -1.0),
+        (2, "Two lines,\nand a comma.", 0.5),
+    ]
     data = write_csv(tmp_path / "t.csv", rows)
     out = tmp_path / "input.json"
     code, _, err = run("perf-input", "--data", data, "--out", str(out))
@@ -172,17 +225,28 @@ def test_perf_input_is_perf_analyzers_documented_layout(tmp_path):
 
 def test_breakdown_is_the_difference_of_two_snapshots():
     """Unit: the arithmetic on Triton's statistics JSON (durations in ns, counts)."""
+
     def snapshot(count, executions, ns, texts_per_request=2):
-        stats = {key: {"count": count, "ns": ns * count} for key in
-                 ("queue", "compute_input", "compute_infer", "compute_output", "success")}
-        return {C.PREPROCESS: {"name": C.PREPROCESS, "inference_count": count * texts_per_request,
-                               "execution_count": executions, "inference_stats": stats}}
+        stats = {
+            key: {"count": count, "ns": ns * count}
+            for key in ("queue", "compute_input", "compute_infer", "compute_output", "success")
+        }
+        return {
+            C.PREPROCESS: {
+                "name": C.PREPROCESS,
+                "inference_count": count * texts_per_request,
+                "execution_count": executions,
+                "inference_stats": stats,
+            }
+        }
 
     before, after = snapshot(10, 5, 1_000_000), snapshot(30, 9, 1_000_000)
     # batch_stats: one entry per batch size; there a count is an execution, ns its duration
     before[C.PREPROCESS]["batch_stats"] = [{"batch_size": 2, "compute_infer": {"count": 5, "ns": 5_000_000}}]
-    after[C.PREPROCESS]["batch_stats"] = [{"batch_size": 2, "compute_infer": {"count": 6, "ns": 6_000_000}},
-                                          {"batch_size": 8, "compute_infer": {"count": 3, "ns": 6_000_000}}]
+    after[C.PREPROCESS]["batch_stats"] = [
+        {"batch_size": 2, "compute_infer": {"count": 6, "ns": 6_000_000}},
+        {"batch_size": 8, "compute_infer": {"count": 3, "ns": 6_000_000}},
+    ]
     got = bench.breakdown(before, after)[C.PREPROCESS]
     assert got["requests"] == 20 and got["inferences"] == 40 and got["executions"] == 4
     assert got["average_batch"] == 10.0 and got["failed"] == 0
@@ -205,8 +269,13 @@ def test_statistics_are_read_once_the_counts_stop_moving():
     got = bench.settled_statistics("u", "grpc", interval=0.001, read=read)
     assert got[C.PREPROCESS]["inference_count"] == 7
     moving = iter(range(10_000))
-    got = bench.settled_statistics("u", "grpc", interval=0.001, timeout=0.02,
-                                   read=lambda url, protocol: {C.PREPROCESS: {"inference_count": next(moving)}})
+    got = bench.settled_statistics(
+        "u",
+        "grpc",
+        interval=0.001,
+        timeout=0.02,
+        read=lambda url, protocol: {C.PREPROCESS: {"inference_count": next(moving)}},
+    )
     assert got[C.PREPROCESS]["inference_count"] > 1  # it stopped at the timeout, still moving
 
 

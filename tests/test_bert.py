@@ -1,5 +1,6 @@
 """`train-bert`, `export-bert` and `readability_triton.bert`: tiny BERT checkpoints (seconds),
 TorchScript round trips against eager PyTorch, the contract, and the refusals."""
+
 from __future__ import annotations
 
 import json
@@ -7,20 +8,19 @@ import os
 
 import numpy as np
 import pytest
+from harness import save_bert_checkpoint, tiny_bert_config, write_csv
+
+from readability_triton.artifacts.corpus import generate_corpus
+from readability_triton.artifacts.demo import minilm_directory
+from readability_triton.cli import main
+from readability_triton.layout import load_manifest
+from readability_triton.tokenizer import WordPieceTokenizer
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-
-from harness import save_bert_checkpoint, tiny_bert_config, write_csv  # noqa: E402
-
-from readability_triton.artifacts.corpus import generate_corpus  # noqa: E402
-from readability_triton.artifacts.demo import minilm_directory  # noqa: E402
-from readability_triton.bert import export as B  # noqa: E402
-from readability_triton.bert import training as BT  # noqa: E402
-from readability_triton.bert import verify as V  # noqa: E402
-from readability_triton.cli import main  # noqa: E402
-from readability_triton.layout import load_manifest  # noqa: E402
-from readability_triton.tokenizer import WordPieceTokenizer  # noqa: E402
+B = pytest.importorskip("readability_triton.bert.export")
+BT = pytest.importorskip("readability_triton.bert.training")
+V = pytest.importorskip("readability_triton.bert.verify")
 
 pytestmark = pytest.mark.slow  # trains and exports models (make check leaves it out)
 
@@ -56,16 +56,42 @@ def regression_checkpoint(tmp_path_factory):
 @pytest.fixture(scope="module")
 def exported(tmp_path_factory, regression_checkpoint):
     out = tmp_path_factory.mktemp("exported") / "model.pt"
-    assert main(["export-bert", "--checkpoint", regression_checkpoint, "--out", str(out),
-                 "--max-length", str(MAX_LENGTH), "--format", "torchscript"]) == 0
+    assert (
+        main(
+            [
+                "export-bert",
+                "--checkpoint",
+                regression_checkpoint,
+                "--out",
+                str(out),
+                "--max-length",
+                str(MAX_LENGTH),
+                "--format",
+                "torchscript",
+            ]
+        )
+        == 0
+    )
     return out
 
 
 @pytest.fixture(scope="module")
 def exported_onnx(exported, regression_checkpoint):
     """The same checkpoint exported to ONNX, into the same artifact folder (both formats)."""
-    assert main(["export-bert", "--checkpoint", regression_checkpoint, "--out", str(exported.parent),
-                 "--max-length", str(MAX_LENGTH)]) == 0  # a folder: named after the default format, onnx
+    assert (
+        main(
+            [
+                "export-bert",
+                "--checkpoint",
+                regression_checkpoint,
+                "--out",
+                str(exported.parent),
+                "--max-length",
+                str(MAX_LENGTH),
+            ]
+        )
+        == 0
+    )  # a folder: named after the default format, onnx
     return exported.parent / "model.onnx"
 
 
@@ -81,8 +107,14 @@ def eager_model(checkpoint):
 def test_export_writes_model_and_tokenizer_files(exported):
     directory = exported.parent
     names = set(os.listdir(directory))
-    assert {"model.pt", "vocab.txt", "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-            "manifest.json"} <= names
+    assert {
+        "model.pt",
+        "vocab.txt",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "special_tokens_map.json",
+        "manifest.json",
+    } <= names
     manifest = load_manifest(str(directory))
     assert manifest.max_length == MAX_LENGTH
     assert manifest.info["bert"]["export_torchscript"]["max_abs_diff"] <= V.FP32_TOLERANCE
@@ -128,8 +160,10 @@ def test_onnx_model_equals_eager_on_real_texts(exported_onnx, regression_checkpo
     with torch.no_grad():
         for row in range(len(texts)):
             n = int(mask[row].sum())
-            alone = model(input_ids=torch.as_tensor(ids[row:row + 1, :n]),
-                          attention_mask=torch.as_tensor(mask[row:row + 1, :n])).logits
+            alone = model(
+                input_ids=torch.as_tensor(ids[row : row + 1, :n]),
+                attention_mask=torch.as_tensor(mask[row : row + 1, :n]),
+            ).logits
             assert abs(float(scores[row, 0]) - float(alone[0, 0])) <= 1e-4
     np.testing.assert_allclose(scores, TorchScriptRunner.from_folder(str(exported_onnx.parent))(ids, mask), atol=1e-5)
     with pytest.raises(ValueError, match="outside the model's vocabulary"):
@@ -184,16 +218,23 @@ def test_onnx_export_refuses_a_model_that_does_not_match_eager(tmp_path):
 
     out = tmp_path / "model.onnx"
     with pytest.raises(B.ExportError, match=r"ONNX Runtime's output differs from eager PyTorch by \d"):
-        B.export_onnx(Noisy(), str(out), max_length=MAX_LENGTH, vocab_size=30522,
-                      ids={"cls_token": 101, "sep_token": 102, "pad_token": 0})
+        B.export_onnx(
+            Noisy(),
+            str(out),
+            max_length=MAX_LENGTH,
+            vocab_size=30522,
+            ids={"cls_token": 101, "sep_token": 102, "pad_token": 0},
+        )
     assert not out.exists() and os.listdir(tmp_path) == []
 
 
 def test_export_formats_and_file_names(tmp_path, regression_checkpoint, capsys):
     assert main(["export-bert", "--checkpoint", regression_checkpoint, "--out", str(tmp_path / "model.pt")]) == 2
     assert "an artifact set names the onnx model model.onnx" in capsys.readouterr().err
-    assert main(["export-bert", "--checkpoint", regression_checkpoint, "--out", str(tmp_path / "model.onnx"),
-                 "--half"]) == 2
+    assert (
+        main(["export-bert", "--checkpoint", regression_checkpoint, "--out", str(tmp_path / "model.onnx"), "--half"])
+        == 2
+    )
     assert "--half exports float16 TorchScript" in capsys.readouterr().err
     assert not os.listdir(tmp_path)
 
@@ -211,7 +252,7 @@ def test_exported_module_equals_eager_on_real_texts(exported, regression_checkpo
         assert scores.dtype == torch.float32 and scores.shape == (len(TEXTS), 1)
         for row in range(len(TEXTS)):
             n = int(mask[row].sum())
-            alone = model(input_ids=ids[row:row + 1, :n], attention_mask=mask[row:row + 1, :n]).logits
+            alone = model(input_ids=ids[row : row + 1, :n], attention_mask=mask[row : row + 1, :n]).logits
             assert abs(float(scores[row, 0]) - float(alone[0, 0])) <= 1e-4
     assert float(scores.std()) > 1e-3  # the texts get different scores
 
@@ -219,8 +260,9 @@ def test_exported_module_equals_eager_on_real_texts(exported, regression_checkpo
 def test_padding_is_masked_and_batch_size_free(exported):
     traced = torch.jit.load(str(exported))
     generator = torch.Generator().manual_seed(5)
-    ids, mask = V.verification_inputs(6, MAX_LENGTH, 30522, {"cls_token": 101, "sep_token": 102, "pad_token": 0},
-                                      generator)
+    ids, mask = V.verification_inputs(
+        6, MAX_LENGTH, 30522, {"cls_token": 101, "sep_token": 102, "pad_token": 0}, generator
+    )
     noisy = torch.where(mask.bool(), ids, torch.randint(1000, 30000, ids.shape, generator=generator))
     with torch.no_grad():
         full = traced(ids, mask)
@@ -236,14 +278,30 @@ def test_traced_graph_pins_no_device(exported):
 
 def test_export_half(tmp_path, regression_checkpoint):
     out = tmp_path / "model.pt"
-    assert main(["export-bert", "--checkpoint", regression_checkpoint, "--out", str(out),
-                 "--max-length", str(MAX_LENGTH), "--half", "--format", "torchscript"]) == 0
+    assert (
+        main(
+            [
+                "export-bert",
+                "--checkpoint",
+                regression_checkpoint,
+                "--out",
+                str(out),
+                "--max-length",
+                str(MAX_LENGTH),
+                "--half",
+                "--format",
+                "torchscript",
+            ]
+        )
+        == 0
+    )
     traced = torch.jit.load(str(out))
     assert next(traced.parameters()).dtype == torch.float16
     info = load_manifest(str(tmp_path)).info["bert"]["export_torchscript"]
     assert info["dtype"] == "float16" and info["max_abs_diff_vs_float32"] < 0.05
-    ids, mask = V.verification_inputs(2, MAX_LENGTH, 30522, {"cls_token": 101, "sep_token": 102, "pad_token": 0},
-                                      torch.Generator().manual_seed(0))
+    ids, mask = V.verification_inputs(
+        2, MAX_LENGTH, 30522, {"cls_token": 101, "sep_token": 102, "pad_token": 0}, torch.Generator().manual_seed(0)
+    )
     with torch.no_grad():
         assert traced(ids, mask).dtype == torch.float32
 
@@ -264,8 +322,13 @@ def test_export_refuses_a_module_that_does_not_match_eager(tmp_path):
 
     out = tmp_path / "model.pt"
     with pytest.raises(B.ExportError, match="differs from eager PyTorch"):
-        B.export_torchscript(DataDependent(), str(out), max_length=MAX_LENGTH, vocab_size=30522,
-                             ids={"cls_token": 101, "sep_token": 102, "pad_token": 0})
+        B.export_torchscript(
+            DataDependent(),
+            str(out),
+            max_length=MAX_LENGTH,
+            vocab_size=30522,
+            ids={"cls_token": 101, "sep_token": 102, "pad_token": 0},
+        )
     assert not out.exists() and os.listdir(tmp_path) == []
 
 
@@ -300,17 +363,55 @@ def test_export_refuses_a_checkpoint_without_tokenizer(tmp_path, capsys):
     torch.manual_seed(0)
     model = BertForSequenceClassification(tiny_config(num_labels=1, problem_type="regression"))
     model.save_pretrained(str(tmp_path / "ck"))
-    assert main(["export-bert", "--checkpoint", str(tmp_path / "ck"), "--out", str(tmp_path / "model.onnx"),
-                 "--max-length", "16"]) == 2
+    assert (
+        main(
+            [
+                "export-bert",
+                "--checkpoint",
+                str(tmp_path / "ck"),
+                "--out",
+                str(tmp_path / "model.onnx"),
+                "--max-length",
+                "16",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "vocab.txt" in err and "--tokenizer" in err
-    assert main(["export-bert", "--checkpoint", str(tmp_path / "ck"), "--out", str(tmp_path / "o" / "model.onnx"),
-                 "--tokenizer", minilm_directory(), "--max-length", "16"]) == 0
+    assert (
+        main(
+            [
+                "export-bert",
+                "--checkpoint",
+                str(tmp_path / "ck"),
+                "--out",
+                str(tmp_path / "o" / "model.onnx"),
+                "--tokenizer",
+                minilm_directory(),
+                "--max-length",
+                "16",
+            ]
+        )
+        == 0
+    )
 
 
 def test_export_refuses_max_length_beyond_positions(tmp_path, capsys, regression_checkpoint):
-    assert main(["export-bert", "--checkpoint", regression_checkpoint, "--out", str(tmp_path / "model.onnx"),
-                 "--max-length", "512"]) == 2
+    assert (
+        main(
+            [
+                "export-bert",
+                "--checkpoint",
+                regression_checkpoint,
+                "--out",
+                str(tmp_path / "model.onnx"),
+                "--max-length",
+                "512",
+            ]
+        )
+        == 2
+    )
     assert "position embeddings for 128 tokens" in capsys.readouterr().err
 
 
@@ -332,9 +433,32 @@ def test_train_bert_then_export(tmp_path, training_csv, regression_checkpoint, c
     torch.manual_seed(0)
     base = save_checkpoint(tmp_path / "base", BertModel(tiny_config()))
     out = tmp_path / "tuned"
-    assert main(["train-bert", "--data", training_csv, "--base", base, "--out", str(out), "--epochs", "2",
-                 "--batch-size", "8", "--max-length", str(MAX_LENGTH), "--folds", "2", "--lr", "1e-3",
-                 "--device", "cpu"]) == 0
+    assert (
+        main(
+            [
+                "train-bert",
+                "--data",
+                training_csv,
+                "--base",
+                base,
+                "--out",
+                str(out),
+                "--epochs",
+                "2",
+                "--batch-size",
+                "8",
+                "--max-length",
+                str(MAX_LENGTH),
+                "--folds",
+                "2",
+                "--lr",
+                "1e-3",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "2-fold CV RMSE" in printed
     record = json.loads((out / BT.TRAINING_RECORD).read_text())
@@ -345,8 +469,22 @@ def test_train_bert_then_export(tmp_path, training_csv, regression_checkpoint, c
     assert (out / "vocab.txt").is_file()
 
     exported = tmp_path / "artifacts" / "model.pt"
-    assert main(["export-bert", "--checkpoint", str(out), "--out", str(exported),
-                 "--max-length", str(MAX_LENGTH), "--format", "torchscript"]) == 0
+    assert (
+        main(
+            [
+                "export-bert",
+                "--checkpoint",
+                str(out),
+                "--out",
+                str(exported),
+                "--max-length",
+                str(MAX_LENGTH),
+                "--format",
+                "torchscript",
+            ]
+        )
+        == 0
+    )
     tokenizer = WordPieceTokenizer.from_directory(str(exported.parent), MAX_LENGTH)
     ids, mask = (torch.as_tensor(a) for a in tokenizer.encode(TEXTS))
     with torch.no_grad():
@@ -365,8 +503,18 @@ def test_training_learns(tmp_path):
     targets = [1.0] * 8 + [-1.0] * 8
     torch.manual_seed(0)
     base = save_checkpoint(tmp_path / "base", BertModel(tiny_config(initializer_range=0.2)))
-    record = BT.train_bert(texts, targets, base, str(tmp_path / "out"), epochs=4, lr=1e-2, batch_size=8,
-                          max_length=16, device="cpu", progress=_quiet)
+    record = BT.train_bert(
+        texts,
+        targets,
+        base,
+        str(tmp_path / "out"),
+        epochs=4,
+        lr=1e-2,
+        batch_size=8,
+        max_length=16,
+        device="cpu",
+        progress=_quiet,
+    )
     assert record["history"][-1]["train_mse"] < record["history"][0]["train_mse"]
     assert record["train_rmse"] < 0.5  # the mean predictor's RMSE is 1.0
 
@@ -377,11 +525,14 @@ def _quiet(iterable=None, **kwargs):
     return tqdm(iterable, disable=True, **{k: v for k, v in kwargs.items() if k != "disable"})
 
 
-@pytest.mark.parametrize("rows, header, message", [
-    ([], None, "the file is empty"),
-    ([(1, "A text.", 0.5)], ("id", "text", "target"), "no column 'excerpt'"),
-    ([(1, "A text.", "hard")], ("id", "excerpt", "target"), "is not a number"),
-])
+@pytest.mark.parametrize(
+    "rows, header, message",
+    [
+        ([], None, "the file is empty"),
+        ([(1, "A text.", 0.5)], ("id", "text", "target"), "no column 'excerpt'"),
+        ([(1, "A text.", "hard")], ("id", "excerpt", "target"), "is not a number"),
+    ],
+)
 def test_train_bert_refuses_bad_csv(tmp_path, capsys, regression_checkpoint, rows, header, message):
     path = write_csv(tmp_path / "bad.csv", rows, header)
     assert main(["train-bert", "--data", path, "--base", regression_checkpoint, "--out", str(tmp_path / "o")]) == 2
@@ -391,8 +542,10 @@ def test_train_bert_refuses_bad_csv(tmp_path, capsys, regression_checkpoint, row
 
 
 def test_train_bert_refuses_bad_base(tmp_path, capsys, training_csv):
-    assert main(["train-bert", "--data", training_csv, "--base", str(tmp_path / "nope"),
-                 "--out", str(tmp_path / "o")]) == 2
+    assert (
+        main(["train-bert", "--data", training_csv, "--base", str(tmp_path / "nope"), "--out", str(tmp_path / "o")])
+        == 2
+    )
     assert "no such folder; --base must be a Hugging Face model folder" in capsys.readouterr().err
 
 
@@ -404,8 +557,20 @@ def test_train_forest_and_export_bert_make_a_checked_set(tmp_path, regression_ch
     path = write_csv(tmp_path / "train.csv", [(i, t, y) for i, (t, y) in enumerate(zip(texts, targets))])
     out = tmp_path / "set"
     assert main(["train-forest", "--data", path, "--out", str(out), "--n-estimators", "5", "--folds", "0"]) == 0
-    assert main(["export-bert", "--checkpoint", regression_checkpoint, "--out", str(out / "model.onnx"),
-                 "--max-length", str(MAX_LENGTH)]) == 0
+    assert (
+        main(
+            [
+                "export-bert",
+                "--checkpoint",
+                regression_checkpoint,
+                "--out",
+                str(out / "model.onnx"),
+                "--max-length",
+                str(MAX_LENGTH),
+            ]
+        )
+        == 0
+    )
     manifest = check_artifacts(str(out), max_length=MAX_LENGTH)
     assert {"forest", "bert"} <= set(manifest.info)
     # retraining the forest keeps the BERT's max_length and info

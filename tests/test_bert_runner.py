@@ -1,6 +1,7 @@
 """`OnnxRunner`'s padding: the batch's trailing padding cut off (`trimmed`) and rows of
 different lengths run apart, one run per band of tokens (`length_bands`), with the scores
 of the padded batch in one run."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -42,9 +43,13 @@ def test_rows_are_grouped_by_the_band_of_their_real_length():
     assert [g.tolist() for g in length_bands(real_lengths(full), 8)] == [[2], [0, 1]]
 
 
-TEXTS = ["Tom ran.", "The cat sat on the mat and looked at the birds in the old garden behind the house.",
-         "It rained.", "Photosynthesis converts light energy into chemical energy that the plant stores as sugar, "
-         "which the Calvin cycle then builds from carbon dioxide taken in through the leaves all day long."]
+TEXTS = [
+    "Tom ran.",
+    "The cat sat on the mat and looked at the birds in the old garden behind the house.",
+    "It rained.",
+    "Photosynthesis converts light energy into chemical energy that the plant stores as sugar, "
+    "which the Calvin cycle then builds from carbon dioxide taken in through the leaves all day long.",
+]
 
 
 def test_the_runner_runs_each_band_apart_and_scores_what_the_padded_batch_scores(tiny_artifacts):
@@ -68,5 +73,5 @@ def test_the_runner_runs_each_band_apart_and_scores_what_the_padded_batch_scores
     assert np.ptp(want) > 1e-3  # the texts score apart: a row put back in the wrong place would show
     np.testing.assert_allclose(got, want, atol=1e-5)
     np.testing.assert_allclose(banded(ids, mask), want, atol=1e-5)
-    one = [banded(ids[k:k + 1], mask[k:k + 1]) for k in range(len(TEXTS))]
+    one = [banded(ids[k : k + 1], mask[k : k + 1]) for k in range(len(TEXTS))]
     np.testing.assert_allclose(np.concatenate(one), want, atol=1e-5)

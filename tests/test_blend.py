@@ -1,25 +1,25 @@
 """SCORE's fitted weights: `metrics.fit_blend`, `train-blend` (`artifacts.blend`) on
 out-of-fold predictions and on held-out texts, its refusals, and `assemble` rendering the
 fitted weights by default (explicit ones override)."""
+
 from __future__ import annotations
 
 import json
 
 import numpy as np
 import pytest
+from harness import parse_config, save_bert_checkpoint, tiny_bert_config, write_csv
+
+from readability_triton import contracts as C
+from readability_triton import metrics, scoring
+from readability_triton.artifacts.corpus import generate_corpus
+from readability_triton.cli import main
+from readability_triton.layout import TRAINING_RECORD, load_manifest
+from readability_triton.pipeline import Pipeline
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("treelite")
-
-from harness import parse_config, save_bert_checkpoint, tiny_bert_config, write_csv  # noqa: E402
-
-from readability_triton import contracts as C  # noqa: E402
-from readability_triton import metrics, scoring  # noqa: E402
-from readability_triton.artifacts.corpus import generate_corpus  # noqa: E402
-from readability_triton.cli import main  # noqa: E402
-from readability_triton.layout import TRAINING_RECORD, load_manifest  # noqa: E402
-from readability_triton.pipeline import Pipeline  # noqa: E402
 
 pytestmark = pytest.mark.slow  # trains and exports models (make check leaves it out)
 
@@ -65,13 +65,64 @@ def separately_trained(tmp_path_factory):
     torch.manual_seed(0)
     base = save_bert_checkpoint(root / "base", BertModel(tiny_bert_config()), MAX_LENGTH)
     tuned, out = root / "tuned", root / "set"
-    assert main(["train-bert", "--data", data, "--base", base, "--out", str(tuned), "--epochs", "2",
-                 "--batch-size", "8", "--max-length", str(MAX_LENGTH), "--folds", "2", "--lr", "1e-3",
-                 "--device", "cpu"]) == 0
-    assert main(["export-bert", "--checkpoint", str(tuned), "--out", str(out / "model.onnx"),
-                 "--max-length", str(MAX_LENGTH)]) == 0
-    assert main(["train-forest", "--data", data, "--out", str(out), "--n-estimators", "8", "--max-depth", "6",
-                 "--folds", "2"]) == 0
+    assert (
+        main(
+            [
+                "train-bert",
+                "--data",
+                data,
+                "--base",
+                base,
+                "--out",
+                str(tuned),
+                "--epochs",
+                "2",
+                "--batch-size",
+                "8",
+                "--max-length",
+                str(MAX_LENGTH),
+                "--folds",
+                "2",
+                "--lr",
+                "1e-3",
+                "--device",
+                "cpu",
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "export-bert",
+                "--checkpoint",
+                str(tuned),
+                "--out",
+                str(out / "model.onnx"),
+                "--max-length",
+                str(MAX_LENGTH),
+            ]
+        )
+        == 0
+    )
+    assert (
+        main(
+            [
+                "train-forest",
+                "--data",
+                data,
+                "--out",
+                str(out),
+                "--n-estimators",
+                "8",
+                "--max-depth",
+                "6",
+                "--folds",
+                "2",
+            ]
+        )
+        == 0
+    )
     return {"root": root, "data": data, "texts": texts, "targets": targets, "set": str(out), "tuned": tuned}
 
 
@@ -105,16 +156,50 @@ def test_train_blend_fits_on_the_recorded_out_of_fold_predictions(separately_tra
     assert main(["assemble", "--profile", "portable", "--artifacts", folder, "--out", str(repo)]) == 0
     assert "fitted)" in capsys.readouterr().out
     post = parse_config(str(repo / C.POSTPROCESS / "config.pbtxt"))
-    rendered = (float(post.parameters[C.BERT_WEIGHT].string_value),
-                float(post.parameters[C.FOREST_WEIGHT].string_value))
+    rendered = (
+        float(post.parameters[C.BERT_WEIGHT].string_value),
+        float(post.parameters[C.FOREST_WEIGHT].string_value),
+    )
     assert rendered == pytest.approx(load_manifest(folder).blend_weights)
-    assert main(["assemble", "--profile", "portable", "--artifacts", folder, "--out", str(repo), "--force",
-                 "--bert-weight", "0.2", "--forest-weight", "0.8"]) == 0
+    assert (
+        main(
+            [
+                "assemble",
+                "--profile",
+                "portable",
+                "--artifacts",
+                folder,
+                "--out",
+                str(repo),
+                "--force",
+                "--bert-weight",
+                "0.2",
+                "--forest-weight",
+                "0.8",
+            ]
+        )
+        == 0
+    )
     assert "as given" in capsys.readouterr().out
     post = parse_config(str(repo / C.POSTPROCESS / "config.pbtxt"))
     assert float(post.parameters[C.BERT_WEIGHT].string_value) == pytest.approx(0.2)
-    assert main(["assemble", "--profile", "portable", "--artifacts", folder, "--out", str(repo), "--force",
-                 "--bert-weight", "0.2"]) == 2
+    assert (
+        main(
+            [
+                "assemble",
+                "--profile",
+                "portable",
+                "--artifacts",
+                folder,
+                "--out",
+                str(repo),
+                "--force",
+                "--bert-weight",
+                "0.2",
+            ]
+        )
+        == 2
+    )
     assert "or neither" in capsys.readouterr().err
 
 
@@ -142,16 +227,37 @@ def test_train_blend_refuses_to_fit_on_training_texts_in_sample(separately_train
     err = capsys.readouterr().err
     assert "20 of these 20 texts are texts" in err and "--folds" in err
     # the forest retrained with another seed: its folds are not BERT's
-    assert main(["train-forest", "--data", s["data"], "--out", folder, "--n-estimators", "8", "--max-depth", "6",
-                 "--folds", "2", "--seed", "3"]) == 0
+    assert (
+        main(
+            [
+                "train-forest",
+                "--data",
+                s["data"],
+                "--out",
+                folder,
+                "--n-estimators",
+                "8",
+                "--max-depth",
+                "6",
+                "--folds",
+                "2",
+                "--seed",
+                "3",
+            ]
+        )
+        == 0
+    )
     assert main(["train-blend", "--artifacts", folder, "--data", s["data"]]) == 2
     assert "40 of these 40 texts" in capsys.readouterr().err
     assert load_manifest(folder).blend_weights is None  # nothing written on refusal
     # a set with one branch
     forest_only = tmp_path / "forest_only"
-    assert main(["train-forest", "--data", s["data"], "--out", str(forest_only), "--n-estimators", "4",
-                 "--folds", "0"]) == 0
+    assert (
+        main(["train-forest", "--data", s["data"], "--out", str(forest_only), "--n-estimators", "4", "--folds", "0"])
+        == 0
+    )
     texts, targets = generate_corpus(10, seed=78)
-    assert main(["train-blend", "--artifacts", str(forest_only), "--data",
-                 _csv(tmp_path / "h.csv", texts, targets)]) == 2
+    assert (
+        main(["train-blend", "--artifacts", str(forest_only), "--data", _csv(tmp_path / "h.csv", texts, targets)]) == 2
+    )
     assert "both branches" in capsys.readouterr().err

@@ -1,28 +1,28 @@
 """`build-demo` (`artifacts.demo`, `artifacts.corpus`, `bert.ridge_head`): a complete
 artifact set offline (tiny BERT, small generated corpus: seconds), its manifest, the
 cache, the refusals."""
+
 from __future__ import annotations
 
 import os
 
 import numpy as np
 import pytest
+from harness import write_csv
 
-torch = pytest.importorskip("torch")
-
-from harness import write_csv  # noqa: E402
-
-from readability_triton import contracts  # noqa: E402
-from readability_triton.artifacts import corpus as D  # noqa: E402
-from readability_triton.bert.ridge_head import select_head  # noqa: E402
-from readability_triton.cli import main  # noqa: E402
-from readability_triton.layout import (  # noqa: E402
+from readability_triton import contracts
+from readability_triton.artifacts import corpus as D
+from readability_triton.bert.ridge_head import select_head
+from readability_triton.cli import main
+from readability_triton.layout import (
     MODEL_FILES,
     OPTIONAL_FILES,
     check_artifacts,
     load_manifest,
 )
-from readability_triton.pipeline import Pipeline  # noqa: E402
+from readability_triton.pipeline import Pipeline
+
+torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.slow  # trains and exports models (make check leaves it out)
 
@@ -121,11 +121,14 @@ def test_build_demo_with_data(tmp_path, capsys):
     assert len(data["sha256"]) == 64
 
 
-@pytest.mark.parametrize("rows, header, message", [
-    ([], None, "the file is empty"),
-    ([(1, "A text.", 0.5)], ("id", "body", "target"), "no column 'excerpt'"),
-    ([(1, "A text.", "n/a")], ("id", "excerpt", "target"), "is not a number"),
-])
+@pytest.mark.parametrize(
+    "rows, header, message",
+    [
+        ([], None, "the file is empty"),
+        ([(1, "A text.", 0.5)], ("id", "body", "target"), "no column 'excerpt'"),
+        ([(1, "A text.", "n/a")], ("id", "excerpt", "target"), "is not a number"),
+    ],
+)
 def test_build_demo_refuses_bad_csv(tmp_path, capsys, rows, header, message):
     path = write_csv(tmp_path / "bad.csv", rows, header)
     assert main(["build-demo", "--out", str(tmp_path / "set"), "--data", path, *SMALL]) == 2
@@ -155,8 +158,10 @@ def test_generated_corpus_is_deterministic_and_graded():
 def test_head_selection_reports_every_pooling():
     rng = np.random.default_rng(0)
     y = rng.normal(size=60)
-    pooled = {"good": np.c_[y + 0.01 * rng.normal(size=60), rng.normal(size=(60, 3))],
-              "noise": rng.normal(size=(60, 4))}
+    pooled = {
+        "good": np.c_[y + 0.01 * rng.normal(size=60), rng.normal(size=(60, 3))],
+        "noise": rng.normal(size=(60, 4)),
+    }
     head = select_head(pooled, y, folds=3)
     assert head["pooling"] == "good" and head["cv_rmse"] < 0.1 < head["cv_rmse_by_pooling"]["noise"]
     assert head["coef"].shape == (4,)

@@ -7,6 +7,7 @@ ensemble's answers: a cached ensemble answer is keyed by the inputs alone and co
 with the outputs the first request asked for, whatever the next one asks; the last test
 shows it on Triton 2.51 with the ensemble cached.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -24,8 +25,10 @@ from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs
 
 pytestmark = pytest.mark.integration
-TEXTS = ["The cat sat on the mat. It was happy.",
-         "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor."]
+TEXTS = [
+    "The cat sat on the mat. It was happy.",
+    "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor.",
+]
 SELECTIONS = [None] + [list(s) for k in (1, 2, 3) for s in itertools.combinations(C.OUTPUTS, k)]
 CACHE_BYTES = 64 << 10
 
@@ -48,8 +51,11 @@ def expected(tiny_artifacts, tmp_path_factory):
 def _bert_stats(server) -> dict:
     with urllib.request.urlopen(f"http://{server.http_url}/v2/models/{C.BERT}/stats") as reply:
         stats = json.loads(reply.read())["model_stats"][0]
-    return {"hits": stats["inference_stats"]["cache_hit"]["count"],
-            "misses": stats["inference_stats"]["cache_miss"]["count"], "executions": stats["execution_count"]}
+    return {
+        "hits": stats["inference_stats"]["cache_hit"]["count"],
+        "misses": stats["inference_stats"]["cache_miss"]["count"],
+        "executions": stats["execution_count"],
+    }
 
 
 def _metric(server, name: str) -> float:
@@ -104,8 +110,9 @@ def test_an_ensemble_cached_whole_answers_with_the_first_selection(tiny_artifact
     way round)."""
     repo = str(tmp_path / "repository")
     repository.assemble(tiny_artifacts, repo, "portable")
-    configs.edit_config(os.path.join(repo, C.ENSEMBLE, "config.pbtxt"),
-                        lambda config: setattr(config.response_cache, "enable", True))
+    configs.edit_config(
+        os.path.join(repo, C.ENSEMBLE, "config.pbtxt"), lambda config: setattr(config.response_cache, "enable", True)
+    )
     server = start_server(repo, str(tmp_path / "server.log"), cache_size=CACHE_BYTES)
     try:
         first = score_texts(server, "grpc", TEXTS, [C.SCORE])

@@ -1,5 +1,6 @@
 """Every config.pbtxt (canonical and each profile) parses strictly as Triton's ModelConfig
 and matches the tensor contracts; the ensemble graph is consistent."""
+
 from __future__ import annotations
 
 import os
@@ -37,7 +38,8 @@ def test_canonical_configs_are_the_rendered_gpu_profile():
             committed = handle.read()
         assert committed == configs.render_config(model, "gpu"), (
             f"model_repository/{model}/config.pbtxt is stale: run "
-            "`python -m readability_triton.repository.configs model_repository`")
+            "`python -m readability_triton.repository.configs model_repository`"
+        )
 
 
 @pytest.mark.parametrize("model", C.ALL_MODELS)
@@ -70,8 +72,10 @@ def test_parser_is_strict():
 @pytest.mark.parametrize("profile", profiles.PROFILES)
 @pytest.mark.parametrize("max_length", [16, 256])
 def test_profile_configs(profile, max_length, bert_format):
-    rendered = {m: parse(configs.render_config(m, profile, max_length=max_length, bert_format=bert_format))
-               for m in C.ALL_MODELS}
+    rendered = {
+        m: parse(configs.render_config(m, profile, max_length=max_length, bert_format=bert_format))
+        for m in C.ALL_MODELS
+    }
     contracts = C.contracts(max_length)
     for model, config in rendered.items():
         check_against_contract(config, contracts[model])
@@ -105,15 +109,17 @@ def test_profile_configs(profile, max_length, bert_format):
     # GPU Python models that read another model's output take it on the GPU (DLPack)
     gpu_readers = [post] + ([bert, forest] if profile == "portable-gpu" else [])
     for config in (post, bert, forest):
-        if config in gpu_readers and Kind.Name(config.instance_group[0].kind) == "KIND_GPU" \
-                and config.backend == "python":
+        if (
+            config in gpu_readers
+            and Kind.Name(config.instance_group[0].kind) == "KIND_GPU"
+            and config.backend == "python"
+        ):
             assert config.parameters["FORCE_CPU_ONLY_INPUT_TENSORS"].string_value == "no", config.name
         else:
             assert "FORCE_CPU_ONLY_INPUT_TENSORS" not in config.parameters, (profile, config.name)
     assert rendered[C.PREPROCESS].parameters["MAX_LENGTH"].string_value == str(max_length)
     # validate refuses first only if no later step has a stricter limit: one value for all
-    limits = {rendered[m].parameters["MAX_TEXT_BYTES"].string_value
-              for m in (C.VALIDATE, C.PREPROCESS, C.FEATURIZE)}
+    limits = {rendered[m].parameters["MAX_TEXT_BYTES"].string_value for m in (C.VALIDATE, C.PREPROCESS, C.FEATURIZE)}
     assert limits == {str(C.DEFAULT_MAX_TEXT_BYTES)}
     assert float(post.parameters["BERT_WEIGHT"].string_value) == 0.5
     assert float(post.parameters["FOREST_WEIGHT"].string_value) == 0.5
@@ -161,7 +167,8 @@ def test_ensemble_graph(profile):
         assert produced[output.name] == (output.data_type, tuple(output.dims))
         assert output.name not in step_inputs, (
             f"ensemble output {output.name} is also an input of a step: a client asking for some outputs "
-            "only would have it pruned from under that step (server#7482)")
+            "only would have it pruned from under that step (server#7482)"
+        )
         consumed.add(output.name)
     assert consumed == set(produced), f"produced but never used: {set(produced) - consumed}"
     # Rule 2: only the first step reads the client's input; every other step reads step

@@ -6,6 +6,7 @@ tritonclient gRPC and curl with KServe v2 JSON equals the all-outputs answer; th
 limits; `score` and `evaluate --url` with a selection. Bad and odd input is in
 test_bad_input.py.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -22,9 +23,11 @@ from readability_triton import scoring
 
 pytestmark = pytest.mark.integration
 
-TEXTS = ["The cat sat on the mat. It was happy.",
-         "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor.",
-         "Ünïcödé — “quotes”, 漢字とかな, emoji 😀🚀."]
+TEXTS = [
+    "The cat sat on the mat. It was happy.",
+    "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor.",
+    "Ünïcödé — “quotes”, 漢字とかな, emoji 😀🚀.",
+]
 SELECTIONS = [None] + [list(s) for k in (1, 2, 3) for s in itertools.combinations(C.OUTPUTS, k)]
 
 
@@ -44,8 +47,9 @@ def test_reference_is_complete(reference, server):
     for name, array in reference.items():
         assert array.dtype == np.float32 and array.shape == (len(TEXTS), 1) and np.isfinite(array).all(), name
     weights = served_weights(server.repository)  # the artifact set's fitted weights
-    np.testing.assert_array_equal(reference[C.SCORE],
-                                  scoring.blend(reference[C.BERT_SCORE], reference[C.FOREST_SCORE], *weights))
+    np.testing.assert_array_equal(
+        reference[C.SCORE], scoring.blend(reference[C.BERT_SCORE], reference[C.FOREST_SCORE], *weights)
+    )
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -82,8 +86,9 @@ def test_one_text_over_max_batch_size_is_refused_clearly(server, reference, clie
 
 
 def _cli(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "readability_triton.cli", *args], capture_output=True,
-                          text=True, timeout=120, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "readability_triton.cli", *args], capture_output=True, text=True, timeout=120, **kw
+    )
 
 
 @pytest.mark.parametrize("protocol", ["http", "grpc"])
@@ -91,8 +96,9 @@ def test_score_command_with_any_selection(server, reference, protocol, tmp_path)
     url = server.http_url if protocol == "http" else server.grpc_url
     for selection in SELECTIONS[1:]:
         out = tmp_path / "scores.csv"
-        result = _cli("score", *TEXTS, "--url", url, "--protocol", protocol, "--outputs", ",".join(selection),
-                      "--out", str(out))
+        result = _cli(
+            "score", *TEXTS, "--url", url, "--protocol", protocol, "--outputs", ",".join(selection), "--out", str(out)
+        )
         assert result.returncode == 0, result.stderr
         header, *rows = out.read_text(encoding="utf-8").splitlines()
         names = {"SCORE": "score", "BERT_SCORE": "bert_score", "FOREST_SCORE": "forest_score"}
@@ -110,11 +116,21 @@ def test_score_command_with_any_selection(server, reference, protocol, tmp_path)
 def test_evaluate_through_the_server_with_any_selection(server, reference, tmp_path):
     data = tmp_path / "held.csv"
     targets = [0.5, -1.0, -2.0]
-    data.write_text("excerpt,target\n" + "".join(f"\"{t}\",{y}\n" for t, y in zip(TEXTS, targets)), encoding="utf-8")
+    data.write_text("excerpt,target\n" + "".join(f'"{t}",{y}\n' for t, y in zip(TEXTS, targets)), encoding="utf-8")
     branch = {C.SCORE: "score", C.BERT_SCORE: "bert", C.FOREST_SCORE: "forest"}
     for selection in SELECTIONS[1:]:
-        result = _cli("evaluate", "--url", server.grpc_url, "--protocol", "grpc", "--data", str(data), "--json",
-                      "--outputs", ",".join(selection))
+        result = _cli(
+            "evaluate",
+            "--url",
+            server.grpc_url,
+            "--protocol",
+            "grpc",
+            "--data",
+            str(data),
+            "--json",
+            "--outputs",
+            ",".join(selection),
+        )
         assert result.returncode == 0, result.stderr
         report = json.loads(result.stdout)
         assert sorted(report["rmse"]) == sorted(branch[n] for n in selection)
@@ -131,8 +147,11 @@ def _counters(server) -> dict:
         text = reply.read().decode()
     out = {}
     for line in text.splitlines():
-        match = re.match(r"(nv_inference_request_success|nv_inference_request_failure|nv_inference_count)"
-                         r"\{(.*?)\} (\S+)", line)
+        match = re.match(
+            r"(nv_inference_request_success|nv_inference_request_failure|nv_inference_count)"
+            r"\{(.*?)\} (\S+)",
+            line,
+        )
         if match:
             model = dict(re.findall(r'(\w+)="([^"]*)"', match.group(2))).get("model")
             out[(match.group(1), model)] = out.get((match.group(1), model), 0) + float(match.group(3))
@@ -154,13 +173,15 @@ def test_what_the_metrics_count_for_refused_requests(server):
             score_texts(server, "grpc", [bad])
     with pytest.raises(Failure):
         infer(server, "grpc", C.FEATURIZE, {C.TEXT: ("BYTES", text_rows([b"\xff"]))})
-    want = {("nv_inference_request_success", C.ENSEMBLE): 2,
-            ("nv_inference_request_failure", C.ENSEMBLE): 4,  # 2 refused, counted twice
-            ("nv_inference_request_success", C.VALIDATE): 4,  # its refusals count as successes
-            ("nv_inference_request_failure", C.VALIDATE): 0,
-            ("nv_inference_request_success", C.PREPROCESS): 2,  # the branches see good ones only
-            ("nv_inference_request_success", C.FEATURIZE): 3,  # + the one refused directly
-            ("nv_inference_request_failure", C.FEATURIZE): 0}
+    want = {
+        ("nv_inference_request_success", C.ENSEMBLE): 2,
+        ("nv_inference_request_failure", C.ENSEMBLE): 4,  # 2 refused, counted twice
+        ("nv_inference_request_success", C.VALIDATE): 4,  # its refusals count as successes
+        ("nv_inference_request_failure", C.VALIDATE): 0,
+        ("nv_inference_request_success", C.PREPROCESS): 2,  # the branches see good ones only
+        ("nv_inference_request_success", C.FEATURIZE): 3,  # + the one refused directly
+        ("nv_inference_request_failure", C.FEATURIZE): 0,
+    }
 
     def delta():
         after = _counters(server)

@@ -4,6 +4,7 @@ schemas shipped in the wheel, strict: unknown fields fail) and the custom resour
 tests/schemas/crds.json; the manifests, the compose file, the dashboard and the image agree
 with each other; and (integration) every metric the dashboard and the autoscaler read is one
 that the real tritonserver exports. `make test` also runs hadolint and checkov on them."""
+
 from __future__ import annotations
 
 import copy
@@ -29,8 +30,14 @@ CRDS = json.load(open(os.path.join(ROOT, "tests", "schemas", "crds.json"), encod
 K8S_VERSIONS = ("1.30.0", kubernetes_validate.latest_version())
 #: Metrics Triton exports only where it sees a GPU (docs: metrics.md, "GPU Metrics"); the
 #: CPU-only test server cannot show them, so they are checked against this list.
-GPU_METRICS = {"nv_gpu_utilization", "nv_gpu_memory_total_bytes", "nv_gpu_memory_used_bytes",
-               "nv_gpu_power_usage", "nv_gpu_power_limit", "nv_energy_consumption"}
+GPU_METRICS = {
+    "nv_gpu_utilization",
+    "nv_gpu_memory_total_bytes",
+    "nv_gpu_memory_used_bytes",
+    "nv_gpu_power_usage",
+    "nv_gpu_power_limit",
+    "nv_energy_consumption",
+}
 
 
 class _Loader(yaml.SafeLoader):
@@ -64,8 +71,16 @@ def resources() -> dict[str, dict]:
     return out
 
 
-BUILTIN = ("ServiceAccount", "PersistentVolumeClaim", "Deployment", "Service", "NetworkPolicy",
-           "HorizontalPodAutoscaler", "Ingress", "Ingress/readability-triton-grpc")
+BUILTIN = (
+    "ServiceAccount",
+    "PersistentVolumeClaim",
+    "Deployment",
+    "Service",
+    "NetworkPolicy",
+    "HorizontalPodAutoscaler",
+    "Ingress",
+    "Ingress/readability-triton-grpc",
+)
 CUSTOM = ("ServiceMonitor", "ServingRuntime", "InferenceService")
 
 
@@ -135,8 +150,9 @@ def _validate_custom(doc: dict) -> None:
     schema = {**CRDS[doc["kind"]], "definitions": CRDS["definitions"]}
     jsonschema.validate(doc, schema)
     # ObjectMeta, and the containers of a ServingRuntime, with the built-in schemas.
-    kubernetes_validate.validate({"apiVersion": "v1", "kind": "ConfigMap", "metadata": doc["metadata"]},
-                                 K8S_VERSIONS[0], strict=True)
+    kubernetes_validate.validate(
+        {"apiVersion": "v1", "kind": "ConfigMap", "metadata": doc["metadata"]}, K8S_VERSIONS[0], strict=True
+    )
     containers = doc["spec"].get("containers")
     if containers:
         pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "check"}, "spec": {"containers": containers}}
@@ -149,8 +165,9 @@ def test_custom_resources_validate(kind):
 
 
 def test_the_kustomization_validates():
-    jsonschema.validate(load(os.path.join(K8S, "kustomization.yaml")),
-                        {**CRDS["Kustomization"], "definitions": CRDS["definitions"]})
+    jsonschema.validate(
+        load(os.path.join(K8S, "kustomization.yaml")), {**CRDS["Kustomization"], "definitions": CRDS["definitions"]}
+    )
 
 
 # ---------------------------------------------------------- the pieces agree
@@ -208,8 +225,11 @@ def test_manifests_agree_with_each_other_and_with_the_image():
     assert allowed == set(ports.values())
     # The HPA scales this Deployment on the metric the adapter rule serves.
     hpa = r["HorizontalPodAutoscaler"]
-    assert hpa["spec"]["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment",
-                                             "name": r["Deployment"]["metadata"]["name"]}
+    assert hpa["spec"]["scaleTargetRef"] == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": r["Deployment"]["metadata"]["name"],
+    }
     (metric,) = hpa["spec"]["metrics"]
     served = [rule["name"]["as"] for rule in adapter_rules()]
     assert metric["type"] == "Pods" and metric["pods"]["metric"]["name"] in served
@@ -315,8 +335,9 @@ def test_every_queried_metric_is_one_triton_exports(tiny_artifacts, tmp_path):
     assert {"nv_inference_request_success", "nv_inference_queue_duration_us"} <= queried
     missing = {n for n in queried - GPU_METRICS if n not in names}
     assert not missing, f"queried but not exported by tritonserver: {sorted(missing)}"
-    assert re.search(r'nv_inference_request_summary_us\{[^}]*model="readability"[^}]*quantile="0.99"', exported) \
-        or re.search(r'nv_inference_request_summary_us\{[^}]*quantile="0.99"[^}]*model="readability"', exported)
+    assert re.search(
+        r'nv_inference_request_summary_us\{[^}]*model="readability"[^}]*quantile="0.99"', exported
+    ) or re.search(r'nv_inference_request_summary_us\{[^}]*quantile="0.99"[^}]*model="readability"', exported)
 
 
 # -------------------------------------------------------------------- the image

@@ -2,6 +2,7 @@
 (`readability_triton.repository.configs`, or `triton.configs` in backticks inside the package)
 in the READMEs, the config headers, the deployment files, the docstrings and comments, and
 every benchmark and script imports."""
+
 from __future__ import annotations
 
 import glob
@@ -14,10 +15,14 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = "readability_triton"
-SUBPACKAGES = tuple(name for name in os.listdir(os.path.join(ROOT, PACKAGE))
-                    if os.path.isdir(os.path.join(ROOT, PACKAGE, name)) and not name.startswith("__"))
-TOP_MODULES = tuple(name[:-3] for name in os.listdir(os.path.join(ROOT, PACKAGE))
-                    if name.endswith(".py") and name != "__init__.py")
+SUBPACKAGES = tuple(
+    name
+    for name in os.listdir(os.path.join(ROOT, PACKAGE))
+    if os.path.isdir(os.path.join(ROOT, PACKAGE, name)) and not name.startswith("__")
+)
+TOP_MODULES = tuple(
+    name[:-3] for name in os.listdir(os.path.join(ROOT, PACKAGE)) if name.endswith(".py") and name != "__init__.py"
+)
 FULL = re.compile(r"\breadability_triton(?:\.[A-Za-z_]\w*)+")
 PYTHON_M = re.compile(r"python3? -m ([A-Za-z_][\w.]*)")
 #: `triton.configs`, `bert.checkpoint.check_checkpoint_folder`: a path inside the package, in backticks.
@@ -25,9 +30,19 @@ RELATIVE = re.compile(r"`((?:" + "|".join(SUBPACKAGES + TOP_MODULES) + r")(?:\.[
 
 
 def _files() -> list[str]:
-    patterns = ["README.md", "model_repository/README.md", "model_repository/*/config.pbtxt", "Makefile",
-                "Dockerfile", "deploy/**/*", "readability_triton/**/*.py", "backends/**/*.py", "scripts/*",
-                "benchmarks/*.py", "tests/*.py"]
+    patterns = [
+        "README.md",
+        "model_repository/README.md",
+        "model_repository/*/config.pbtxt",
+        "Makefile",
+        "Dockerfile",
+        "deploy/**/*",
+        "readability_triton/**/*.py",
+        "backends/**/*.py",
+        "scripts/*",
+        "benchmarks/*.py",
+        "tests/*.py",
+    ]
     found = []
     for pattern in patterns:
         found += [p for p in glob.glob(os.path.join(ROOT, pattern), recursive=True) if os.path.isfile(p)]
@@ -72,16 +87,21 @@ def _named() -> dict[str, list[str]]:
 
 
 #: A file of the source tree named in the READMEs (`readability_triton/triton/server.py`).
-FILE = re.compile(r"(?<![\w/{,.-])((?:readability_triton|backends|tests|benchmarks|scripts|deploy|model_repository|"
-                  r"constraints)/[A-Za-z0-9_./-]*[A-Za-z0-9_])")
+FILE = re.compile(
+    r"(?<![\w/{,.-])((?:readability_triton|backends|tests|benchmarks|scripts|deploy|model_repository|"
+    r"constraints)/[A-Za-z0-9_./-]*[A-Za-z0-9_])"
+)
 
 
 def test_every_file_the_readmes_name_exists():
     missing = []
     for readme in ("README.md", "model_repository/README.md"):
         text = open(os.path.join(ROOT, readme), encoding="utf-8").read()
-        missing += [f"{readme}: {path}" for path in sorted(set(FILE.findall(text)))
-                    if not os.path.exists(os.path.join(ROOT, path))]
+        missing += [
+            f"{readme}: {path}"
+            for path in sorted(set(FILE.findall(text)))
+            if not os.path.exists(os.path.join(ROOT, path))
+        ]
     assert not missing, missing
 
 
@@ -90,9 +110,11 @@ def test_every_module_path_the_docs_name_exists():
     assert not missing, missing
 
 
-@pytest.mark.parametrize("path", sorted(glob.glob(os.path.join(ROOT, "benchmarks", "*.py"))
-                                        + glob.glob(os.path.join(ROOT, "scripts", "*.py"))),
-                         ids=lambda p: os.path.relpath(p, ROOT))
+@pytest.mark.parametrize(
+    "path",
+    sorted(glob.glob(os.path.join(ROOT, "benchmarks", "*.py")) + glob.glob(os.path.join(ROOT, "scripts", "*.py"))),
+    ids=lambda p: os.path.relpath(p, ROOT),
+)
 def test_every_benchmark_and_script_imports(path, monkeypatch):
     """Imported as `python <path>` would (its folder first on sys.path); the work of each
     runs under `if __name__ == "__main__"` only."""

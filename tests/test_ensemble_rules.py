@@ -13,6 +13,7 @@ in flight and no good request is harmed. A model that raises after the fan-out (
 on a text holding "boom") harms no other request either, but leaves its own request in
 flight the same way: only the first step may fail a request on these releases.
 """
+
 from __future__ import annotations
 
 import os
@@ -28,7 +29,7 @@ from readability_triton.server.tritonserver import TritonServer
 
 pytestmark = pytest.mark.integration
 
-_MODEL = '''
+_MODEL = """
 import json
 import time
 
@@ -78,35 +79,46 @@ class TritonPythonModel:
                 tensor = pb_utils.Tensor("SUM", np.array([[sum(t) % 1000] for t in rows], dtype=np.int32))
             out.append(pb_utils.InferenceResponse([tensor]))
         return out
-'''
+"""
 
 
 def _config(name, inputs, outputs, reject=False):
     def tensors(specs):
-        return ",\n".join(f'{{ name: "{n}" data_type: {t} dims: [ 1 ]{" optional: true" if n == "AFTER" else ""} }}'
-                           for n, t in specs)
+        return ",\n".join(
+            f'{{ name: "{n}" data_type: {t} dims: [ 1 ]{" optional: true" if n == "AFTER" else ""} }}' for n, t in specs
+        )
 
     params = 'parameters { key: "REJECT" value: { string_value: "yes" } }\n' if reject else ""
-    return (f'name: "{name}"\nbackend: "python"\nmax_batch_size: 64\ninput [ {tensors(inputs)} ]\n'
-            f'output [ {tensors(outputs)} ]\ndynamic_batching {{ max_queue_delay_microseconds: 2000 }}\n'
-            f'instance_group [ {{ kind: KIND_CPU count: 1 }} ]\n{params}')
+    return (
+        f'name: "{name}"\nbackend: "python"\nmax_batch_size: 64\ninput [ {tensors(inputs)} ]\n'
+        f"output [ {tensors(outputs)} ]\ndynamic_batching {{ max_queue_delay_microseconds: 2000 }}\n"
+        f"instance_group [ {{ kind: KIND_CPU count: 1 }} ]\n{params}"
+    )
 
 
 def _ensemble(text_of_branches: str, with_check: bool, serial: bool = False) -> str:
     steps = []
     if with_check:
-        steps.append('{ model_name: "check" model_version: -1 input_map { key: "TEXT" value: "TEXT" } '
-                     'output_map { key: "CHECKED" value: "CHECKED" } }')
+        steps.append(
+            '{ model_name: "check" model_version: -1 input_map { key: "TEXT" value: "TEXT" } '
+            'output_map { key: "CHECKED" value: "CHECKED" } }'
+        )
     for model, output in (("left", "LEN"), ("right", "SUM")):
         after = ' input_map { key: "AFTER" value: "LEN" }' if serial and model == "right" else ""
-        steps.append(f'{{ model_name: "{model}" model_version: -1 input_map {{ key: "TEXT" value: '
-                     f'"{text_of_branches}" }}{after} output_map {{ key: "{output}" value: "{output}" }} }}')
-    steps.append('{ model_name: "join" model_version: -1 input_map { key: "LEN" value: "LEN" } '
-                 'input_map { key: "SUM" value: "SUM" } output_map { key: "OUT" value: "OUT" } }')
-    return ('name: "fanout"\nplatform: "ensemble"\nmax_batch_size: 64\n'
-            'input [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
-            'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
-            f'ensemble_scheduling {{ step [ {", ".join(steps)} ] }}\n')
+        steps.append(
+            f'{{ model_name: "{model}" model_version: -1 input_map {{ key: "TEXT" value: '
+            f'"{text_of_branches}" }}{after} output_map {{ key: "{output}" value: "{output}" }} }}'
+        )
+    steps.append(
+        '{ model_name: "join" model_version: -1 input_map { key: "LEN" value: "LEN" } '
+        'input_map { key: "SUM" value: "SUM" } output_map { key: "OUT" value: "OUT" } }'
+    )
+    return (
+        'name: "fanout"\nplatform: "ensemble"\nmax_batch_size: 64\n'
+        'input [ { name: "TEXT" data_type: TYPE_STRING dims: [ 1 ] } ]\n'
+        'output [ { name: "OUT" data_type: TYPE_INT32 dims: [ 1 ] } ]\n'
+        f"ensemble_scheduling {{ step [ {', '.join(steps)} ] }}\n"
+    )
 
 
 def make_repository(root, safe: bool, serial: bool = False) -> str:
@@ -213,8 +225,14 @@ def _mixed_load(server, seconds: float, clients: int = 16, boom_every: int = 0):
             value = _send(local[client], module, payload)
         except Exception as exc:  # noqa: BLE001
             return Outcome(started, time.perf_counter() - started, kind, False, str(exc).splitlines()[0])
-        return Outcome(started, time.perf_counter() - started, kind, True, None,
-                       wrong=kind == "good" and value != expected(payload))
+        return Outcome(
+            started,
+            time.perf_counter() - started,
+            kind,
+            True,
+            None,
+            wrong=kind == "good" and value != expected(payload),
+        )
 
     outcomes = closed_loop(work, clients, seconds)
     for client in local.values():

@@ -2,6 +2,7 @@
 predictions of an artifact set equal the models' own (Treelite GTIL, torch.jit,
 postprocess arithmetic), RMSEs are right, and the refusals say what is wrong. The served
 path is checked in test_server.py."""
+
 from __future__ import annotations
 
 import contextlib
@@ -12,22 +13,27 @@ import shutil
 
 import numpy as np
 import pytest
+from harness import check_png, write_csv
+
+from readability_triton import metrics, scoring
+from readability_triton.cli import main
+from readability_triton.errors import EvaluationError
+from readability_triton.features import Vocabulary, featurize
+from readability_triton.layout import load_manifest, write_manifest
+from readability_triton.pipeline import Pipeline
+from readability_triton.tokenizer import WordPieceTokenizer
 
 torch = pytest.importorskip("torch")
 treelite = pytest.importorskip("treelite")
 
-from harness import check_png, write_csv  # noqa: E402
-
-from readability_triton import metrics, scoring  # noqa: E402
-from readability_triton.cli import main  # noqa: E402
-from readability_triton.errors import EvaluationError  # noqa: E402
-from readability_triton.features import Vocabulary, featurize  # noqa: E402
-from readability_triton.layout import load_manifest, write_manifest  # noqa: E402
-from readability_triton.pipeline import Pipeline  # noqa: E402
-from readability_triton.tokenizer import WordPieceTokenizer  # noqa: E402
-
-TEXTS = ["A short and easy text.", "Another, somewhat longer, sentence follows it; then a third one.",
-         "x", "Ünïcödé — “quotes”, 漢字とかな, emoji 😀.", "word " * 200, "Don't panic... she said!"]
+TEXTS = [
+    "A short and easy text.",
+    "Another, somewhat longer, sentence follows it; then a third one.",
+    "x",
+    "Ünïcödé — “quotes”, 漢字とかな, emoji 😀.",
+    "word " * 200,
+    "Don't panic... she said!",
+]
 TARGETS = [0.5, -1.25, 0.0, -2.0, 1.0, -0.5]
 
 
@@ -69,8 +75,12 @@ def test_artifact_predictions_equal_the_models_own(tiny_artifacts):
 
 def test_texts_the_server_refuses_are_refused_in_process_too(tiny_artifacts):
     pipeline = Pipeline.from_folder(tiny_artifacts)
-    for bad, message in (("", "text 1 holds no words"), ("  ...  ", "text 1 holds no words"),
-                         (b"\xff", "text 1 is not valid UTF-8"), ("w" * 100_001, "text 1 has 100001 bytes")):
+    for bad, message in (
+        ("", "text 1 holds no words"),
+        ("  ...  ", "text 1 holds no words"),
+        (b"\xff", "text 1 is not valid UTF-8"),
+        ("w" * 100_001, "text 1 has 100001 bytes"),
+    ):
         with pytest.raises(ValueError, match=message):
             pipeline(["A fine text.", bad])
     assert set(pipeline(["A fine text.", ""], validate=False)) == {"bert", "forest", "score"}
@@ -127,8 +137,20 @@ def test_evaluate_command_reports_and_writes(tiny_artifacts, tmp_path):
     data = write_csv(tmp_path / "held.csv", [(i, t, y) for i, (t, y) in enumerate(zip(TEXTS, TARGETS))])
     predictions = tmp_path / "predictions.csv"
     plot = tmp_path / "evaluate.png"
-    code, out, err = run("evaluate", "--artifacts", tiny_artifacts, "--data", data, "--json",
-                         "--out", str(predictions), "--batch-size", "4", "--plot", str(plot))
+    code, out, err = run(
+        "evaluate",
+        "--artifacts",
+        tiny_artifacts,
+        "--data",
+        data,
+        "--json",
+        "--out",
+        str(predictions),
+        "--batch-size",
+        "4",
+        "--plot",
+        str(plot),
+    )
     assert code == 0, err
     report = json.loads(out)
     got = Pipeline.from_folder(tiny_artifacts)(TEXTS)
@@ -181,8 +203,9 @@ def test_evaluate_refusals(tiny_artifacts, tmp_path):
 
     code, _, err = run("evaluate", "--url", "127.0.0.1:9", "--data", data, "--batch-size", "65")
     assert code == 2 and "at most 64" in err
-    code, _, err = run("evaluate", "--artifacts", tiny_artifacts, "--data", data, "--bert-weight", "-1",
-                       "--forest-weight", "1")
+    code, _, err = run(
+        "evaluate", "--artifacts", tiny_artifacts, "--data", data, "--bert-weight", "-1", "--forest-weight", "1"
+    )
     assert code == 2 and "non-negative with a positive sum" in err
     code, _, err = run("evaluate", "--artifacts", tiny_artifacts, "--data", data, "--bert-weight", "0.5")
     assert code == 2 and "or neither" in err

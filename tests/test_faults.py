@@ -3,6 +3,7 @@ a killed stub, and shutdown (the portable repository on the real tritonserver).
 
 The long runs are `benchmarks/soak.py`; these are their bounded versions.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,14 +25,20 @@ pytestmark = pytest.mark.integration
 
 TEXTS = [f"Text number {i} is here. It has {'a few ' * (i % 5)}words and reads easily." for i in range(24)]
 BAD = [b"broken \xff\xfe utf-8", b"", b"   \t  ", b"\xed\xa0\x80 surrogate", b"x" * 5001]
-CRASH_SIGNS = ("Signal (11)", "Signal (6)", "terminate called", "error_already_set", "not healthy",
-               "incomplete string data", "unexpected number of string elements")
+CRASH_SIGNS = (
+    "Signal (11)",
+    "Signal (6)",
+    "terminate called",
+    "error_already_set",
+    "not healthy",
+    "incomplete string data",
+    "unexpected number of string elements",
+)
 
 
 @pytest.fixture(scope="module")
 def repo(tiny_artifacts, tmp_path_factory):
-    return assemble_portable(tiny_artifacts, str(tmp_path_factory.mktemp("faults") / "repository"),
-                             max_text_bytes=5000)
+    return assemble_portable(tiny_artifacts, str(tmp_path_factory.mktemp("faults") / "repository"), max_text_bytes=5000)
 
 
 def _server(repo, tmp_path, name, **kw) -> TritonServer:
@@ -120,16 +127,24 @@ def test_stop_under_load_drains_then_exits_without_a_crash(repo, tmp_path, proto
     answered = [o for o in results if o.ok]
     refused = [o for o in results if not o.ok]
     assert answered and not [o for o in answered if o.wrong]
-    clean = ("has no available versions", "unknown model", "failed to connect", "connection refused",
-             "unavailable", "connection reset", "server is stopping", "cancelled")
-    assert all(any(sign in (o.error or "").lower() for sign in clean) for o in refused), \
-        {o.error for o in refused}
+    clean = (
+        "has no available versions",
+        "unknown model",
+        "failed to connect",
+        "connection refused",
+        "unavailable",
+        "connection reset",
+        "server is stopping",
+        "cancelled",
+    )
+    assert all(any(sign in (o.error or "").lower() for sign in clean) for o in refused), {o.error for o in refused}
     assert not server.leftover_shm()
 
 
 def _cli(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "readability_triton.cli", *args], capture_output=True,
-                          text=True, timeout=120, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "readability_triton.cli", *args], capture_output=True, text=True, timeout=120, **kw
+    )
 
 
 def test_a_killed_stub_is_detected_and_healed_by_serve(repo, tmp_path):
@@ -140,9 +155,28 @@ def test_a_killed_stub_is_detected_and_healed_by_serve(repo, tmp_path):
     ports = [free_port() for _ in range(3)]
     log_file = tmp_path / "serve.log"
     serve = subprocess.Popen(
-        [sys.executable, "-m", "readability_triton.cli", "serve", "--repository", repo, "--http-port",
-         str(ports[0]), "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2]), "--log-file",
-         str(log_file), "--health-interval", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "readability_triton.cli",
+            "serve",
+            "--repository",
+            repo,
+            "--http-port",
+            str(ports[0]),
+            "--grpc-port",
+            str(ports[1]),
+            "--metrics-port",
+            str(ports[2]),
+            "--log-file",
+            str(log_file),
+            "--health-interval",
+            "1",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     url = f"127.0.0.1:{ports[0]}"
     try:
         deadline = time.monotonic() + 240
@@ -176,7 +210,10 @@ def test_a_killed_stub_is_detected_and_healed_by_serve(repo, tmp_path):
     # The evidence that wins the race: the process watch ("the python-backend stub of
     # featurize_0_0 is gone") or the canary's failed answer naming the dead stub; either way
     # the restart's reason names it.
-    assert any("featurize_0_0" in line for line in err.splitlines() if "restart" in line or "canary" in line
-               or "is gone" in line), err[-3000:]
+    assert any(
+        "featurize_0_0" in line
+        for line in err.splitlines()
+        if "restart" in line or "canary" in line or "is gone" in line
+    ), err[-3000:]
     assert "tritonserver restarted" in err and "as recorded" in err
     assert "tritonserver stopped" in err

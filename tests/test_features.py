@@ -1,6 +1,7 @@
 """Every rule of ../shared/spec/features.md, one test each, against `featurize` (and, where
 it helps, against the plain reference in features/reference.py, which the property tests
 then compare with `featurize` on random text)."""
+
 from __future__ import annotations
 
 import json
@@ -50,7 +51,7 @@ def assert_like_reference(texts, vocabulary):
 
 # ------------------------------------------------------------------ worked example
 
-EXAMPLE = "Don't panic... \"Mr. Smith\u2019s dog-house,\" she said!"
+EXAMPLE = 'Don\'t panic... "Mr. Smith\u2019s dog-house," she said!'
 
 
 def test_worked_example():
@@ -69,10 +70,29 @@ def test_worked_example():
 
 # -------------------------------------------------------------- character classes
 
-SPACES = [0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0x85, 0xA0, 0x1680, *range(0x2000, 0x200B),
-          0x2028, 0x2029, 0x202F, 0x205F, 0x3000]
-PUNCTS = ([ord(c) for c in "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"] + [0xA1, 0xAB, 0xBB, 0xBF]
-          + list(range(0x2010, 0x2028)) + list(range(0x2030, 0x205F)))
+SPACES = [
+    0x09,
+    0x0A,
+    0x0B,
+    0x0C,
+    0x0D,
+    0x20,
+    0x85,
+    0xA0,
+    0x1680,
+    *range(0x2000, 0x200B),
+    0x2028,
+    0x2029,
+    0x202F,
+    0x205F,
+    0x3000,
+]
+PUNCTS = (
+    [ord(c) for c in "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"]
+    + [0xA1, 0xAB, 0xBB, 0xBF]
+    + list(range(0x2010, 0x2028))
+    + list(range(0x2030, 0x205F))
+)
 CONTROLS = [c for c in [*range(0x00, 0x20), *range(0x7F, 0xA0)] if c not in SPACES]
 
 
@@ -97,8 +117,27 @@ def test_control_separates_words_and_is_not_punctuation(cp):
     assert f[WORD_COUNT] == 2 and f[PUNCT] == 0
 
 
-@pytest.mark.parametrize("text", ["°", "😀", "漢字", "שלום", "مرحبا", "é", "e\u0301", "\u200b", "\u00ad",
-                                  "\u2060", "\ufeff", "\U0010ffff", "\u0800", "\u0fff", "\u3001", "\u205f\u2060"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "°",
+        "😀",
+        "漢字",
+        "שלום",
+        "مرحبا",
+        "é",
+        "e\u0301",
+        "\u200b",
+        "\u00ad",
+        "\u2060",
+        "\ufeff",
+        "\U0010ffff",
+        "\u0800",
+        "\u0fff",
+        "\u3001",
+        "\u205f\u2060",
+    ],
+)
 def test_everything_else_is_wordchar(text):
     f = row(f"{text} {text}")
     assert f[WORD_COUNT] == 2 and f[UNIQUE] == 1 and f[PUNCT] == 0
@@ -109,8 +148,11 @@ def test_every_codepoint_class_matches_the_spec_lists():
     for cp in range(charclass.FIXUP_LIMIT):
         expected = 0
         if ref.is_punct(cp):
-            expected = charclass.PUNCT | (charclass.TERMINATOR if ref.is_terminator(cp) else 0) \
+            expected = (
+                charclass.PUNCT
+                | (charclass.TERMINATOR if ref.is_terminator(cp) else 0)
                 | (charclass.APOSTROPHE if ref.is_apostrophe(cp) else 0)
+            )
         elif ref.is_wordchar(cp):
             expected = charclass.WORD
         assert table[cp] == expected, hex(cp)
@@ -126,23 +168,26 @@ def test_every_codepoint_below_the_fixup_limit_and_some_above():
 # --------------------------------------------------------------------------- words
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("don't", ["don't"]),
-    ("you\u2019re", ["you're"]),
-    ("'tis", ["tis"]),
-    ("dogs'", ["dogs"]),
-    ("middle-sized", ["middle", "sized"]),
-    ("a''b", ["a", "b"]),
-    ("a'b'c", ["a'b'c"]),
-    ("a' b", ["a", "b"]),
-    ("'", []),
-    ("x'\u2019y", ["x", "y"]),
-    ("9'3", ["9'3"]),
-    ("é'é", ["é'é"]),
-    ("😀'😀", ["😀'😀"]),
-    ("a.'b", ["a", "b"]),
-    ("l\u2018homme", ["l", "homme"]),  # U+2018 is not an apostrophe
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("don't", ["don't"]),
+        ("you\u2019re", ["you're"]),
+        ("'tis", ["tis"]),
+        ("dogs'", ["dogs"]),
+        ("middle-sized", ["middle", "sized"]),
+        ("a''b", ["a", "b"]),
+        ("a'b'c", ["a'b'c"]),
+        ("a' b", ["a", "b"]),
+        ("'", []),
+        ("x'\u2019y", ["x", "y"]),
+        ("9'3", ["9'3"]),
+        ("é'é", ["é'é"]),
+        ("😀'😀", ["😀'😀"]),
+        ("a.'b", ["a", "b"]),
+        ("l\u2018homme", ["l", "homme"]),  # U+2018 is not an apostrophe
+    ],
+)
 def test_words(text, expected):
     assert ref.words(text) == expected
     assert sorted(words(text).elements()) == sorted(expected)
@@ -169,23 +214,26 @@ def test_unique_words_are_counted_by_normal_form():
 # ----------------------------------------------------------------------- sentences
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("Wait... what?!", 2),
-    ("Mr. Smith left.", 2),
-    ("no terminators here", 1),
-    ("", 0),
-    ("...", 0),
-    ("?!", 0),
-    ("  ", 0),
-    ("Hi\u2026 there", 2),  # U+2026 is a terminator
-    ("Hi.\u2026. there", 2),  # one run
-    ("Hi. . there", 2),  # two runs; the piece between them has no word
-    ("1.5", 2),
-    ("a!b?c.d", 4),
-    (". a", 1),
-    ("a .", 1),
-    ("\u3002 a", 1),  # U+3002 ideographic full stop: not a terminator, a WORDCHAR
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("Wait... what?!", 2),
+        ("Mr. Smith left.", 2),
+        ("no terminators here", 1),
+        ("", 0),
+        ("...", 0),
+        ("?!", 0),
+        ("  ", 0),
+        ("Hi\u2026 there", 2),  # U+2026 is a terminator
+        ("Hi.\u2026. there", 2),  # one run
+        ("Hi. . there", 2),  # two runs; the piece between them has no word
+        ("1.5", 2),
+        ("a!b?c.d", 4),
+        (". a", 1),
+        ("a .", 1),
+        ("\u3002 a", 1),  # U+3002 ideographic full stop: not a terminator, a WORDCHAR
+    ],
+)
 def test_sentences(text, expected):
     assert ref.sentence_count(text) == expected
     assert row(text)[SENTENCES] == expected
@@ -280,8 +328,14 @@ def test_generic_ops_equal_numpy_ops():
     from readability_triton.features.extract import _featurize
 
     v = Vocabulary(["the", "a", "extraordinarily"], ["zebra", "ant", "naïve"], ["the"])
-    texts = [EXAMPLE, "The naïve ant, extraordinarily extraordinarily. " * 3, "", "\u201cA\u201d \u2014 b\u2026",
-             "x" * 100 + " " + "x" * 100, "ab\u00a0cd\u2003ef\u3000gh\u1680ij\u0085kl"]
+    texts = [
+        EXAMPLE,
+        "The naïve ant, extraordinarily extraordinarily. " * 3,
+        "",
+        "\u201cA\u201d \u2014 b\u2026",
+        "x" * 100 + " " + "x" * 100,
+        "ab\u00a0cd\u2003ef\u3000gh\u1680ij\u0085kl",
+    ]
     a = _featurize(texts, v)
     b = _featurize(texts, v, ops=kernels.GenericOps(np))
     np.testing.assert_array_equal(a.view(np.uint32), b.view(np.uint32))
@@ -301,20 +355,34 @@ def test_generic_ops_follow_cupy_rules():
     np.testing.assert_array_equal(got, featurize(["nothing matches"], v))
 
 
-@pytest.mark.parametrize("weak", [
-    kernels.Weakening(key_mask=0),  # every word in one sorted run
-    kernels.Weakening(key_mask=0xF000000000000000),
-    kernels.Weakening(tail_mask=0),  # long words with equal first 8 bytes and length: equal hashes
-    kernels.Weakening(key_mask=0, tail_mask=0),
-], ids=["key0", "key4bits", "tail0", "both"])
+@pytest.mark.parametrize(
+    "weak",
+    [
+        kernels.Weakening(key_mask=0),  # every word in one sorted run
+        kernels.Weakening(key_mask=0xF000000000000000),
+        kernels.Weakening(tail_mask=0),  # long words with equal first 8 bytes and length: equal hashes
+        kernels.Weakening(key_mask=0, tail_mask=0),
+    ],
+    ids=["key0", "key4bits", "tail0", "both"],
+)
 def test_hash_collisions_never_change_a_value(weak):
     from readability_triton.features.extract import _featurize
 
-    v = Vocabulary(["the", "a", "extraordinarily", "b", "abcdefghij"], ["zebra", "ant", "naïve", "c", "abcdefghiy"],
-                   ["the", "c", "abcdefghiz"])
-    texts = [EXAMPLE, "The naïve ant, extraordinarily extraordinarily. " * 3, "a b c d e f g h a b c",
-             "abcdefgh abcdefghi abcdefghij abcdefgh abcdefghi", "x" * 100 + " " + "x" * 101,
-             "abcdefghij abcdefghiX abcdefghiy abcdefghiz", "abcdefghiy abcdefghij", "abcdefghij"]
+    v = Vocabulary(
+        ["the", "a", "extraordinarily", "b", "abcdefghij"],
+        ["zebra", "ant", "naïve", "c", "abcdefghiy"],
+        ["the", "c", "abcdefghiz"],
+    )
+    texts = [
+        EXAMPLE,
+        "The naïve ant, extraordinarily extraordinarily. " * 3,
+        "a b c d e f g h a b c",
+        "abcdefgh abcdefghi abcdefghij abcdefgh abcdefghi",
+        "x" * 100 + " " + "x" * 101,
+        "abcdefghij abcdefghiX abcdefghiy abcdefghiz",
+        "abcdefghiy abcdefghij",
+        "abcdefghij",
+    ]
     want = _featurize(texts, v)
     assert_like_reference(texts, v)
     for ops in (kernels.NumpyOps(), kernels.GenericOps(np)):
@@ -329,9 +397,19 @@ def test_hash_collisions_never_change_a_value(weak):
 
 def test_feature_names():
     assert len(FEATURE_NAMES) == N_FEATURES == 207
-    assert FEATURE_NAMES[:7] == BASE_FEATURES == (
-        "word_count", "unique_word_count", "punctuation_count", "sentence_count", "words_per_sentence",
-        "stopword_count", "stopwords_per_sentence")
+    assert (
+        FEATURE_NAMES[:7]
+        == BASE_FEATURES
+        == (
+            "word_count",
+            "unique_word_count",
+            "punctuation_count",
+            "sentence_count",
+            "words_per_sentence",
+            "stopword_count",
+            "stopwords_per_sentence",
+        )
+    )
     assert FEATURE_NAMES[7] == "top_freq_0" and FEATURE_NAMES[106] == "top_freq_99"
     assert FEATURE_NAMES[107] == "bottom_freq_0" and FEATURE_NAMES[206] == "bottom_freq_99"
     assert feature_names(2) == BASE_FEATURES + ("top_freq_0", "top_freq_1", "bottom_freq_0", "bottom_freq_1")
@@ -364,10 +442,12 @@ def test_serving_side_does_not_need_scikit_learn():
     import subprocess
     import sys
 
-    code = ("import sys; sys.modules['sklearn'] = None\n"
-            "from readability_triton import features\nfrom readability_triton.stub import runtime\n"
-            "v = features.Vocabulary(['a'], ['b'], ['a'])\n"
-            "print(features.featurize(['a b'], v).tolist())")
+    code = (
+        "import sys; sys.modules['sklearn'] = None\n"
+        "from readability_triton import features\nfrom readability_triton.stub import runtime\n"
+        "v = features.Vocabulary(['a'], ['b'], ['a'])\n"
+        "print(features.featurize(['a b'], v).tolist())"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.startswith("[[2.0, 2.0")
 
@@ -386,22 +466,25 @@ def test_vocabulary_save_load_round_trip(tmp_path):
     assert path.read_bytes() == first  # deterministic (manifest checksums stay stable)
 
 
-@pytest.mark.parametrize("content, message", [
-    ('{"top": [], "bottom": []}', "missing key 'stopwords'"),
-    ('{"top": [], "bottom": [], "stopwords": [], "n": 3}', "unknown key 'n'"),
-    ('{"top": "abc", "bottom": [], "stopwords": []}', "'top' must be a list of strings"),
-    ('{"top": [1], "bottom": ["b"], "stopwords": []}', r"top\[0\] must be a string"),
-    ('{"top": ["Abc"], "bottom": ["b"], "stopwords": []}', "not a word in normal form"),
-    ('{"top": ["a b"], "bottom": ["c"], "stopwords": []}', "not a single word"),
-    ('{"top": ["dog-house"], "bottom": ["c"], "stopwords": []}', "not a single word"),
-    ('{"top": ["\'tis"], "bottom": ["c"], "stopwords": []}', "not a single word"),
-    ('{"top": [""], "bottom": ["c"], "stopwords": []}', "not a word"),
-    ('{"top": ["a", "a"], "bottom": ["b", "c"], "stopwords": []}', "'a' more than once"),
-    ('{"top": ["a"], "bottom": ["a"], "stopwords": []}', "share 'a'"),
-    ('{"top": ["a"], "bottom": [], "stopwords": []}', "same length"),
-    ('[1, 2]', "expected a JSON object"),
-    ('{"top": [', "not a JSON vocabulary"),
-])
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"top": [], "bottom": []}', "missing key 'stopwords'"),
+        ('{"top": [], "bottom": [], "stopwords": [], "n": 3}', "unknown key 'n'"),
+        ('{"top": "abc", "bottom": [], "stopwords": []}', "'top' must be a list of strings"),
+        ('{"top": [1], "bottom": ["b"], "stopwords": []}', r"top\[0\] must be a string"),
+        ('{"top": ["Abc"], "bottom": ["b"], "stopwords": []}', "not a word in normal form"),
+        ('{"top": ["a b"], "bottom": ["c"], "stopwords": []}', "not a single word"),
+        ('{"top": ["dog-house"], "bottom": ["c"], "stopwords": []}', "not a single word"),
+        ('{"top": ["\'tis"], "bottom": ["c"], "stopwords": []}', "not a single word"),
+        ('{"top": [""], "bottom": ["c"], "stopwords": []}', "not a word"),
+        ('{"top": ["a", "a"], "bottom": ["b", "c"], "stopwords": []}', "'a' more than once"),
+        ('{"top": ["a"], "bottom": ["a"], "stopwords": []}', "share 'a'"),
+        ('{"top": ["a"], "bottom": [], "stopwords": []}', "same length"),
+        ("[1, 2]", "expected a JSON object"),
+        ('{"top": [', "not a JSON vocabulary"),
+    ],
+)
 def test_vocabulary_load_errors_are_clear(tmp_path, content, message):
     path = tmp_path / "vocabulary.json"
     path.write_text(content, encoding="utf-8")

@@ -1,4 +1,5 @@
 """`readability-triton vocabulary` and `readability-triton features`."""
+
 from __future__ import annotations
 
 import csv
@@ -16,7 +17,7 @@ from readability_triton.features import (
 )
 
 TEXTS = [f"Text number {i}. " + " ".join(f"w{j}" for j in range(8 * i, 8 * i + 40)) + "!" for i in range(30)]
-TEXTS += ["Ça va? Oui\u2026 très bien, don\u2019t worry.", "", "Comma, \"quotes\" and\nnew lines"]
+TEXTS += ["Ça va? Oui\u2026 très bien, don\u2019t worry.", "", 'Comma, "quotes" and\nnew lines']
 
 
 @pytest.fixture
@@ -68,8 +69,9 @@ def test_vocabulary_then_features(run, data, tmp_path):
     # %.9g gives back every float32 exactly
     np.testing.assert_array_equal(values.astype(np.float32), want)
 
-    code, _, err = run("features", "--vocabulary", vocab_path, "--data", data, "--out", out,
-                       "--column", "other", "--id-column", "")
+    code, _, err = run(
+        "features", "--vocabulary", vocab_path, "--data", data, "--out", out, "--column", "other", "--id-column", ""
+    )
     assert code == 0, err
     header, rows = read_features(out)
     assert header == list(FEATURE_NAMES)
@@ -88,19 +90,26 @@ def test_vocabulary_options(run, data, tmp_path):
     assert v == build_vocabulary(TEXTS, n=3, stopwords=["the", "w1", "and"])
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["vocabulary", "--data", "{missing}", "--out", "{tmp}/v.json"], "no such file"),
-    (["vocabulary", "--data", "{data}", "--out", "{tmp}/v.json", "--column", "nope"], "no column 'nope'"),
-    (["vocabulary", "--data", "{data}", "--out", "{tmp}/v.json", "--n", "1000"], "needs at least 2000"),
-    (["vocabulary", "--data", "{data}", "--out", "{tmp}/v.json", "--n", "0"], "--n must be at least 1"),
-    (["vocabulary", "--data", "{data}", "--out", "{tmp}/v.json", "--stopwords", "{missing}"], "No such file"),
-    (["features", "--vocabulary", "{missing}", "--data", "{data}", "--out", "{tmp}/f.csv"],
-     "no such vocabulary file"),
-    (["features", "--vocabulary", "{bad}", "--data", "{data}", "--out", "{tmp}/f.csv"], "unknown key 'extra'"),
-    (["features", "--vocabulary", "{vocab}", "--data", "{empty}", "--out", "{tmp}/f.csv"], "no data rows"),
-    (["features", "--vocabulary", "{vocab}", "--data", "{data}", "--out", "{tmp}/f.csv", "--batch-size", "0"],
-     "--batch-size must be at least 1"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["vocabulary", "--data", "{missing}", "--out", "{tmp}/v.json"], "no such file"),
+        (["vocabulary", "--data", "{data}", "--out", "{tmp}/v.json", "--column", "nope"], "no column 'nope'"),
+        (["vocabulary", "--data", "{data}", "--out", "{tmp}/v.json", "--n", "1000"], "needs at least 2000"),
+        (["vocabulary", "--data", "{data}", "--out", "{tmp}/v.json", "--n", "0"], "--n must be at least 1"),
+        (["vocabulary", "--data", "{data}", "--out", "{tmp}/v.json", "--stopwords", "{missing}"], "No such file"),
+        (
+            ["features", "--vocabulary", "{missing}", "--data", "{data}", "--out", "{tmp}/f.csv"],
+            "no such vocabulary file",
+        ),
+        (["features", "--vocabulary", "{bad}", "--data", "{data}", "--out", "{tmp}/f.csv"], "unknown key 'extra'"),
+        (["features", "--vocabulary", "{vocab}", "--data", "{empty}", "--out", "{tmp}/f.csv"], "no data rows"),
+        (
+            ["features", "--vocabulary", "{vocab}", "--data", "{data}", "--out", "{tmp}/f.csv", "--batch-size", "0"],
+            "--batch-size must be at least 1",
+        ),
+    ],
+)
 def test_user_errors_are_one_line(run, data, tmp_path, argv, message):
     vocab = tmp_path / "vocab.json"
     build_vocabulary(TEXTS, n=3).save(str(vocab))
@@ -108,8 +117,14 @@ def test_user_errors_are_one_line(run, data, tmp_path, argv, message):
     bad.write_text('{"top": [], "bottom": [], "stopwords": [], "extra": 1}', encoding="utf-8")
     empty = tmp_path / "empty.csv"
     empty.write_text("id,excerpt\n", encoding="utf-8")
-    names = {"missing": tmp_path / "missing.csv", "tmp": tmp_path, "data": data, "vocab": vocab, "bad": bad,
-             "empty": empty}
+    names = {
+        "missing": tmp_path / "missing.csv",
+        "tmp": tmp_path,
+        "data": data,
+        "vocab": vocab,
+        "bad": bad,
+        "empty": empty,
+    }
     code, _, err = run(*[a.format(**names) for a in argv])
     assert code == 2
     assert message in err and "Traceback" not in err

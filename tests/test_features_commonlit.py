@@ -1,5 +1,6 @@
 """On the shared CommonLit excerpts (skipped where ../shared is absent): the vocabulary
 and every feature of every excerpt equal the plain reference, bit for bit."""
+
 from __future__ import annotations
 
 import numpy as np

@@ -1,6 +1,7 @@
 """CuPy parity (marked `gpu`: skipped, with the reason, where there is no CUDA GPU): the
 CuPy path gives the NumPy path's bits, keeps its result on the device and copies only
 the text there."""
+
 from __future__ import annotations
 
 import numpy as np

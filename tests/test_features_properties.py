@@ -1,6 +1,7 @@
 """Property tests: `featurize` equals the plain per-text reference (features/reference.py)
 bit for bit on random Unicode text, and so does the vocabulary; plus deterministic
 stress cases (very long words and texts, 8-byte chunk boundaries, hash collisions)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -17,20 +18,138 @@ from readability_triton.features.extract import _featurize
 # every kind of space, controls and NUL, the multi-byte fix-up ranges and their
 # neighbours, combining marks, CJK, RTL, emoji (also ZWJ sequences), the last code point.
 NASTY = [
-    "a", "B", "z", "Z", "0", "9", "'", "\u2019", "\u2018", '"', "\u201c", "\u201d", "\u00ab", "\u00bb",
-    "-", "\u2010", "\u2013", "\u2014", "\u2027", "\u2030", "\u205e", ".", "\u2026", "!", "?", ",", ";",
-    ":", "(", ")", "[", "_", "~", "\u00a1", "\u00bf", " ", "\t", "\n", "\r", "\x0b", "\x0c", "\x85",
-    "\xa0", "\u1680", "\u2000", "\u2007", "\u200a", "\u2028", "\u2029", "\u202f", "\u205f", "\u3000",
-    "\x00", "\x01", "\x1f", "\x7f", "\x80", "\x9f", "\xa2", "\xbe", "\xc0", "\u200b", "\u200f",
-    "\u202e", "\u2060", "\u206f", "\ufeff", "\u0800", "\u0fff", "\u1000", "\u167f", "\u1681", "\u1fff",
-    "\u2fff", "\u3001", "\u3002", "\u3fff", "\u4000", "é", "É", "e\u0301", "ß", "ﬁ", "İ", "ı", "Ω",
-    "ω", "漢", "字", "ｶ", "한", "ש", "ל", "م", "ر", "😀", "👍🏽", "\U0001f468\u200d\U0001f469",
-    "\U00020000", "\U0010ffff", "°", "€",
+    "a",
+    "B",
+    "z",
+    "Z",
+    "0",
+    "9",
+    "'",
+    "\u2019",
+    "\u2018",
+    '"',
+    "\u201c",
+    "\u201d",
+    "\u00ab",
+    "\u00bb",
+    "-",
+    "\u2010",
+    "\u2013",
+    "\u2014",
+    "\u2027",
+    "\u2030",
+    "\u205e",
+    ".",
+    "\u2026",
+    "!",
+    "?",
+    ",",
+    ";",
+    ":",
+    "(",
+    ")",
+    "[",
+    "_",
+    "~",
+    "\u00a1",
+    "\u00bf",
+    " ",
+    "\t",
+    "\n",
+    "\r",
+    "\x0b",
+    "\x0c",
+    "\x85",
+    "\xa0",
+    "\u1680",
+    "\u2000",
+    "\u2007",
+    "\u200a",
+    "\u2028",
+    "\u2029",
+    "\u202f",
+    "\u205f",
+    "\u3000",
+    "\x00",
+    "\x01",
+    "\x1f",
+    "\x7f",
+    "\x80",
+    "\x9f",
+    "\xa2",
+    "\xbe",
+    "\xc0",
+    "\u200b",
+    "\u200f",
+    "\u202e",
+    "\u2060",
+    "\u206f",
+    "\ufeff",
+    "\u0800",
+    "\u0fff",
+    "\u1000",
+    "\u167f",
+    "\u1681",
+    "\u1fff",
+    "\u2fff",
+    "\u3001",
+    "\u3002",
+    "\u3fff",
+    "\u4000",
+    "é",
+    "É",
+    "e\u0301",
+    "ß",
+    "ﬁ",
+    "İ",
+    "ı",
+    "Ω",
+    "ω",
+    "漢",
+    "字",
+    "ｶ",
+    "한",
+    "ש",
+    "ל",
+    "م",
+    "ر",
+    "😀",
+    "👍🏽",
+    "\U0001f468\u200d\U0001f469",
+    "\U00020000",
+    "\U0010ffff",
+    "°",
+    "€",
 ]
 WORDS = [
-    "the", "The", "THE", "a", "A", "and", "don't", "DON\u2019T", "it's", "O'Neil", "naïve", "École",
-    "école", "abcdefg", "abcdefgh", "abcdefghi", "abcdefghij", "ABCDEFGHIJKLMNOPQ", "x" * 16, "x" * 17,
-    "日本語", "😀😀", "über", "aé", "aaaaaaaé", "aaaaaaaéb", "\u00e9" * 4, "\u00e9" * 5,
+    "the",
+    "The",
+    "THE",
+    "a",
+    "A",
+    "and",
+    "don't",
+    "DON\u2019T",
+    "it's",
+    "O'Neil",
+    "naïve",
+    "École",
+    "école",
+    "abcdefg",
+    "abcdefgh",
+    "abcdefghi",
+    "abcdefghij",
+    "ABCDEFGHIJKLMNOPQ",
+    "x" * 16,
+    "x" * 17,
+    "日本語",
+    "😀😀",
+    "über",
+    "aé",
+    "aaaaaaaé",
+    "aaaaaaaéb",
+    "\u00e9" * 4,
+    "\u00e9" * 5,
 ]
 VOCABULARY = Vocabulary(
     top=["the", "a", "don't", "naïve", "abcdefgh", "abcdefghijklmnopq", "日本語"],
@@ -80,8 +199,12 @@ def test_generic_ops_equal_reference(batch):
     same_bits(_featurize(batch, VOCABULARY, ops=kernels.GenericOps(np)), reference(batch))
 
 
-WEAKENINGS = [kernels.Weakening(key_mask=0), kernels.Weakening(key_mask=0xFF00000000000000),
-              kernels.Weakening(tail_mask=0), kernels.Weakening(key_mask=0xC000000000000003, tail_mask=0)]
+WEAKENINGS = [
+    kernels.Weakening(key_mask=0),
+    kernels.Weakening(key_mask=0xFF00000000000000),
+    kernels.Weakening(tail_mask=0),
+    kernels.Weakening(key_mask=0xC000000000000003, tail_mask=0),
+]
 
 
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -114,12 +237,16 @@ def test_words_around_the_8_byte_chunks():
     words = [base[:k] for k in range(1, 41)]
     words += ["é" * k for k in range(1, 12)] + ["a" + "é" * k for k in range(1, 12)]
     words += ["漢" * k for k in range(1, 8)] + ["a" + "😀" * k for k in range(1, 6)]
-    words += [base[:k - 1] + "Z" for k in range(2, 41)]  # differs in the last byte
+    words += [base[: k - 1] + "Z" for k in range(2, 41)]  # differs in the last byte
     words += [base[:8] + "é" + base[8:k] for k in range(8, 30)]
-    batch = [" ".join(words), " ".join(reversed(words)) + ". " + " ".join(words[::3]),
-             "\n".join(w.upper() for w in words)]
-    v = Vocabulary([words[7].lower(), words[8].lower(), "é" * 3], [words[16].lower(), "a" + "😀" * 2, "漢" * 7],
-                   [words[0], "é"])
+    batch = [
+        " ".join(words),
+        " ".join(reversed(words)) + ". " + " ".join(words[::3]),
+        "\n".join(w.upper() for w in words),
+    ]
+    v = Vocabulary(
+        [words[7].lower(), words[8].lower(), "é" * 3], [words[16].lower(), "a" + "😀" * 2, "漢" * 7], [words[0], "é"]
+    )
     want = reference(batch, v)
     same_bits(featurize(batch, v), want)
     same_bits(_featurize(batch, v, ops=kernels.GenericOps(np)), want)

@@ -1,4 +1,5 @@
 """The `featurize` Triton Python model, run in-process with the pb_utils stub."""
+
 from __future__ import annotations
 
 import json
@@ -32,8 +33,13 @@ def vocab_file(tmp_path, vocabulary):
 
 
 def model_dir(tmp_path, vocab_file, profile="cpu", **render_kw):
-    return make_model_dir(str(tmp_path / "repo"), contracts.FEATURIZE, profile=profile,
-                          files={"vocabulary.json": vocab_file} if vocab_file else None, **render_kw)
+    return make_model_dir(
+        str(tmp_path / "repo"),
+        contracts.FEATURIZE,
+        profile=profile,
+        files={"vocabulary.json": vocab_file} if vocab_file else None,
+        **render_kw,
+    )
 
 
 def test_batches_all_requests_in_one_featurize_call(tmp_path, vocab_file, vocabulary, monkeypatch):
@@ -54,8 +60,14 @@ def test_batches_all_requests_in_one_featurize_call(tmp_path, vocab_file, vocabu
     responses = model.execute(requests)
     assert calls == [6]
     assert len(responses) == 3
-    for request_texts, response in zip([["The cat sat on the mat.", "w1 w2 w3"], ["Ça va? Oui\u2026 très bien!"],
-                                        ["", "w5 w5 w5. w7", "don\u2019t stop"]], responses):
+    for request_texts, response in zip(
+        [
+            ["The cat sat on the mat.", "w1 w2 w3"],
+            ["Ça va? Oui\u2026 très bien!"],
+            ["", "w5 w5 w5. w7", "don\u2019t stop"],
+        ],
+        responses,
+    ):
         got = output(response, FEATURES)
         assert got.dtype == np.float32 and got.shape == (len(request_texts), contracts.N_FEATURES)
         np.testing.assert_array_equal(got, featurize(request_texts, vocabulary))
@@ -85,7 +97,7 @@ def test_large_batches(tmp_path, vocab_file, vocabulary):
     model = load_model(model_dir(tmp_path, vocab_file))
     rng = np.random.default_rng(1)
     texts = ["".join(rng.choice(list("ab w1w2.'\u2019 \u2026é😀"), size=rng.integers(0, 80))) for _ in range(256)]
-    responses = model.execute([text_request(texts[i:i + 32]) for i in range(0, 256, 32)])
+    responses = model.execute([text_request(texts[i : i + 32]) for i in range(0, 256, 32)])
     got = np.concatenate([output(r, FEATURES) for r in responses])
     np.testing.assert_array_equal(got, featurize(texts, vocabulary))
 

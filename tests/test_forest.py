@@ -1,5 +1,6 @@
 """`train-forest` and `readability_triton.forest`: features, forest, Treelite round trip,
 cross-validation, refusals; and the held-out RMSE on the shared CommonLit excerpts."""
+
 from __future__ import annotations
 
 import json
@@ -34,8 +35,21 @@ def corpus_csv(tmp_path_factory, corpus):
 
 def test_train_forest_cli_writes_checkpoint_vocabulary_and_manifest(tmp_path, corpus_csv, corpus, capsys):
     out = tmp_path / "artifacts"
-    code = main(["train-forest", "--data", corpus_csv, "--out", str(out), "--n-estimators", "12",
-                 "--max-depth", "8", "--folds", "2"])
+    code = main(
+        [
+            "train-forest",
+            "--data",
+            corpus_csv,
+            "--out",
+            str(out),
+            "--n-estimators",
+            "12",
+            "--max-depth",
+            "8",
+            "--folds",
+            "2",
+        ]
+    )
     assert code == 0
     printed = capsys.readouterr().out
     assert "2-fold CV RMSE" in printed
@@ -66,8 +80,9 @@ def test_checkpoint_round_trip_equals_fitted_forest(tmp_path, corpus):
     assert info["num_feature"] == contracts.N_FEATURES and info["round_trip_max_abs_diff"] <= 1e-6
     # unseen texts: Treelite (GTIL) on the checkpoint == the fitted scikit-learn forest
     X_new = F.features_of(texts[90:], fitted.vocabulary)
-    np.testing.assert_allclose(F.gtil_predict(str(tmp_path / "checkpoint.tl"), X_new),
-                               fitted.model.predict(X_new), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(
+        F.gtil_predict(str(tmp_path / "checkpoint.tl"), X_new), fitted.model.predict(X_new), rtol=0, atol=1e-9
+    )
 
 
 def test_thresholds_are_float32_exact_and_predictions_unchanged(corpus):
@@ -146,13 +161,16 @@ def test_refuses_treelite_5(monkeypatch):
 # ----------------------------------------------------------------- refusals
 
 
-@pytest.mark.parametrize("rows, header, message", [
-    ([], None, "the file is empty"),
-    ([], ("id", "excerpt", "target"), "no data rows"),
-    ([(1, "A text.", 0.5)], ("id", "text", "target"), "no column 'excerpt'"),
-    ([(1, "A text.", 0.5)], ("id", "excerpt", "score"), "no column 'target'"),
-    ([(1, "A text.", "easy")], ("id", "excerpt", "target"), "line 2: target 'easy'"),
-])
+@pytest.mark.parametrize(
+    "rows, header, message",
+    [
+        ([], None, "the file is empty"),
+        ([], ("id", "excerpt", "target"), "no data rows"),
+        ([(1, "A text.", 0.5)], ("id", "text", "target"), "no column 'excerpt'"),
+        ([(1, "A text.", 0.5)], ("id", "excerpt", "score"), "no column 'target'"),
+        ([(1, "A text.", "easy")], ("id", "excerpt", "target"), "line 2: target 'easy'"),
+    ],
+)
 def test_train_forest_refuses_bad_csv(tmp_path, capsys, rows, header, message):
     path = write_csv(tmp_path / "bad.csv", rows, header)
     code = main(["train-forest", "--data", path, "--out", str(tmp_path / "out")])
@@ -191,7 +209,7 @@ def test_commonlit_held_out_rmse(tmp_path, commonlit):
 
     texts, targets = commonlit.texts, np.asarray(commonlit.targets)
     order = np.random.RandomState(0).permutation(len(texts))
-    held, train = order[: len(texts) // 5], order[len(texts) // 5:]
+    held, train = order[: len(texts) // 5], order[len(texts) // 5 :]
     path = write_csv(tmp_path / "train.csv", [(i, texts[i], targets[i]) for i in train])
     out = tmp_path / "forest"
     assert main(["train-forest", "--data", path, "--out", str(out), "--folds", "0"]) == 0

@@ -24,13 +24,16 @@ import pytest
 from served import CLIENTS, Failure, assemble_portable, score_texts, start_server
 
 from readability_triton import contracts as C
-from readability_triton.client.abuse import Target
+from readability_triton.client.honest import Target
 from readability_triton.server.tritonserver import free_port
 
 pytestmark = pytest.mark.integration
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-TEXTS = ["The cat sat on the mat.", "Notwithstanding the aforementioned stipulations, the lessee shall pay.",
-         "Rivers shape valleys."]
+TEXTS = [
+    "The cat sat on the mat.",
+    "Notwithstanding the aforementioned stipulations, the lessee shall pay.",
+    "Rivers shape valleys.",
+]
 LIMIT = 1 << 20  # serve --max-request-bytes in these tests
 
 
@@ -46,12 +49,35 @@ def _serve(repository: str, folder, key: str, key_file: bool = False, extra=()) 
         env["READABILITY_TRITON_ADMIN_KEY"] = key
     log = open(folder / "serve.log", "ab")
     process = subprocess.Popen(
-        [sys.executable, "-m", "readability_triton.cli", "serve", "--repository", repository,
-         "--http-port", str(ports["http"]), "--grpc-port", str(ports["grpc"]), "--metrics-port", str(ports["metrics"]),
-         "--health-port", str(ports["health"]), "--log-file", str(folder / "tritonserver.log"),
-         "--max-request-bytes", str(LIMIT), *extra], env=env, stdout=log, stderr=log, start_new_session=True)
-    target = Target(f"127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['grpc']}", f"127.0.0.1:{ports['health']}",
-                    key, process)
+        [
+            sys.executable,
+            "-m",
+            "readability_triton.cli",
+            "serve",
+            "--repository",
+            repository,
+            "--http-port",
+            str(ports["http"]),
+            "--grpc-port",
+            str(ports["grpc"]),
+            "--metrics-port",
+            str(ports["metrics"]),
+            "--health-port",
+            str(ports["health"]),
+            "--log-file",
+            str(folder / "tritonserver.log"),
+            "--max-request-bytes",
+            str(LIMIT),
+            *extra,
+        ],
+        env=env,
+        stdout=log,
+        stderr=log,
+        start_new_session=True,
+    )
+    target = Target(
+        f"127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['grpc']}", f"127.0.0.1:{ports['health']}", key, process
+    )
     try:
         target.wait_ready(240)
     except RuntimeError:
@@ -142,8 +168,10 @@ def test_the_restricted_apis_stay_closed_without_the_key(served):
 
 
 def _leaks(key: str, where: str) -> bytes:
-    script = ("ps -eo args; for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do cat \"$f\" 2>/dev/null | "
-              f"tr '\\0' ' '; echo; done; cat {where}/*.log 2>/dev/null; cat /dev/shm/* 2>/dev/null")
+    script = (
+        'ps -eo args; for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do cat "$f" 2>/dev/null | '
+        f"tr '\\0' ' '; echo; done; cat {where}/*.log 2>/dev/null; cat /dev/shm/* 2>/dev/null"
+    )
     out = subprocess.run(["su", "nobody", "-s", "/bin/sh", "-c", script], capture_output=True, timeout=120).stdout
     return b"\n".join(line for line in out.split(b"\n") if key.encode() in line)
 
@@ -167,8 +195,9 @@ def test_no_other_local_user_can_read_the_admin_key(served, repo, tmp_path, sour
     try:
         assert _leaks(target.key, str(folder)) == b""
         assert target.key.encode() not in (folder / "tritonserver.log").read_bytes()
-        request = urllib.request.Request(f"http://{target.http}/v2/repository/index", method="POST",
-                                         headers={"admin-key": target.key})
+        request = urllib.request.Request(
+            f"http://{target.http}/v2/repository/index", method="POST", headers={"admin-key": target.key}
+        )
         with urllib.request.urlopen(request) as reply:  # the key still opens the APIs
             assert reply.status == 200
     finally:
@@ -198,8 +227,9 @@ def _raw_http(target: Target, head: bytes, body_chunks) -> tuple[int, bytes]:
 def test_oversized_bodies_and_messages_are_the_clients_error(served):
     target, _ = served
     size = 4 * LIMIT
-    status, body = _raw_http(target, f"Content-Type: application/json\nContent-Length: {size}".encode(),
-                             [b"x" * LIMIT] * 4)
+    status, body = _raw_http(
+        target, f"Content-Type: application/json\nContent-Length: {size}".encode(), [b"x" * LIMIT] * 4
+    )
     assert status == 413 and f"over the limit of {LIMIT} bytes" in json.loads(body)["error"]
 
     def chunked():
@@ -253,9 +283,25 @@ def test_a_repository_without_the_ensemble_is_a_stated_error_not_a_restart_loop(
     empty = tmp_path / "models"
     empty.mkdir()
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "readability_triton.cli", "serve", "--repository", str(empty),
-                           "--http-port", str(free_port()), "--grpc-port", str(free_port()),
-                           "--metrics-port", str(free_port())], capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "readability_triton.cli",
+            "serve",
+            "--repository",
+            str(empty),
+            "--http-port",
+            str(free_port()),
+            "--grpc-port",
+            str(free_port()),
+            "--metrics-port",
+            str(free_port()),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.returncode == 2 and time.monotonic() - started < 30
     assert f"{empty} holds no 'readability' ensemble" in done.stderr and "it is empty" in done.stderr
     assert "readability-triton assemble" in done.stderr

@@ -221,8 +221,13 @@ def test_http_texts_and_work_from_json_and_from_the_binary_tensor():
     body = json.dumps({"inputs": [{"name": "TEXT", "shape": [3, 1], "datatype": "BYTES", "data": texts}]})
     assert http_work(body.encode()) == (3, pytest.approx(0.5 + 1.0 + MIN_WORK))
     blob = b"".join(len(t).to_bytes(4, "little") + t.encode() for t in texts)
-    header = json.dumps({"inputs": [{"name": "TEXT", "shape": [3, 1], "datatype": "BYTES",
-                                     "parameters": {"binary_data_size": len(blob)}}]}).encode()
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": "TEXT", "shape": [3, 1], "datatype": "BYTES", "parameters": {"binary_data_size": len(blob)}}
+            ]
+        }
+    ).encode()
     assert http_work(header + blob, len(header)) == (3, pytest.approx(1.6))
     assert http_work(header + blob[:10], len(header)) == (3, 3.0)
     assert http_work(b"{not json") == (1, 1.0) and http_work(b'{"inputs": 5}') == (1, 1.0)

@@ -3,6 +3,7 @@ modules the GPU machine lacks blocked and no GPU) run here. Phases 0 and 1 (prob
 `gpu` tests collected as the machine would, the benchmarks) and, against the real
 tritonserver, phase 2 (the portable-gpu repository as KIND_CPU, scores compared with the
 CPU pipeline, where the inputs arrived)."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,9 @@ KIT = os.path.join(ROOT, "scripts", "gpu_kit.py")
 
 def _kit(*args, carry, out, timeout=300):
     env = dict(os.environ, READABILITY_KIT_CARRY=str(carry), OUT=str(out))
-    return subprocess.run([sys.executable, KIT, *args], capture_output=True, text=True, timeout=timeout, env=env,
-                          cwd=ROOT)
+    return subprocess.run(
+        [sys.executable, KIT, *args], capture_output=True, text=True, timeout=timeout, env=env, cwd=ROOT
+    )
 
 
 @pytest.mark.integration

@@ -14,6 +14,7 @@ client without the key; saturating load does not make it unhealthy or restart it
 Skipped, saying why, where no Docker engine answers (`.ci/run` installs docker.io and
 debootstrap and starts its own dockerd).
 """
+
 from __future__ import annotations
 
 import json
@@ -30,7 +31,7 @@ import pytest
 from served import text_rows
 
 from readability_triton import contracts as C
-from readability_triton.client import abuse, load
+from readability_triton.client import abuse, honest, load
 from readability_triton.repository import assemble as repository
 from readability_triton.server.processes import alive
 from readability_triton.server.tritonserver import free_port
@@ -39,8 +40,11 @@ pytestmark = [pytest.mark.integration, pytest.mark.docker]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TAG = "readability-triton:24.10-portable-test"
 KEY = "image-test-key"
-TEXTS = ["The cat sat on the mat. It was happy.", "Tom and his sister ran down to the lake after lunch.",
-         "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor."]
+TEXTS = [
+    "The cat sat on the mat. It was happy.",
+    "Tom and his sister ran down to the lake after lunch.",
+    "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor.",
+]
 
 
 def _docker(*args, timeout=600, check=True) -> subprocess.CompletedProcess:
@@ -57,11 +61,18 @@ def image(tiny_artifacts):
     shutil.rmtree(artifacts, ignore_errors=True)
     shutil.copytree(tiny_artifacts, artifacts)
     started = time.monotonic()
-    env = {**os.environ, "PROFILE": "portable", "TAG": TAG, "ARTIFACTS": ".cache/image/artifacts",
-           "PY": os.path.join(ROOT, ".venv", "bin", "python") if os.path.isdir(os.path.join(ROOT, ".venv")) else
-           shutil.which("python3")}
-    built = subprocess.run(["bash", "scripts/image.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
-                           timeout=1800)
+    env = {
+        **os.environ,
+        "PROFILE": "portable",
+        "TAG": TAG,
+        "ARTIFACTS": ".cache/image/artifacts",
+        "PY": os.path.join(ROOT, ".venv", "bin", "python")
+        if os.path.isdir(os.path.join(ROOT, ".venv"))
+        else shutil.which("python3"),
+    }
+    built = subprocess.run(
+        ["bash", "scripts/image.sh"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800
+    )
     assert built.returncode == 0, built.stderr[-4000:]
     print(f"\n{built.stderr.strip()}\nimage built (or reused) in {time.monotonic() - started:.0f} s")
     yield TAG
@@ -74,11 +85,30 @@ class Container:
         self.ports = {name: free_port() for name in ("HTTP", "GRPC", "METRICS", "HEALTH")}
         env = [f"--env=READABILITY_TRITON_{name}_PORT={port}" for name, port in self.ports.items()]
         self.id = _docker(
-            "run", "--detach", "--network", "host", "--read-only", "--tmpfs", "/tmp", "--shm-size", "512m",
-            "--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--stop-timeout", "60",
-            f"--health-interval={health_interval}", "--health-retries=1", "--health-start-period=60s",
-            "--env=READABILITY_TRITON_ADDRESS=127.0.0.1", f"--env=READABILITY_TRITON_ADMIN_KEY={KEY}",
-            *env, *extra, tag).stdout.strip()
+            "run",
+            "--detach",
+            "--network",
+            "host",
+            "--read-only",
+            "--tmpfs",
+            "/tmp",
+            "--shm-size",
+            "512m",
+            "--cap-drop",
+            "ALL",
+            "--security-opt",
+            "no-new-privileges",
+            "--stop-timeout",
+            "60",
+            f"--health-interval={health_interval}",
+            "--health-retries=1",
+            "--health-start-period=60s",
+            "--env=READABILITY_TRITON_ADDRESS=127.0.0.1",
+            f"--env=READABILITY_TRITON_ADMIN_KEY={KEY}",
+            *env,
+            *extra,
+            tag,
+        ).stdout.strip()
         self.http = f"127.0.0.1:{self.ports['HTTP']}"
         self.grpc = f"127.0.0.1:{self.ports['GRPC']}"
         deadline = time.monotonic() + 180
@@ -128,8 +158,9 @@ def _grpc(url, texts, outputs=C.OUTPUTS):
     try:
         tensor = grpc.InferInput(C.TEXT, [len(texts), 1], "BYTES")
         tensor.set_data_from_numpy(text_rows(texts))
-        result = client.infer(C.ENSEMBLE, [tensor], outputs=[grpc.InferRequestedOutput(o) for o in outputs],
-                              client_timeout=120)
+        result = client.infer(
+            C.ENSEMBLE, [tensor], outputs=[grpc.InferRequestedOutput(o) for o in outputs], client_timeout=120
+        )
         return {o: result.as_numpy(o)[:, 0] for o in outputs}
     finally:
         client.close()
@@ -140,9 +171,13 @@ def test_the_image_answers_what_in_process_scoring_gives(container, tiny_artifac
     repository.assemble(tiny_artifacts, repo, "portable")
     expected = repository.repository_pipeline(repo)(TEXTS)
     body = json.dumps({"inputs": [{"name": C.TEXT, "datatype": "BYTES", "shape": [len(TEXTS), 1], "data": TEXTS}]})
-    reply = subprocess.run(["curl", "-sS", "-X", "POST", "--data-binary", body,
-                            f"http://{container.http}/v2/models/{C.ENSEMBLE}/infer"],
-                           capture_output=True, text=True, timeout=60, check=True)
+    reply = subprocess.run(
+        ["curl", "-sS", "-X", "POST", "--data-binary", body, f"http://{container.http}/v2/models/{C.ENSEMBLE}/infer"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
     outputs = {o["name"]: np.asarray(o["data"], np.float32) for o in json.loads(reply.stdout)["outputs"]}
     grpc = _grpc(container.grpc, TEXTS)
     for got in (outputs, grpc):
@@ -186,8 +221,11 @@ def test_a_killed_stub_heals_without_an_operator_and_the_health_status_says_so(c
         os.kill(stub, 9)
         killed = time.monotonic()
         deadline = killed + 25
-        while not (_health_failed_since(container, since) and container.health_status() == "healthy"
-                   and container.serve()["ready"]):
+        while not (
+            _health_failed_since(container, since)
+            and container.health_status() == "healthy"
+            and container.serve()["ready"]
+        ):
             assert time.monotonic() < deadline, (model, container.state().get("Health"), container.logs()[-2000:])
             time.sleep(0.5)
         assert _grpc(container.grpc, TEXTS[:1])[C.SCORE].shape == (1,)
@@ -252,7 +290,7 @@ def test_the_images_front_door_holds_against_short_deadlines_and_disconnects(ima
     clients served."""
     box = Container(image)
     try:
-        target = abuse.Target(box.http, box.grpc, f"127.0.0.1:{box.ports['HEALTH']}", KEY)
+        target = honest.Target(box.http, box.grpc, f"127.0.0.1:{box.ports['HEALTH']}", KEY)
         deadlines = abuse.deadlines(target, 60)
         disconnects = abuse.disconnects(target, 60)
         for report, least in ((deadlines, 0.9), (disconnects, 0.8)):
@@ -267,9 +305,21 @@ def test_the_images_front_door_holds_against_short_deadlines_and_disconnects(ima
 def test_an_image_without_a_repository_says_so_and_stops(image):
     """/models without the ensemble (an image built without artifacts, nothing mounted):
     serve exits at once saying what to do, instead of reporting healthy and restarting."""
-    run = _docker("run", "--rm", "--network", "host", "--read-only", "--tmpfs", "/tmp", "--tmpfs", "/models",
-                  *[f"--env=READABILITY_TRITON_{name}_PORT={free_port()}" for name in ("HTTP", "GRPC", "METRICS")],
-                  image, timeout=120, check=False)
+    run = _docker(
+        "run",
+        "--rm",
+        "--network",
+        "host",
+        "--read-only",
+        "--tmpfs",
+        "/tmp",
+        "--tmpfs",
+        "/models",
+        *[f"--env=READABILITY_TRITON_{name}_PORT={free_port()}" for name in ("HTTP", "GRPC", "METRICS")],
+        image,
+        timeout=120,
+        check=False,
+    )
     assert run.returncode == 2, run.stdout + run.stderr
     assert "/models holds no 'readability' ensemble" in run.stderr
 
@@ -293,10 +343,20 @@ def test_docker_stop_under_load_drains_and_exits_0(image):
     assert state["ExitCode"] == 0 and took < 60, (state["ExitCode"], took, logs[-3000:])
     answered = [o for o in outcomes if o[0] == "ok"]
     assert answered and all(np.allclose(scores, expected, atol=1e-6) for _, scores in answered)
-    clean = ("has no available versions", "unknown model", "failed to connect", "connection refused",
-             "unavailable", "connection reset", "server is stopping", "cancelled", "socket closed")
-    assert all(any(c in o[1].lower() for c in clean) for o in outcomes if o[0] == "refused"), \
-        {o[1] for o in outcomes if o[0] == "refused"}
+    clean = (
+        "has no available versions",
+        "unknown model",
+        "failed to connect",
+        "connection refused",
+        "unavailable",
+        "connection reset",
+        "server is stopping",
+        "cancelled",
+        "socket closed",
+    )
+    assert all(any(c in o[1].lower() for c in clean) for o in outcomes if o[0] == "refused"), {
+        o[1] for o in outcomes if o[0] == "refused"
+    }
     assert "tritonserver stopped (status 0)" in logs
     print(f"docker stop took {took:.1f} s; {len(answered)} answered, {len(outcomes) - len(answered)} refused")
 
@@ -304,14 +364,29 @@ def test_docker_stop_under_load_drains_and_exits_0(image):
 def test_the_cpu_profile_renders_and_parses_in_the_image(image):
     """The stand-in has no native backends, so the cpu profile cannot be served in it; its
     repository is assembled in the image and every config parsed with Triton's proto."""
-    script = "\n".join([
-        "import os",
-        "from readability_triton.repository import configs",
-        "from readability_triton.repository import assemble as repository",
-        "repository.assemble('/opt/readability-triton/artifacts', '/tmp/cpu', 'cpu')",
-        "for m in sorted(os.listdir('/tmp/cpu')):",
-        "    c = configs.read_config(os.path.join('/tmp/cpu', m, 'config.pbtxt'))",
-        "    print(f'{m}:{c.platform or c.backend}')"])
-    out = _docker("run", "--rm", "--network", "host", "--read-only", "--tmpfs", "/tmp", "--entrypoint", "python3",
-                  image, "-c", script).stdout
+    script = "\n".join(
+        [
+            "import os",
+            "from readability_triton.repository import configs",
+            "from readability_triton.repository import assemble as repository",
+            "repository.assemble('/opt/readability-triton/artifacts', '/tmp/cpu', 'cpu')",
+            "for m in sorted(os.listdir('/tmp/cpu')):",
+            "    c = configs.read_config(os.path.join('/tmp/cpu', m, 'config.pbtxt'))",
+            "    print(f'{m}:{c.platform or c.backend}')",
+        ]
+    )
+    out = _docker(
+        "run",
+        "--rm",
+        "--network",
+        "host",
+        "--read-only",
+        "--tmpfs",
+        "/tmp",
+        "--entrypoint",
+        "python3",
+        image,
+        "-c",
+        script,
+    ).stdout
     assert "bert:onnxruntime_onnx" in out and "forest:fil" in out and "readability:ensemble" in out, out

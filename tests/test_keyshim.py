@@ -12,17 +12,25 @@ import pytest
 from readability_triton.errors import ServerError
 from readability_triton.server import keyshim
 
-PROGRAM = ("import os, subprocess, sys; print(repr(sys.argv[1:])); "
-           "print(open('/proc/self/cmdline', 'rb').read().split(b'\\0')[1:-1]); "
-           "print(subprocess.run(['sh', '-c', 'echo \"$LD_PRELOAD|$READABILITY_TRITON_ARGS_FD\"'], "
-           "capture_output=True, text=True).stdout.strip())")
+PROGRAM = (
+    "import os, subprocess, sys; print(repr(sys.argv[1:])); "
+    "print(open('/proc/self/cmdline', 'rb').read().split(b'\\0')[1:-1]); "
+    "print(subprocess.run(['sh', '-c', 'echo \"$LD_PRELOAD|$READABILITY_TRITON_ARGS_FD\"'], "
+    "capture_output=True, text=True).stdout.strip())"
+)
 
 
 def _run(secret: list[str], env: dict | None = None) -> list[str]:
     env, fd = keyshim.launch(secret, env if env is not None else dict(os.environ))
     try:
-        done = subprocess.run(["/usr/bin/python3", "-c", PROGRAM, "visible"], env=env, pass_fds=(fd,),
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            ["/usr/bin/python3", "-c", PROGRAM, "visible"],
+            env=env,
+            pass_fds=(fd,),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
     finally:
         os.close(fd)
     assert done.returncode == 0, done.stderr

@@ -10,6 +10,7 @@
   (torch, CuPy, cuDF, ONNX Runtime, ...), never to dodge a cycle;
 - no library module is over 450 lines.
 """
+
 from __future__ import annotations
 
 import ast
@@ -19,9 +20,16 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = "readability_triton"
-TRAINING = {f"{PACKAGE}.bert.training", f"{PACKAGE}.bert.export", f"{PACKAGE}.bert.verify",
-            f"{PACKAGE}.bert.checkpoint", f"{PACKAGE}.bert.ridge_head",
-            f"{PACKAGE}.forest.training", f"{PACKAGE}.artifacts.demo", f"{PACKAGE}.artifacts.corpus"}
+TRAINING = {
+    f"{PACKAGE}.bert.training",
+    f"{PACKAGE}.bert.export",
+    f"{PACKAGE}.bert.verify",
+    f"{PACKAGE}.bert.checkpoint",
+    f"{PACKAGE}.bert.ridge_head",
+    f"{PACKAGE}.forest.training",
+    f"{PACKAGE}.artifacts.demo",
+    f"{PACKAGE}.artifacts.corpus",
+}
 
 
 def _module_name(path: str) -> str:
@@ -185,24 +193,51 @@ def test_no_private_name_crosses_a_module():
     offenders = []
     for module, path in SOURCES.items():
         tree = ast.parse(open(path, encoding="utf-8").read())
-        modules = {alias for alias, name in _project_aliases(tree).items()
-                   if any(m == name or m.endswith("." + name) for m in SOURCES)}
+        modules = {
+            alias
+            for alias, name in _project_aliases(tree).items()
+            if any(m == name or m.endswith("." + name) for m in SOURCES)
+        }
         own = _private_names(tree)
         for node in ast.walk(tree):
             if isinstance(node, ast.ImportFrom) and (node.level or (node.module or "").startswith(PACKAGE)):
-                offenders += [f"{module}: from {node.module} import {a.name}" for a in node.names
-                              if a.name.startswith("_") and not a.name.startswith("__")]
-            elif (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
-                  and isinstance(node.value, ast.Name)):
-                if node.value.id in modules or (node.value.id not in ("self", "cls", "other")
-                                                and node.attr not in own and node.attr not in STDLIB_PRIVATE):
+                offenders += [
+                    f"{module}: from {node.module} import {a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
+            elif (
+                isinstance(node, ast.Attribute)
+                and node.attr.startswith("_")
+                and not node.attr.startswith("__")
+                and isinstance(node.value, ast.Name)
+            ):
+                if node.value.id in modules or (
+                    node.value.id not in ("self", "cls", "other")
+                    and node.attr not in own
+                    and node.attr not in STDLIB_PRIVATE
+                ):
                     offenders.append(f"{module}:{node.lineno}: {node.value.id}.{node.attr}")
     assert not offenders, offenders
 
 
 #: Optional third-party packages too heavy (or absent) to import before they are needed.
-HEAVY = {"torch", "cupy", "cudf", "onnxruntime", "onnx", "onnxscript", "matplotlib", "sklearn", "treelite",
-         "transformers", "tokenizers", "tritonclient", "pandas", "triton_python_backend_utils"}
+HEAVY = {
+    "torch",
+    "cupy",
+    "cudf",
+    "onnxruntime",
+    "onnx",
+    "onnxscript",
+    "matplotlib",
+    "sklearn",
+    "treelite",
+    "transformers",
+    "tokenizers",
+    "tritonclient",
+    "pandas",
+    "triton_python_backend_utils",
+}
 
 
 def _top_level_imports(module: str) -> tuple[set[str], bool]:
@@ -282,8 +317,13 @@ def test_imports_inside_functions_only_put_off_heavy_dependencies():
 
 
 def test_no_library_module_is_over_450_lines():
-    long = {module: n for module, path in SOURCES.items() if module.startswith(PACKAGE)
-            for n in [sum(1 for _ in open(path, encoding="utf-8"))] if n > 450}
+    long = {
+        module: n
+        for module, path in SOURCES.items()
+        if module.startswith(PACKAGE)
+        for n in [sum(1 for _ in open(path, encoding="utf-8"))]
+        if n > 450
+    }
     assert not long, long
 
 
@@ -298,7 +338,7 @@ def test_every_adapter_serves_without_torch_scikit_learn_or_transformers(tiny_ar
 import sys
 for blocked in ('torch', 'sklearn', 'transformers'):
     sys.modules[blocked] = None
-sys.path[:0] = [{os.path.join(ROOT, 'tests')!r}, {os.path.join(ROOT, 'tests', 'stubs')!r}]
+sys.path[:0] = [{os.path.join(ROOT, "tests")!r}, {os.path.join(ROOT, "tests", "stubs")!r}]
 import numpy as np
 from harness import array_request, load_model, make_model_dir, text_request
 from readability_triton import contracts as C

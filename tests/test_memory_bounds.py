@@ -7,6 +7,7 @@ tritonserver of their own, the server's own bound: each python-backend /dev/shm 
 capped (`TritonServer.shm_region_limit`), so a big request that reaches the server fails
 instead of growing a region for good.
 """
+
 from __future__ import annotations
 
 import os

@@ -11,6 +11,7 @@ with KServe v2 JSON, bad requests beside good ones, a request of 64 texts. Loadi
 profile's configs is the check that every key in them is one the backend accepts.
 Skipped, saying why, where the backends were not built.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -34,9 +35,11 @@ from readability_triton.server.backends import python_forest_view
 from readability_triton.server.installation import native_backends
 
 pytestmark = pytest.mark.integration
-TEXTS = ["The cat sat on the mat. It was happy.",
-         "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor.",
-         "Ünïcödé — “quotes”, 漢字とかな, emoji 😀🚀."]
+TEXTS = [
+    "The cat sat on the mat. It was happy.",
+    "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor.",
+    "Ünïcödé — “quotes”, 漢字とかな, emoji 😀🚀.",
+]
 SELECTIONS = [None] + [list(s) for k in (1, 2, 3) for s in itertools.combinations(C.OUTPUTS, k)]
 PLATFORMS = {"onnx": "onnxruntime_onnx", "torchscript": "pytorch_libtorch"}
 
@@ -45,8 +48,10 @@ PLATFORMS = {"onnx": "onnxruntime_onnx", "torchscript": "pytorch_libtorch"}
 def native():
     path = native_backends()
     if path is None:
-        pytest.skip("Triton's native backends are not built (`make native-backends` builds them from "
-                    "../shared/third_party, or says why it cannot)")
+        pytest.skip(
+            "Triton's native backends are not built (`make native-backends` builds them from "
+            "../shared/third_party, or says why it cannot)"
+        )
     return path
 
 
@@ -104,10 +109,10 @@ def test_bad_requests_beside_good_ones(served, portable):
     calls = [lambda t=t: score_texts(server, "grpc", [t], [C.SCORE]) for t in TEXTS * 3]
     calls += [lambda b=b: score_texts(server, "grpc", [b], [C.SCORE]) for b in bad]
     results = side_by_side(calls)
-    for i, result in enumerate(results[:len(TEXTS) * 3]):
+    for i, result in enumerate(results[: len(TEXTS) * 3]):
         assert not isinstance(result, Exception), result
         np.testing.assert_allclose(result[C.SCORE][0, 0], portable[C.SCORE][i % len(TEXTS)], atol=1e-5)
-    for result in results[len(TEXTS) * 3:]:
+    for result in results[len(TEXTS) * 3 :]:
         assert isinstance(result, Failure) and ("UTF-8" in result.message or "no words" in result.message), result
 
 
@@ -123,6 +128,7 @@ def test_a_request_of_64_texts(served, portable, client):
 def test_the_view_serves_the_forest_from_the_same_checkpoint(served):
     _, server = served
     forest = os.path.join(server.repository, C.FOREST, "1", "checkpoint.tl")
-    assert os.path.islink(forest) and os.path.realpath(forest).endswith(os.path.join("repository", C.FOREST, "1",
-                                                                                      "checkpoint.tl"))
+    assert os.path.islink(forest) and os.path.realpath(forest).endswith(
+        os.path.join("repository", C.FOREST, "1", "checkpoint.tl")
+    )
     assert configs.read_config(os.path.join(server.repository, C.FOREST, "config.pbtxt")).backend == "python"

@@ -8,6 +8,7 @@ own onnxruntime backend, `platform: "onnxruntime_onnx"`, built by `make native-b
 Hugging Face's own tokens within 1e-4, and SCORE is the 0.5/0.5 blend of the two branch
 scores.
 """
+
 from __future__ import annotations
 
 import os
@@ -30,10 +31,12 @@ from readability_triton.server.backends import python_forest_view
 pytestmark = pytest.mark.integration
 
 MAX_LENGTH = 64
-TEXTS = ["The cat sat on the mat. It was happy.",
-         "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor.",
-         "Ünïcödé — “quotes”, and emoji 😀 in a sentence.",
-         "Tom ran home! Then he slept."]
+TEXTS = [
+    "The cat sat on the mat. It was happy.",
+    "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor.",
+    "Ünïcödé — “quotes”, and emoji 😀 in a sentence.",
+    "Tom ran home! Then he slept.",
+]
 
 
 @pytest.fixture(scope="module", params=["portable", "cpu"])
@@ -49,9 +52,17 @@ def chain(request, tmp_path_factory):
 
     root = tmp_path_factory.mktemp("onnx-chain")
     torch.manual_seed(3)
-    config = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=128, num_labels=1, problem_type="regression",
-                        initializer_range=0.1)  # a wider initialisation: the [CLS] state depends on the text
+    config = BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+        num_labels=1,
+        problem_type="regression",
+        initializer_range=0.1,
+    )  # a wider initialisation: the [CLS] state depends on the text
     model = BertForSequenceClassification(config).eval()
     with torch.no_grad():
         model.classifier.weight.mul_(20.0)  # scores that differ visibly between texts
@@ -59,20 +70,51 @@ def chain(request, tmp_path_factory):
     model.save_pretrained(str(checkpoint))
     write_tokenizer(minilm_directory(), str(checkpoint), MAX_LENGTH)
     artifacts = root / "artifacts"
-    assert main(["export-bert", "--checkpoint", str(checkpoint), "--format", "onnx",
-                 "--out", str(artifacts / "model.onnx"), "--max-length", str(MAX_LENGTH)]) == 0
+    assert (
+        main(
+            [
+                "export-bert",
+                "--checkpoint",
+                str(checkpoint),
+                "--format",
+                "onnx",
+                "--out",
+                str(artifacts / "model.onnx"),
+                "--max-length",
+                str(MAX_LENGTH),
+            ]
+        )
+        == 0
+    )
     texts, targets = generate_corpus(120, seed=5)
     data = write_csv(root / "train.csv", [(i, t, y) for i, (t, y) in enumerate(zip(texts, targets))])
-    assert main(["train-forest", "--data", data, "--out", str(artifacts), "--n-estimators", "8", "--max-depth", "6",
-                 "--folds", "0"]) == 0
+    assert (
+        main(
+            [
+                "train-forest",
+                "--data",
+                data,
+                "--out",
+                str(artifacts),
+                "--n-estimators",
+                "8",
+                "--max-depth",
+                "6",
+                "--folds",
+                "0",
+            ]
+        )
+        == 0
+    )
     assert sorted(n for n in os.listdir(artifacts) if n.startswith("model")) == ["model.onnx"]
     repo = root / "repository"
     repository.assemble(str(artifacts), str(repo), request.param)
     assert (repo / "bert" / "1" / "model.onnx").is_file() and not (repo / "bert" / "1" / "model.pt").exists()
     if request.param == "cpu":
         assert configs.read_config(str(repo / "bert" / "config.pbtxt")).platform == "onnxruntime_onnx"
-        server = start_server(python_forest_view(str(repo), str(root / "view")),
-                              str(root / "server.log"), native=native)
+        server = start_server(
+            python_forest_view(str(repo), str(root / "view")), str(root / "server.log"), native=native
+        )
     else:
         server = start_server(str(repo), str(root / "server.log"), str(root / "backends"))
     yield server, model, artifacts

@@ -2,6 +2,7 @@
 it at .venv/bin/perf_analyzer, scripts/perf_analyzer.sh) against the served ensemble, with the
 input file `perf-input` writes, over gRPC and HTTP; and `bench --engine both`, which runs it
 beside bench's own closed loop in one run."""
+
 from __future__ import annotations
 
 import json
@@ -35,8 +36,12 @@ def input_data(tmp_path_factory):
     path = tmp_path_factory.mktemp("perf-input") / "input.json"
     data = tmp_path_factory.mktemp("perf-data") / "texts.csv"
     data.write_text("excerpt\n" + "\n".join(f'"{t}"' for t in TEXTS) + "\n")
-    done = subprocess.run([sys.executable, "-m", "readability_triton.cli", "perf-input", "--data", str(data),
-                           "--out", str(path)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [sys.executable, "-m", "readability_triton.cli", "perf-input", "--data", str(data), "--out", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert json.loads(path.read_text())["data"][0]["TEXT"]["shape"] == [1]
     return str(path)
@@ -53,10 +58,30 @@ def test_perf_analyzer_measures_the_ensemble_without_errors(server, input_data, 
 def test_bench_runs_perf_analyzer_beside_its_own_loop(server, tmp_path):
     _binary()
     out = tmp_path / "bench.json"
-    done = subprocess.run([sys.executable, "-m", "readability_triton.cli", "bench", "--url", server.grpc_url,
-                           "--concurrency", "1", "--duration", "2", "--warmup", "0.5", "--engine", "both",
-                           "--json", str(out)], capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]})
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "readability_triton.cli",
+            "bench",
+            "--url",
+            server.grpc_url,
+            "--concurrency",
+            "1",
+            "--duration",
+            "2",
+            "--warmup",
+            "0.5",
+            "--engine",
+            "both",
+            "--json",
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PATH": os.path.dirname(sys.executable) + os.pathsep + os.environ["PATH"]},
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     (row,) = json.loads(out.read_text())["rows"]
     assert row["perf_analyzer"]["texts_per_s"] > 0 and row["texts_per_s"] > 0

@@ -4,6 +4,7 @@ through its NumPy twin, and the whole profile is served by the real tritonserver
 instances turned to KIND_CPU (the GPU kit's `--cpu-dry-run`), scoring what the `portable`
 profile scores and recording where every input arrived. On a GPU (marked `gpu`): the
 same runners on CuPy and torch CUDA."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -95,8 +96,11 @@ def test_portable_gpu_profile_serves_on_the_cpu_as_portable_does(tiny_artifacts,
     arrivals.mkdir()
     monkeypatch.setenv(ARRIVALS_ENV, str(arrivals))
     server = start_server(repo, str(tmp_path / "server.log"), str(tmp_path / "backends"))
-    texts = ["A short and easy text.", "Notwithstanding the aforementioned stipulations, the lessee pays.",
-             "The cat sat on the mat. It was warm."]
+    texts = [
+        "A short and easy text.",
+        "Notwithstanding the aforementioned stipulations, the lessee pays.",
+        "The cat sat on the mat. It was warm.",
+    ]
     try:
         got = score_texts(server, "http", texts)
     finally:

@@ -1,4 +1,5 @@
 """The postprocess model with the pb_utils stub (the real server runs it in test_server)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -8,8 +9,12 @@ from harness import array_request, load_model, make_model_dir, output
 
 
 def requests_for(*pairs):
-    return [array_request(BERT_OUTPUT=np.asarray(b, np.float32).reshape(-1, 1),
-                          FOREST_OUTPUT=np.asarray(f, np.float32).reshape(-1, 1)) for b, f in pairs]
+    return [
+        array_request(
+            BERT_OUTPUT=np.asarray(b, np.float32).reshape(-1, 1), FOREST_OUTPUT=np.asarray(f, np.float32).reshape(-1, 1)
+        )
+        for b, f in pairs
+    ]
 
 
 @pytest.fixture
@@ -33,8 +38,7 @@ def test_the_branch_scores_are_passed_on_as_leaf_outputs(model):
 
 
 def test_weights_from_parameters(tmp_path):
-    model = load_model(make_model_dir(str(tmp_path), "postprocess", profile="cpu",
-                                      bert_weight=3.0, forest_weight=1.0))
+    model = load_model(make_model_dir(str(tmp_path), "postprocess", profile="cpu", bert_weight=3.0, forest_weight=1.0))
     (response,) = model.execute(requests_for(([1.0], [-1.0])))
     assert output(response, "SCORE").tolist() == [[0.5]]
 
@@ -57,8 +61,7 @@ def test_a_malformed_request_fails_alone(model):
 
 @pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
 def test_a_non_finite_score_fails_its_own_request(model, value):
-    out = model.execute(requests_for(([1.0], [2.0]), ([0.0, value], [1.0, 1.0]), ([4.0], [0.0]),
-                                     ([1.0], [value])))
+    out = model.execute(requests_for(([1.0], [2.0]), ([0.0, value], [1.0, 1.0]), ([4.0], [0.0]), ([1.0], [value])))
     assert output(out[0], "SCORE").tolist() == [[1.5]]
     assert output(out[2], "SCORE").tolist() == [[2.0]]
     for bad, row in ((1, 1), (3, 0)):
@@ -73,8 +76,9 @@ def test_gpu_instance_reads_and_writes_through_dlpack(tmp_path):
     model = load_model(make_model_dir(str(tmp_path), "postprocess", profile="gpu"), kind="GPU")
     bert = cupy.asarray([[1.0], [2.0]], dtype=cupy.float32)
     forest = cupy.asarray([[3.0], [0.0]], dtype=cupy.float32)
-    request = pb_utils.InferenceRequest(inputs=[pb_utils.Tensor.from_dlpack("BERT_OUTPUT", bert),
-                                                pb_utils.Tensor.from_dlpack("FOREST_OUTPUT", forest)])
+    request = pb_utils.InferenceRequest(
+        inputs=[pb_utils.Tensor.from_dlpack("BERT_OUTPUT", bert), pb_utils.Tensor.from_dlpack("FOREST_OUTPUT", forest)]
+    )
     assert not request.inputs()[0].is_cpu()  # as_numpy() would raise: the model must use DLPack
     (response,) = model.execute([request])
     for tensor in response.output_tensors():

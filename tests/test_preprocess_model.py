@@ -1,4 +1,5 @@
 """The `preprocess` Triton Python model, run in-process with the pb_utils stub."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -27,13 +28,17 @@ def tokenizer_files(vocab_dir):
     return {name: os.path.join(vocab_dir, name) for name in ("vocab.txt", "tokenizer.json")}
 
 
-
-
 @pytest.fixture(scope="module")
 def model_64(vocab_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("repo")
-    model_dir = make_model_dir(str(root), contracts.PREPROCESS, profile="cpu", files=tokenizer_files(vocab_dir),
-                               max_length=64, max_text_bytes=2000)
+    model_dir = make_model_dir(
+        str(root),
+        contracts.PREPROCESS,
+        profile="cpu",
+        files=tokenizer_files(vocab_dir),
+        max_length=64,
+        max_text_bytes=2000,
+    )
     return load_model(model_dir)
 
 
@@ -80,8 +85,10 @@ def test_bad_requests_fail_alone(model_64, vocab_dir):
 
 
 def test_max_length_must_match_output_dims(vocab_dir, tmp_path):
-    model_dir = make_model_dir(str(tmp_path), contracts.PREPROCESS, profile="cpu",
-                               files=tokenizer_files(vocab_dir), max_length=32)
+    model_dir = make_model_dir(
+        str(tmp_path), contracts.PREPROCESS, profile="cpu", files=tokenizer_files(vocab_dir), max_length=32
+    )
+
     def lengthen(config) -> None:
         assert config.parameters[contracts.MAX_LENGTH].string_value == "32"
         config.parameters[contracts.MAX_LENGTH].string_value = "48"
@@ -93,8 +100,9 @@ def test_max_length_must_match_output_dims(vocab_dir, tmp_path):
 
 def test_default_max_length_is_256(vocab_dir, tmp_path):
     model_dir = make_model_dir(str(tmp_path), contracts.PREPROCESS, profile="cpu", files=tokenizer_files(vocab_dir))
-    configs.edit_config(os.path.join(model_dir, "config.pbtxt"),
-                        lambda config: config.parameters.pop(contracts.MAX_LENGTH))
+    configs.edit_config(
+        os.path.join(model_dir, "config.pbtxt"), lambda config: config.parameters.pop(contracts.MAX_LENGTH)
+    )
     model = load_model(model_dir)
     assert model.runner.max_length == contracts.DEFAULT_MAX_LENGTH == 256
     ids = output(model.execute([text_request(["hello"])])[0], contracts.INPUT_IDS)
@@ -102,8 +110,9 @@ def test_default_max_length_is_256(vocab_dir, tmp_path):
 
 
 def test_manifest_is_checked(vocab_dir, tmp_path):
-    model_dir = make_model_dir(str(tmp_path), contracts.PREPROCESS, profile="cpu",
-                               files=tokenizer_files(vocab_dir), max_length=16)
+    model_dir = make_model_dir(
+        str(tmp_path), contracts.PREPROCESS, profile="cpu", files=tokenizer_files(vocab_dir), max_length=16
+    )
     version = os.path.join(model_dir, "1")
     M.write_manifest(version, max_length=16)
     assert load_model(model_dir).runner.max_length == 16
@@ -138,8 +147,9 @@ def test_gpu_instance_without_cudf_logs_once_and_uploads_the_cpu_ids(vocab_dir, 
 
     device_module = DeviceModule()
     monkeypatch.setattr(Device, "array_module", lambda self: device_module if self.is_gpu else np)
-    model_dir = make_model_dir(str(tmp_path), contracts.PREPROCESS, profile="gpu",
-                               files=tokenizer_files(vocab_dir), max_length=16)
+    model_dir = make_model_dir(
+        str(tmp_path), contracts.PREPROCESS, profile="gpu", files=tokenizer_files(vocab_dir), max_length=16
+    )
     before = len(pb_utils.Logger.records)
     model = load_model(model_dir, kind="GPU")
     lines = [m for level, m in pb_utils.Logger.records[before:] if level == "WARNING"]
@@ -159,8 +169,9 @@ def test_gpu_instance_without_cudf_logs_once_and_uploads_the_cpu_ids(vocab_dir, 
 def test_gpu_instance_outputs_stay_on_the_gpu(vocab_dir, tmp_path, commonlit):
     import cupy
 
-    model_dir = make_model_dir(str(tmp_path), contracts.PREPROCESS, profile="gpu",
-                               files=tokenizer_files(vocab_dir), max_length=256)
+    model_dir = make_model_dir(
+        str(tmp_path), contracts.PREPROCESS, profile="gpu", files=tokenizer_files(vocab_dir), max_length=256
+    )
     model = load_model(model_dir, kind="GPU")
     groups = [commonlit.texts[:100], ["", "[SEP]", "é" * 200], commonlit.texts[100:101]]
     responses = model.execute([text_request(g) for g in groups])

@@ -9,6 +9,7 @@ evaluate without error, and each that needs no GPU must return series. A query t
 names its panel. The GPU panels (nv_gpu_*) have no series on this CPU-only server: listed.
 Skipped, saying why, where prometheus is not installed.
 """
+
 from __future__ import annotations
 
 import json
@@ -38,15 +39,22 @@ def queries() -> list[tuple[str, str]]:
     """(where, PromQL) of every panel target and of the adapter rule (its seriesQuery, and
     its metricsQuery with <<.LabelMatchers>> and <<.GroupBy>> filled in for one pod)."""
     with open(DASHBOARD, encoding="utf-8") as handle:
-        out = [(f"panel {panel['title']!r}", target["expr"]) for panel in json.load(handle)["panels"]
-               for target in panel["targets"]]
+        out = [
+            (f"panel {panel['title']!r}", target["expr"])
+            for panel in json.load(handle)["panels"]
+            for target in panel["targets"]
+        ]
     with open(ADAPTER, encoding="utf-8") as handle:
         for rule in yaml.safe_load(handle)["rules"]["custom"]:
             name = rule["name"]["as"]
             matchers = ",".join(f'{k}="{v}"' for k, v in LABELS.items())
             out.append((f"adapter rule {name} (seriesQuery)", rule["seriesQuery"]))
-            out.append((f"adapter rule {name} (metricsQuery)",
-                        rule["metricsQuery"].replace("<<.LabelMatchers>>", matchers).replace("<<.GroupBy>>", "pod")))
+            out.append(
+                (
+                    f"adapter rule {name} (metricsQuery)",
+                    rule["metricsQuery"].replace("<<.LabelMatchers>>", matchers).replace("<<.GroupBy>>", "pod"),
+                )
+            )
     return out
 
 
@@ -60,12 +68,26 @@ def prometheus(portable_server, tmp_path_factory):
     root = tmp_path_factory.mktemp("prometheus")
     server = portable_server
     port = free_port()
-    (root / "prometheus.yml").write_text(yaml.safe_dump({
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "scrape_configs": [{"job_name": "triton", "metrics_path": "/metrics",
-                            "static_configs": [{"targets": [f"127.0.0.1:{server.metrics_port}"], "labels": LABELS}]}]}))
-    command = [binary, f"--config.file={root / 'prometheus.yml'}", f"--storage.tsdb.path={root / 'tsdb'}",
-               f"--web.listen-address=127.0.0.1:{port}"]
+    (root / "prometheus.yml").write_text(
+        yaml.safe_dump(
+            {
+                "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+                "scrape_configs": [
+                    {
+                        "job_name": "triton",
+                        "metrics_path": "/metrics",
+                        "static_configs": [{"targets": [f"127.0.0.1:{server.metrics_port}"], "labels": LABELS}],
+                    }
+                ],
+            }
+        )
+    )
+    command = [
+        binary,
+        f"--config.file={root / 'prometheus.yml'}",
+        f"--storage.tsdb.path={root / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+    ]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=open(root / "prometheus.log", "wb"))
     try:
         deadline = time.monotonic() + 30

@@ -1,6 +1,7 @@
 """What differs between Triton releases (`triton.releases`): the pins of the image, the
 check that fails a build whose numpy the stub cannot take, and the configs `assemble
 --triton-version` renders for 24.10 and 25.09+, all parsed with Triton's own proto."""
+
 from __future__ import annotations
 
 import os
@@ -85,16 +86,23 @@ def test_the_build_check_reads_the_stub_in_the_image(tmp_path):
 
 def _module(*args, cwd=ROOT):
     # -S: no site-packages, so the module runs as the Dockerfile runs it, before any install.
-    return subprocess.run([sys.executable, "-S", "-m", "readability_triton.repository.releases", *args],
-                          cwd=cwd, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-S", "-m", "readability_triton.repository.releases", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 @pytest.mark.parametrize("profile", PROFILES)
 @pytest.mark.parametrize("version", ["24.10", "26.08"])
 def test_what_the_dockerfile_asks_runs_on_the_standard_library_alone(version, profile):
     r = releases.release(version)
-    got = {what: _module(what, "--triton-version", version, "--profile", profile) for what in
-           ("numpy", "requirements", "optional", "extras")}
+    got = {
+        what: _module(what, "--triton-version", version, "--profile", profile)
+        for what in ("numpy", "requirements", "optional", "extras")
+    }
     assert all(p.returncode == 0 for p in got.values()), {k: p.stderr for k, p in got.items()}
     assert got["numpy"].stdout.split() == [r.numpy]
     assert got["requirements"].stdout.split() == r.requirements(profile)
@@ -144,9 +152,25 @@ def test_only_the_forest_config_differs_between_releases():
 
 def test_assemble_for_a_release(tiny_artifacts, tmp_path):
     out = tmp_path / "repo"
-    result = subprocess.run([sys.executable, "-m", "readability_triton.cli", "assemble", "--profile", "cpu",
-                             "--artifacts", tiny_artifacts, "--out", str(out), "--triton-version", "26.08"],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "readability_triton.cli",
+            "assemble",
+            "--profile",
+            "cpu",
+            "--artifacts",
+            tiny_artifacts,
+            "--out",
+            str(out),
+            "--triton-version",
+            "26.08",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr
     assert "for Triton 26.08" in result.stdout
     forest = (out / C.FOREST / "config.pbtxt").read_text()
@@ -161,8 +185,10 @@ def test_setup_cfg_gpu_extras_hold_the_releases_pins():
 
     config = configparser.ConfigParser()
     config.read(os.path.join(ROOT, "setup.cfg"))
-    extras = {name: {line.strip() for line in value.splitlines() if line.strip()}
-              for name, value in config["options.extras_require"].items()}
+    extras = {
+        name: {line.strip() for line in value.splitlines() if line.strip()}
+        for name, value in config["options.extras_require"].items()
+    }
     for version in ("24.10", "26.08"):
         r = releases.release(version)
         assert set(r.requirements("gpu")[1:] + r.optional("gpu")) <= extras[r.gpu_extra], version

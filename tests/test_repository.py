@@ -1,5 +1,6 @@
 """`assemble`: complete repositories for every profile, and refusal of artifacts that do
 not fit; the native (libtorch, FIL) artifacts load the way those backends load them."""
+
 from __future__ import annotations
 
 import json
@@ -45,8 +46,9 @@ def test_assembled_repository_is_complete(tiny_artifacts, tmp_path, profile):
             assert (out / model / "1" / name).is_file(), f"{model}/1/{name}"
     # the set holds both BERT formats: portable-gpu serves TorchScript (torch on CUDA), the
     # others ONNX (portable in ONNX Runtime, in a Python model)
-    want = {"portable-gpu": ["model.pt", "model.py"], "portable": ["model.onnx", "model.py"]}.get(profile,
-                                                                                                  ["model.onnx"])
+    want = {"portable-gpu": ["model.pt", "model.py"], "portable": ["model.onnx", "model.py"]}.get(
+        profile, ["model.onnx"]
+    )
     assert sorted(p.name for p in (out / "bert" / "1").glob("model.*")) == want
     # portable-gpu: the forest's arrays for the CuPy tree walk, from the copied checkpoint
     assert (out / "forest" / "1" / "forest_arrays.npz").is_file() == (profile == "portable-gpu")
@@ -73,8 +75,9 @@ def test_native_artifacts_load_like_their_backends(tiny_artifacts, tmp_path, ber
         import onnxruntime
 
         assert bert.platform == "onnxruntime_onnx"
-        session = onnxruntime.InferenceSession(str(out / "bert" / "1" / "model.onnx"),
-                                               providers=["CPUExecutionProvider"])
+        session = onnxruntime.InferenceSession(
+            str(out / "bert" / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
+        )
         assert [i.name for i in session.get_inputs()] == [t.name for t in bert.input]
         assert [o.name for o in session.get_outputs()] == [t.name for t in bert.output]
         (result,) = session.run(None, {t.name: a for t, a in zip(bert.input, inputs)})
@@ -141,11 +144,29 @@ def test_refuses_to_overwrite_and_bad_options(tiny_artifacts, tmp_path):
 
 def test_assemble_cli(tiny_artifacts, tmp_path, capsys):
     out = tmp_path / "repo"
-    assert cli.main(["assemble", "--profile", "hybrid", "--artifacts", tiny_artifacts, "--out", str(out),
-                     "--bert-weight", "0.25", "--forest-weight", "0.75"]) == 0
+    assert (
+        cli.main(
+            [
+                "assemble",
+                "--profile",
+                "hybrid",
+                "--artifacts",
+                tiny_artifacts,
+                "--out",
+                str(out),
+                "--bert-weight",
+                "0.25",
+                "--forest-weight",
+                "0.75",
+            ]
+        )
+        == 0
+    )
     post = parse(out / "postprocess" / "config.pbtxt")
     assert float(post.parameters[C.BERT_WEIGHT].string_value) == 0.25
     assert "assembled profile 'hybrid'" in capsys.readouterr().out
-    assert cli.main(["assemble", "--profile", "cpu", "--artifacts", str(tmp_path / "none"),
-                     "--out", str(tmp_path / "r")]) == 2
+    assert (
+        cli.main(["assemble", "--profile", "cpu", "--artifacts", str(tmp_path / "none"), "--out", str(tmp_path / "r")])
+        == 2
+    )
     assert "no such artifact folder" in capsys.readouterr().err

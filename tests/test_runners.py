@@ -1,6 +1,7 @@
 """Every runner meets `runners.Runner` the same way: `FILES` from `layout`, a `from_folder`
 classmethod, `describe` and `__call__` (checked on the classes, and on instances built from
 a real artifact set)."""
+
 from __future__ import annotations
 
 import inspect
@@ -27,8 +28,12 @@ def test_every_runner_declares_its_files_and_the_same_methods(runner):
 
 
 def test_runners_built_from_a_set_are_runners(tiny_artifacts):
-    built = [TokenizerRunner.from_folder(tiny_artifacts, 64), FeatureRunner.from_folder(tiny_artifacts),
-             GTILRunner.from_folder(tiny_artifacts), OnnxRunner.from_folder(tiny_artifacts),
-             TorchScriptRunner.from_folder(tiny_artifacts)]
+    built = [
+        TokenizerRunner.from_folder(tiny_artifacts, 64),
+        FeatureRunner.from_folder(tiny_artifacts),
+        GTILRunner.from_folder(tiny_artifacts),
+        OnnxRunner.from_folder(tiny_artifacts),
+        TorchScriptRunner.from_folder(tiny_artifacts),
+    ]
     for runner in built:
         assert isinstance(runner, Runner) and runner.describe()

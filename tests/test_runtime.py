@@ -1,5 +1,6 @@
 """What every Python model runs on: reading requests (`triton.requests`), one pass and the
 responses split back (`triton.responses`), request errors versus the server's."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -117,8 +118,12 @@ def test_read_array_requests_refuses_non_finite_rows_per_request():
         array_request(A=[[5.0]], B=[[np.inf]]),
         array_request(A=[[7.0]], B=[[8.0]]),
     ]
-    requests = [pb_utils.InferenceRequest(inputs=[pb_utils.Tensor(t.name(), t.as_numpy().astype(np.float32))
-                                                  for t in r.inputs()]) for r in requests]
+    requests = [
+        pb_utils.InferenceRequest(
+            inputs=[pb_utils.Tensor(t.name(), t.as_numpy().astype(np.float32)) for t in r.inputs()]
+        )
+        for r in requests
+    ]
     batch = runtime_requests.read_array_requests(pb_utils, requests, ("A", "B"), np, dims, finite=True)
     assert batch.counts == [2, 0, 0, 1] and set(batch.errors) == {1, 2}
     assert "row 1 of the request holds NaN or infinity" in batch.errors[1][0]
@@ -131,14 +136,19 @@ def test_read_array_requests_refuses_non_finite_rows_per_request():
 
 def test_run_batch_answers_a_failing_pass_of_an_array_model_with_internal():
     dims = {"A": (1,)}
-    requests = [array_request(A=np.array([[1.0]], np.float32)), array_request(A=np.array([[-1.0]], np.float32)),
-                array_request(A=np.array([[2.0], [3.0]], np.float32))]
+    requests = [
+        array_request(A=np.array([[1.0]], np.float32)),
+        array_request(A=np.array([[-1.0]], np.float32)),
+        array_request(A=np.array([[2.0], [3.0]], np.float32)),
+    ]
 
     def compute(inputs):
         if (inputs["A"] < 0).any():
-            raise RuntimeError("The following operation failed in the TorchScript interpreter.\n"
-                               "Traceback of TorchScript (most recent call last):\n  File \"code\", line 9\n"
-                               "RuntimeError: index out of range in self")
+            raise RuntimeError(
+                "The following operation failed in the TorchScript interpreter.\n"
+                'Traceback of TorchScript (most recent call last):\n  File "code", line 9\n'
+                "RuntimeError: index out of range in self"
+            )
         return {"B": inputs["A"] * 2}
 
     batch = runtime_requests.read_array_requests(pb_utils, requests, ("A",), np, dims)
@@ -150,9 +160,15 @@ def test_run_batch_answers_a_failing_pass_of_an_array_model_with_internal():
 
 
 def test_texts_without_words_are_refused_only_when_asked():
-    requests = [text_request(["A good text."]), text_request(["fine", ""]), text_request(["   \t\n"]),
-                text_request(["!!! ... ?"]), text_request(["\x00\x01"]), text_request(["😀"]),
-                text_request(["don't"])]
+    requests = [
+        text_request(["A good text."]),
+        text_request(["fine", ""]),
+        text_request(["   \t\n"]),
+        text_request(["!!! ... ?"]),
+        text_request(["\x00\x01"]),
+        text_request(["😀"]),
+        text_request(["don't"]),
+    ]
     batch = runtime_requests.read_text_requests(pb_utils, requests, require_words=True)
     assert set(batch.errors) == {1, 2, 3, 4}
     assert batch.errors[1][0].startswith("text 1 of the request holds no words")
@@ -186,8 +202,7 @@ def test_input_array_never_calls_as_numpy_on_a_gpu_tensor():
 
 
 def test_parameters():
-    config = {"parameters": {"A": {"string_value": "3"}, "B": {"string_value": "x"},
-                             "W": {"string_value": "0.25"}}}
+    config = {"parameters": {"A": {"string_value": "3"}, "B": {"string_value": "x"}, "W": {"string_value": "0.25"}}}
     params = runtime.parameters(config)
     assert runtime.int_parameter(params, "A", 1) == 3
     assert runtime.int_parameter(params, "MISSING", 7) == 7
@@ -196,8 +211,7 @@ def test_parameters():
     with pytest.raises(ValueError, match="at least 5"):
         runtime.int_parameter(params, "A", 1, minimum=5)
     assert runtime.float_parameter(params, "W", 0.5) == 0.25
-    assert runtime.instance_device({"model_instance_kind": "GPU", "model_instance_device_id": "1"}) == \
-        Device("gpu", 1)
+    assert runtime.instance_device({"model_instance_kind": "GPU", "model_instance_device_id": "1"}) == Device("gpu", 1)
     assert runtime.instance_device({"model_instance_kind": "CPU"}).array_module() is np
 
 
@@ -230,9 +244,14 @@ def test_python_model_reads_its_config_and_checks_the_runner_against_it(tmp_path
     from harness import config_json, make_model_dir
 
     model_dir = make_model_dir(str(tmp_path), "postprocess", profile="cpu")
-    args = {"model_config": config_json(f"{model_dir}/config.pbtxt"), "model_instance_kind": "CPU",
-            "model_instance_device_id": "0", "model_repository": model_dir, "model_version": "1",
-            "model_name": "postprocess"}
+    args = {
+        "model_config": config_json(f"{model_dir}/config.pbtxt"),
+        "model_instance_kind": "CPU",
+        "model_instance_device_id": "0",
+        "model_repository": model_dir,
+        "model_version": "1",
+        "model_name": "postprocess",
+    }
     model = runtime.PythonModel(pb_utils, args, finite=True)
     assert [name for name, _, _ in model.inputs] == ["BERT_OUTPUT", "FOREST_OUTPUT"]
     assert model.output_names == ["SCORE", "BERT_SCORE", "FOREST_SCORE"] and not model.text_input
@@ -243,7 +262,8 @@ def test_python_model_reads_its_config_and_checks_the_runner_against_it(tmp_path
         model.expect_inputs(["FOREST_OUTPUT", "BERT_OUTPUT"])
     with pytest.raises(RuntimeError, match="returned 1 arrays for the outputs"):
         model._outputs(np.zeros((1, 1)))
-    out = model.execute([array_request(BERT_OUTPUT=np.ones((2, 1), np.float32),
-                                       FOREST_OUTPUT=np.zeros((2, 1), np.float32))],
-                        lambda bert, forest: (bert + forest, bert, forest))
+    out = model.execute(
+        [array_request(BERT_OUTPUT=np.ones((2, 1), np.float32), FOREST_OUTPUT=np.zeros((2, 1), np.float32))],
+        lambda bert, forest: (bert + forest, bert, forest),
+    )
     assert out[0].output_tensors()[0].as_numpy().tolist() == [[1.0], [1.0]]

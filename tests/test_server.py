@@ -1,5 +1,6 @@
 """Integration: the assembled `portable` repository served by a real tritonserver (the
 binary of the nvidia-pytriton wheel), queried over HTTP and gRPC."""
+
 from __future__ import annotations
 
 import signal
@@ -30,7 +31,7 @@ BATCH_WINDOW_US = 200_000
 TEXTS = [
     "The cat sat on the mat. It was happy.",
     "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor.",
-    "Don't panic... \"Mr. Smith’s dog-house,\" she said!",
+    'Don\'t panic... "Mr. Smith’s dog-house," she said!',
     "Ünïcödé — “quotes”, 漢字とかな, עברית, emoji 😀🚀 and a very long wordddddddddddddddddddddddd.",
     "word " * 300,
 ]
@@ -40,6 +41,7 @@ TEXTS = [
 def repo(tiny_artifacts, tmp_path_factory):
     out = tmp_path_factory.mktemp("served") / "repository"
     repository.assemble(tiny_artifacts, str(out), "portable", max_text_bytes=MAX_TEXT_BYTES)
+
     # A long batching window on the two text steps, so that requests sent together are
     # certain to share execute() calls (the production window is 1 ms: too short to rely on).
     def widen(config) -> None:
@@ -71,8 +73,14 @@ def expected(tiny_artifacts):
         ids, mask = pipeline.tokenizer(texts)
         features = pipeline.features(texts)
         bert, forest = pipeline.bert(ids, mask).reshape(-1), pipeline.forest(features).reshape(-1)
-        return {"ids": ids, "mask": mask, "features": features, "bert": bert, "forest": forest,
-                "score": scoring.blend(bert, forest, *pipeline.weights)}
+        return {
+            "ids": ids,
+            "mask": mask,
+            "features": features,
+            "bert": bert,
+            "forest": forest,
+            "score": scoring.blend(bert, forest, *pipeline.weights),
+        }
 
     return compute
 
@@ -107,8 +115,9 @@ def test_ensemble_scores_equal_the_in_process_computation(server, expected, prot
     # SCORE: the set's fitted weights, served by postprocess and used in process alike
     weights = served_weights(server.repository)
     assert weights == load_manifest(server.repository + "/" + C.BERT + "/1").blend_weights != (0.5, 0.5)
-    np.testing.assert_array_equal(outputs[C.SCORE], scoring.blend(outputs[C.BERT_SCORE], outputs[C.FOREST_SCORE],
-                                                                   *weights))
+    np.testing.assert_array_equal(
+        outputs[C.SCORE], scoring.blend(outputs[C.BERT_SCORE], outputs[C.FOREST_SCORE], *weights)
+    )
     assert all(v.dtype == np.float32 and v.shape == (len(TEXTS),) for v in outputs.values())
 
 
@@ -171,9 +180,13 @@ def test_a_bad_request_among_good_ones_fails_alone(server, expected):
         payloads.insert(index, payload)
     before = {m: _stats(server.http_url, m) for m in (C.VALIDATE, C.FEATURIZE)}
     results = _infer_concurrently(server.http_url, payloads)
-    after = settled(lambda: {m: _stats(server.http_url, m) for m in (C.VALIDATE, C.FEATURIZE)},
-                    lambda now: now[C.VALIDATE][0] - before[C.VALIDATE][0] >= len(payloads)
-                    and now[C.FEATURIZE][0] - before[C.FEATURIZE][0] >= len(good))
+    after = settled(
+        lambda: {m: _stats(server.http_url, m) for m in (C.VALIDATE, C.FEATURIZE)},
+        lambda now: (
+            now[C.VALIDATE][0] - before[C.VALIDATE][0] >= len(payloads)
+            and now[C.FEATURIZE][0] - before[C.FEATURIZE][0] >= len(good)
+        ),
+    )
     mean = expected(good)["score"]
     goods = iter(range(len(good)))
     for index, result in enumerate(results):
@@ -198,8 +211,11 @@ def test_metrics_endpoint(server):
             return reply.read().decode()
 
     def successes(text):
-        return [float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
-                if line.startswith("nv_inference_request_success") and f'model="{C.ENSEMBLE}"' in line]
+        return [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("nv_inference_request_success") and f'model="{C.ENSEMBLE}"' in line
+        ]
 
     text = settled(read, lambda text: sum(successes(text)) >= 1)
     assert successes(text) and successes(text)[0] >= 1
@@ -207,17 +223,34 @@ def test_metrics_endpoint(server):
 
 
 def _cli(*args, **kw):
-    return subprocess.run([sys.executable, "-m", "readability_triton.cli", *args], capture_output=True,
-                          text=True, timeout=120, **kw)
+    return subprocess.run(
+        [sys.executable, "-m", "readability_triton.cli", *args], capture_output=True, text=True, timeout=120, **kw
+    )
 
 
 def test_serve_and_score_commands(repo, tmp_path, expected):
     ports = [free_port() for _ in range(3)]
     serve = subprocess.Popen(
-        [sys.executable, "-m", "readability_triton.cli", "serve", "--repository", repo,
-         "--http-port", str(ports[0]), "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2]),
-         "--log-file", str(tmp_path / "serve.log")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-m",
+            "readability_triton.cli",
+            "serve",
+            "--repository",
+            repo,
+            "--http-port",
+            str(ports[0]),
+            "--grpc-port",
+            str(ports[1]),
+            "--metrics-port",
+            str(ports[2]),
+            "--log-file",
+            str(tmp_path / "serve.log"),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 240
         client = ReadabilityClient(f"127.0.0.1:{ports[0]}")
@@ -235,9 +268,10 @@ def test_serve_and_score_commands(repo, tmp_path, expected):
         assert [float(line.split()[-1]) for line in lines] == pytest.approx(mean.tolist(), abs=1e-3)
 
         csv_in, csv_out = tmp_path / "in.csv", tmp_path / "out.csv"
-        csv_in.write_text("id,excerpt\n1," + texts[0] + "\n2,\"" + texts[1] + "\"\n")
-        result = _cli("score", "--csv", str(csv_in), "--out", str(csv_out), "--protocol", "grpc",
-                      "--url", f"127.0.0.1:{ports[1]}")
+        csv_in.write_text("id,excerpt\n1," + texts[0] + '\n2,"' + texts[1] + '"\n')
+        result = _cli(
+            "score", "--csv", str(csv_in), "--out", str(csv_out), "--protocol", "grpc", "--url", f"127.0.0.1:{ports[1]}"
+        )
         assert result.returncode == 0, result.stderr
         rows = csv_out.read_text().strip().splitlines()
         assert rows[0] == "text,score,bert_score,forest_score" and len(rows) == 3
@@ -270,8 +304,9 @@ def test_evaluate_through_the_server_equals_the_artifacts(server, tiny_artifacts
     with open(data, "w", newline="", encoding="utf-8") as handle:
         csv.writer(handle).writerows([("excerpt", "target"), *zip(texts, targets.tolist())])
     for url, protocol in ((server.http_url, "http"), (server.grpc_url, "grpc")):
-        result = _cli("evaluate", "--url", url, "--protocol", protocol, "--data", str(data), "--json",
-                      "--batch-size", "3")
+        result = _cli(
+            "evaluate", "--url", url, "--protocol", protocol, "--data", str(data), "--json", "--batch-size", "3"
+        )
         assert result.returncode == 0, result.stderr
         report = json.loads(result.stdout)
         local = Pipeline.from_folder(tiny_artifacts)(texts)
@@ -337,8 +372,7 @@ def test_stop_says_when_the_server_did_not_answer_ready_and_was_stopped_without_
         assert code == -signal.SIGTERM and time.monotonic() - started < 10
         report = server.last_stop
         assert not report["drained"]
-        assert report["error"] == ("it did not answer /v2/health/ready within 0.5 s, so it was stopped without "
-                                   "a drain")
+        assert report["error"] == ("it did not answer /v2/health/ready within 0.5 s, so it was stopped without a drain")
     finally:
         silent.close()
         if stand_in.poll() is None:

@@ -1,5 +1,6 @@
 """The server launcher, the health check and the client's retries, without a server (the
 real server runs them in test_faults.py)."""
+
 from __future__ import annotations
 
 import pytest
@@ -60,28 +61,40 @@ def test_dead_stub_models_are_read_from_the_error():
     assert H.dead_stub_models("text 0 of the request is not valid UTF-8") == []
 
 
-@pytest.mark.parametrize("exc, transient", [
-    (InferenceServerException("Stub process 'featurize_0_0' is not healthy.", status="500"), True),
-    (InferenceServerException("Request for unknown model: 'readability' has no available versions",
-                              status="StatusCode.NOT_FOUND"), True),
-    (InferenceServerException("failed to connect to all addresses", status="StatusCode.UNAVAILABLE"), True),
-    (ConnectionRefusedError(111, "Connection refused"), True),
-    (InferenceServerException("text 0 of the request is not valid UTF-8", status="StatusCode.INVALID_ARGUMENT"),
-     False),
-    (InferenceServerException("text 0 of the request holds no words", status="400"), False),
-    (ValueError("something else"), False),
-])
+@pytest.mark.parametrize(
+    "exc, transient",
+    [
+        (InferenceServerException("Stub process 'featurize_0_0' is not healthy.", status="500"), True),
+        (
+            InferenceServerException(
+                "Request for unknown model: 'readability' has no available versions", status="StatusCode.NOT_FOUND"
+            ),
+            True,
+        ),
+        (InferenceServerException("failed to connect to all addresses", status="StatusCode.UNAVAILABLE"), True),
+        (ConnectionRefusedError(111, "Connection refused"), True),
+        (
+            InferenceServerException("text 0 of the request is not valid UTF-8", status="StatusCode.INVALID_ARGUMENT"),
+            False,
+        ),
+        (InferenceServerException("text 0 of the request holds no words", status="400"), False),
+        (ValueError("something else"), False),
+    ],
+)
 def test_only_transient_failures_are_retried(exc, transient):
     assert is_transient(exc) is transient
 
 
-@pytest.mark.parametrize("message, busy", [
-    ("in ensemble 'readability', busy: 9 requests are waiting inside the pipeline (the limit is 8)", True),
-    ("in ensemble 'readability', Request timeout expired", True),
-    ("[request id: <id_unknown>] Exceeds maximum queue size", True),
-    ("Stub process 'featurize_0_0' is not healthy.", False),
-    ("text 0 of the request is not valid UTF-8", False),
-])
+@pytest.mark.parametrize(
+    "message, busy",
+    [
+        ("in ensemble 'readability', busy: 9 requests are waiting inside the pipeline (the limit is 8)", True),
+        ("in ensemble 'readability', Request timeout expired", True),
+        ("[request id: <id_unknown>] Exceeds maximum queue size", True),
+        ("Stub process 'featurize_0_0' is not healthy.", False),
+        ("text 0 of the request is not valid UTF-8", False),
+    ],
+)
 def test_a_full_server_is_told_apart_and_its_refusals_are_retried(message, busy):
     exc = InferenceServerException(message, status="StatusCode.UNAVAILABLE" if busy else "400")
     assert is_busy(exc) is busy
@@ -149,9 +162,15 @@ def test_the_gate_measures_how_long_requests_have_lately_waited():
     from readability_triton.stub.admission import Admission
 
     clock, state = [0.0], {"pending": 2, "queue_us": 0, "success": 0}
-    gate = Admission(0, 10.0, ["bert"], url="http://m", refresh=0.0, clock=lambda: clock[0],
-                     fetch=lambda url: _metrics({"bert": state["pending"]}, {"bert": state["queue_us"]},
-                                                {"bert": state["success"]}))
+    gate = Admission(
+        0,
+        10.0,
+        ["bert"],
+        url="http://m",
+        refresh=0.0,
+        clock=lambda: clock[0],
+        fetch=lambda url: _metrics({"bert": state["pending"]}, {"bert": state["queue_us"]}, {"bert": state["success"]}),
+    )
     assert gate.busy() is None
     for _ in range(4):  # 1-text requests: 5 answered a second after waiting 0.4 s each
         clock[0] += 1.0
@@ -177,9 +196,17 @@ def test_a_burst_after_a_long_idle_spell_is_not_taken_for_a_stuck_step():
     from readability_triton.stub.admission import Admission
 
     clock, state = [0.0], {"pending": 0, "queue_us": 5_000_000, "success": 40}
-    gate = Admission(0, 10.0, ["featurize"], url="http://m", refresh=0.0, clock=lambda: clock[0],
-                     fetch=lambda url: _metrics({"featurize": state["pending"]}, {"featurize": state["queue_us"]},
-                                                {"featurize": state["success"]}))
+    gate = Admission(
+        0,
+        10.0,
+        ["featurize"],
+        url="http://m",
+        refresh=0.0,
+        clock=lambda: clock[0],
+        fetch=lambda url: _metrics(
+            {"featurize": state["pending"]}, {"featurize": state["queue_us"]}, {"featurize": state["success"]}
+        ),
+    )
     assert gate.busy() is None
     clock[0] += 500.0  # the watcher slept: nothing arrived for 500 s
     state["pending"] = 1  # a burst: the first request waits at featurize, none answered yet
@@ -218,8 +245,13 @@ def test_model_control_failures_are_server_errors(tmp_path):
     threading.Thread(target=close_every_connection, daemon=True).start()
     closing = S.TritonServer(str(tmp_path), http_port=listener.getsockname()[1], admin_key="k")
     try:
-        for call in (closing.model_states, lambda: closing.unload("bert"), lambda: closing.load("bert"),
-                     closing.execution_counts, closing.ensemble_steps):
+        for call in (
+            closing.model_states,
+            lambda: closing.unload("bert"),
+            lambda: closing.load("bert"),
+            closing.execution_counts,
+            closing.ensemble_steps,
+        ):
             with pytest.raises(S.ServerError):
                 call()
     finally:

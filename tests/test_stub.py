@@ -1,5 +1,6 @@
 """The pb_utils stub behaves like the real module where the models depend on it
 (observed on Triton 2.51's python backend; the integration tests run the real one)."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -18,10 +19,19 @@ def test_pure_python_helpers_are_the_real_ones():
 
 
 def test_triton_error_codes_and_not_an_exception():
-    assert [int(c) for c in (pb_utils.TritonError.UNKNOWN, pb_utils.TritonError.INTERNAL,
-                             pb_utils.TritonError.NOT_FOUND, pb_utils.TritonError.INVALID_ARG,
-                             pb_utils.TritonError.UNAVAILABLE, pb_utils.TritonError.UNSUPPORTED,
-                             pb_utils.TritonError.ALREADY_EXISTS, pb_utils.TritonError.CANCELLED)] == list(range(8))
+    assert [
+        int(c)
+        for c in (
+            pb_utils.TritonError.UNKNOWN,
+            pb_utils.TritonError.INTERNAL,
+            pb_utils.TritonError.NOT_FOUND,
+            pb_utils.TritonError.INVALID_ARG,
+            pb_utils.TritonError.UNAVAILABLE,
+            pb_utils.TritonError.UNSUPPORTED,
+            pb_utils.TritonError.ALREADY_EXISTS,
+            pb_utils.TritonError.CANCELLED,
+        )
+    ] == list(range(8))
     error = pb_utils.TritonError("bad")
     assert error.code() == pb_utils.TritonError.INTERNAL and error.message() == "bad"
     assert not isinstance(error, BaseException)
@@ -64,8 +74,11 @@ class _Producer:
 
     def __dlpack__(self, stream=None):
         self.streams.append(stream)
-        capsule = np.ascontiguousarray(self.array).__dlpack__() if self.array.flags.c_contiguous else \
-            torch.from_numpy(self.array).__dlpack__()  # torch exports the strides of a non-contiguous view
+        capsule = (
+            np.ascontiguousarray(self.array).__dlpack__()
+            if self.array.flags.c_contiguous
+            else torch.from_numpy(self.array).__dlpack__()
+        )  # torch exports the strides of a non-contiguous view
         if self.device_type == 2:
             pb_utils._mark_cuda(capsule)
         elif self.device_type == 3:

@@ -2,6 +2,7 @@
 gone, a step that makes no progress with work queued, a wrong canary, a model gone) and
 what is not (a slow or shed canary under load). The real server runs it in
 test_supervision_served.py."""
+
 from __future__ import annotations
 
 import pytest
@@ -53,10 +54,14 @@ class FakeServer:
 def world(monkeypatch):
     """A fake server, its stubs (pid -> instance; `dead` holds the gone ones) and the
     canary's next answers."""
-    state = {"stubs": {100: {11: "featurize_0_0", 12: "bert_0_0"}, 201: {21: "featurize_0_0", 22: "bert_0_0"}},
-             "dead": set(), "answers": []}
-    monkeypatch.setattr(H, "python_stubs", lambda pid: {p: i for p, i in state["stubs"].get(pid, {}).items()
-                                                        if p not in state["dead"]})
+    state = {
+        "stubs": {100: {11: "featurize_0_0", 12: "bert_0_0"}, 201: {21: "featurize_0_0", 22: "bert_0_0"}},
+        "dead": set(),
+        "answers": [],
+    }
+    monkeypatch.setattr(
+        H, "python_stubs", lambda pid: {p: i for p, i in state["stubs"].get(pid, {}).items() if p not in state["dead"]}
+    )
     monkeypatch.setattr(H, "alive", lambda pid: pid not in state["dead"])
     monkeypatch.setattr(H, "reap_zombies", lambda keep=(): [])
 
@@ -83,9 +88,11 @@ def rounds(supervisor, n=2):
 
 def test_a_slow_or_shed_canary_under_load_is_not_evidence(world):
     server, supervisor, state = world
-    state["answers"] = [H.Probe("busy", "in ensemble 'readability', Request timeout expired", 60.0),
-                        H.Probe(H.classify("busy: 9 requests are waiting"), "busy: 9 requests are waiting", 0.01),
-                        H.Probe(H.classify("[StatusCode.DEADLINE_EXCEEDED] Deadline Exceeded"), "deadline", 60.0)]
+    state["answers"] = [
+        H.Probe("busy", "in ensemble 'readability', Request timeout expired", 60.0),
+        H.Probe(H.classify("busy: 9 requests are waiting"), "busy: 9 requests are waiting", 0.01),
+        H.Probe(H.classify("[StatusCode.DEADLINE_EXCEEDED] Deadline Exceeded"), "deadline", 60.0),
+    ]
     server.pending = {"bert": 40}
     for _ in range(3):
         assert rounds(supervisor) == []
@@ -101,8 +108,9 @@ def test_a_dead_stub_is_evidence_and_the_restart_drains_without_waiting_for_it(w
     assert supervisor.check_once() == "restart"
     assert supervisor.check_once() is None
     assert server.starts == 1
-    assert server.stops == [{"drain": True, "drain_timeout": supervisor.drain_timeout, "timeout": 5,
-                             "abandon": ["featurize"]}]
+    assert server.stops == [
+        {"drain": True, "drain_timeout": supervisor.drain_timeout, "timeout": 5, "abandon": ["featurize"]}
+    ]
     assert supervisor.status()["ready"] and supervisor.restarts == 1
     assert [kind for _, kind, _ in supervisor.events][:2] == ["unhealthy", "restart"]
 
@@ -155,14 +163,17 @@ def test_a_server_that_died_is_restarted_without_a_drain(world):
     assert server.stops[0]["drain"] is False and server.starts == 1
 
 
-@pytest.mark.parametrize("message, kind", [
-    ("in ensemble 'readability', Stub process 'featurize_0_0' is not healthy.", "dead"),
-    ("Request for unknown model: 'readability' is not found", "missing"),
-    ("in ensemble 'readability', Request timeout expired", "busy"),
-    ("in ensemble 'readability', busy: 9 requests are waiting inside the pipeline", "busy"),
-    ("[StatusCode.DEADLINE_EXCEEDED] Deadline Exceeded", "busy"),
-    ("failed to connect to all addresses; connection refused", "down"),
-])
+@pytest.mark.parametrize(
+    "message, kind",
+    [
+        ("in ensemble 'readability', Stub process 'featurize_0_0' is not healthy.", "dead"),
+        ("Request for unknown model: 'readability' is not found", "missing"),
+        ("in ensemble 'readability', Request timeout expired", "busy"),
+        ("in ensemble 'readability', busy: 9 requests are waiting inside the pipeline", "busy"),
+        ("[StatusCode.DEADLINE_EXCEEDED] Deadline Exceeded", "busy"),
+        ("failed to connect to all addresses; connection refused", "down"),
+    ],
+)
 def test_what_a_failed_canary_means(message, kind):
     assert H.classify(message) == kind
     assert H.Probe(kind, message, 0.0).evidence == (kind in ("dead", "missing"))

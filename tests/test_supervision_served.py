@@ -8,6 +8,7 @@
 - kill -9 of tritonserver under load: serve restarts it and no stub or segment of the old
   one is left.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,11 +49,30 @@ class Serve:
         self.ports = [free_port() for _ in range(4)]
         self.log_file = str(tmp_path / "tritonserver.log")
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "readability_triton.cli", "serve", "--repository", repo,
-             "--http-port", str(self.ports[0]), "--grpc-port", str(self.ports[1]),
-             "--metrics-port", str(self.ports[2]), "--health-port", str(self.ports[3]),
-             "--log-file", self.log_file, *extra],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, ADMIN_KEY_ENV: KEY})
+            [
+                sys.executable,
+                "-m",
+                "readability_triton.cli",
+                "serve",
+                "--repository",
+                repo,
+                "--http-port",
+                str(self.ports[0]),
+                "--grpc-port",
+                str(self.ports[1]),
+                "--metrics-port",
+                str(self.ports[2]),
+                "--health-port",
+                str(self.ports[3]),
+                "--log-file",
+                self.log_file,
+                *extra,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, ADMIN_KEY_ENV: KEY},
+        )
         self.http, self.grpc = f"127.0.0.1:{self.ports[0]}", f"127.0.0.1:{self.ports[1]}"
         deadline = time.monotonic() + 240
         while self.probe("readyz") != 200:
@@ -92,8 +112,9 @@ class Serve:
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "readability_triton.cli", *args], capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "readability_triton.cli", *args], capture_output=True, text=True, timeout=600
+    )
 
 
 def _score_grpc(url, texts, timeout=None):
@@ -118,9 +139,28 @@ def test_several_batch_scoring_jobs_at_once_finish_without_a_restart(repo, tmp_p
     data.write_text("excerpt\n" + "\n".join(f'"{t}"' for t in texts) + "\n")
     ready = []
     try:
-        jobs = [subprocess.Popen([sys.executable, "-m", "readability_triton.cli", "score", "--url", serve.http,
-                                  "--csv", str(data), "--batch-size", "64", "--out", str(tmp_path / f"out{j}.csv")],
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for j in range(6)]
+        jobs = [
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "readability_triton.cli",
+                    "score",
+                    "--url",
+                    serve.http,
+                    "--csv",
+                    str(data),
+                    "--batch-size",
+                    "64",
+                    "--out",
+                    str(tmp_path / f"out{j}.csv"),
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for j in range(6)
+        ]
         while any(job.poll() is None for job in jobs):
             ready.append(serve.probe("readyz"))
             time.sleep(0.5)
@@ -147,29 +187,43 @@ def test_the_repository_api_is_closed_to_clients_without_the_key(repo, tmp_path)
     server = start_server(repo, str(tmp_path / "server.log"), str(tmp_path / "backends"), admin_key=KEY)
     try:
         base = f"http://{server.http_url}"
-        for method, path in (("POST", "/v2/repository/index"), ("POST", "/v2/repository/models/postprocess/unload"),
-                             ("POST", "/v2/repository/models/evil/load"), ("GET", "/v2/logging"),
-                             ("GET", "/v2/trace/setting"), ("GET", "/v2/systemsharedmemory/status")):
+        for method, path in (
+            ("POST", "/v2/repository/index"),
+            ("POST", "/v2/repository/models/postprocess/unload"),
+            ("POST", "/v2/repository/models/evil/load"),
+            ("GET", "/v2/logging"),
+            ("GET", "/v2/trace/setting"),
+            ("GET", "/v2/systemsharedmemory/status"),
+        ):
             request = urllib.request.Request(base + path, data=b"{}" if method == "POST" else None, method=method)
             with pytest.raises(urllib.error.HTTPError) as refused:
                 urllib.request.urlopen(request, timeout=10)
             assert refused.value.code == 403 and "restricted" in refused.value.read().decode(), path
         client = grpc.InferenceServerClient(server.grpc_url)
-        for call in (lambda: client.get_model_repository_index(), lambda: client.unload_model(C.POSTPROCESS),
-                     lambda: client.get_log_settings(), lambda: client.get_system_shared_memory_status()):
+        for call in (
+            lambda: client.get_model_repository_index(),
+            lambda: client.unload_model(C.POSTPROCESS),
+            lambda: client.get_log_settings(),
+            lambda: client.get_system_shared_memory_status(),
+        ):
             with pytest.raises(InferenceServerException, match="restricted"):
                 call()
         # with the key: allowed
         headers = {"admin-key": KEY}
-        names = {m["name"] for m in http.InferenceServerClient(server.http_url).get_model_repository_index(
-            headers=headers)}
+        names = {
+            m["name"] for m in http.InferenceServerClient(server.http_url).get_model_repository_index(headers=headers)
+        }
         assert C.ENSEMBLE in names
         index = client.get_model_repository_index(headers={"triton-grpc-protocol-admin-key": KEY})
         assert C.ENSEMBLE in {m.name for m in index.models}
         # open to everyone: inference, metadata, config, statistics, health
         assert _score_grpc(server.grpc_url, TEXTS[:2]).shape == (2, 1)
-        for path in ("/v2/health/ready", f"/v2/models/{C.ENSEMBLE}", f"/v2/models/{C.POSTPROCESS}/config",
-                     "/v2/models/stats"):
+        for path in (
+            "/v2/health/ready",
+            f"/v2/models/{C.ENSEMBLE}",
+            f"/v2/models/{C.POSTPROCESS}/config",
+            "/v2/models/stats",
+        ):
             with urllib.request.urlopen(base + path, timeout=10) as reply:
                 assert reply.status == 200, path
         assert server.model_states()[C.ENSEMBLE] == "READY"  # the server's own control uses the key
@@ -190,9 +244,11 @@ def test_an_override_that_changes_the_answers_is_detected_and_healed(repo, tmp_p
         config = read_config(os.path.join(repo, C.POSTPROCESS, "config.pbtxt"))
         config.parameters[C.BERT_WEIGHT].string_value = "0.0"
         request = urllib.request.Request(
-            f"http://{serve.http}/v2/repository/models/{C.POSTPROCESS}/load", method="POST",
+            f"http://{serve.http}/v2/repository/models/{C.POSTPROCESS}/load",
+            method="POST",
             data=json.dumps({"parameters": {"config": json_format.MessageToJson(config)}}).encode(),
-            headers={"admin-key": KEY})
+            headers={"admin-key": KEY},
+        )
         with urllib.request.urlopen(request, timeout=60) as reply:
             assert reply.status == 200
         deadline = time.monotonic() + 60
@@ -260,10 +316,15 @@ def test_a_cancellation_burst_then_sigterm_drains_and_exits_0(repo, tmp_path):
         # tritonserver 2.51 itself died by SIGSEGV on a cancellation racing an answer (server#7840),
         # after serve's last health round and before or during the drain: nothing was left to
         # drain, serve must say how the server ended and exit 1. Everything above still held.
-        assert code == 1 and re.search(r"not drained: it (had already exited on its own|died during the stop), "
-                                       r"killed by SIGSEGV \(status -11\)", err), err[-3000:]
-        pytest.xfail("tritonserver 2.51 crashed (SIGSEGV, server#7840) too close to SIGTERM to be restarted: serve "
-                     "said so and left nothing behind, but this run could not exercise the drain")
+        assert code == 1 and re.search(
+            r"not drained: it (had already exited on its own|died during the stop), "
+            r"killed by SIGSEGV \(status -11\)",
+            err,
+        ), err[-3000:]
+        pytest.xfail(
+            "tritonserver 2.51 crashed (SIGSEGV, server#7840) too close to SIGTERM to be restarted: serve "
+            "said so and left nothing behind, but this run could not exercise the drain"
+        )
     assert code == 0, err[-3000:]
 
 

@@ -1,4 +1,5 @@
 """The one UTF-8 validation (`readability_triton.texts`)."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,5 @@
 """WordPiece tokenization: equal to Hugging Face's BertTokenizerFast, on CPU and GPU."""
+
 from __future__ import annotations
 
 import functools
@@ -55,7 +56,7 @@ EDGE_CASES = [
     "tab\tseparated\tvalues",
     "a" + "\u0301" * 5,
     "Ⱥ ⱥ Ȿ ǅ ǈ",
-    "\U0001F600" * 120,
+    "\U0001f600" * 120,
     "word " * 1000,
 ]
 
@@ -65,8 +66,6 @@ def vocab_only_dir(vocab_dir, tmp_path_factory):
     path = tmp_path_factory.mktemp("vocab_only")
     shutil.copyfile(os.path.join(vocab_dir, "vocab.txt"), path / "vocab.txt")
     return str(path)
-
-
 
 
 @functools.lru_cache(maxsize=None)
@@ -111,8 +110,10 @@ def test_vocab_txt_alone_equals_hugging_face(vocab_only_dir, commonlit, max_leng
 
 
 @settings(max_examples=40, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.text(st.characters(exclude_categories=("Cs",)), max_size=300), min_size=1, max_size=8),
-       st.sampled_from((4, 32, 128)))
+@given(
+    st.lists(st.text(st.characters(exclude_categories=("Cs",)), max_size=300), min_size=1, max_size=8),
+    st.sampled_from((4, 32, 128)),
+)
 def test_random_unicode_equals_hugging_face(vocab_dir, texts, max_length):
     assert_same(_tokenizer(vocab_dir, max_length).encode(texts), hf_encode(vocab_dir, texts, max_length))
 
@@ -144,12 +145,15 @@ def test_empty_batch(vocab_dir):
     assert ids.shape == (0, 16) and mask.shape == (0, 16) and ids.dtype == np.int64
 
 
-@pytest.mark.parametrize("texts, index", [
-    ([b"ok", "fine", b"\xff\xfe", b"x"], 2),
-    ([b"ok", b"abc\xe2\x82"], 1),
-    ([b"\xe2\x82", b"\xacabc"], 0),
-    (["fine", "lone \ud800 surrogate"], 1),
-])
+@pytest.mark.parametrize(
+    "texts, index",
+    [
+        ([b"ok", "fine", b"\xff\xfe", b"x"], 2),
+        ([b"ok", b"abc\xe2\x82"], 1),
+        ([b"\xe2\x82", b"\xacabc"], 0),
+        (["fine", "lone \ud800 surrogate"], 1),
+    ],
+)
 def test_invalid_text_names_its_index(vocab_dir, texts, index):
     with pytest.raises(ValueError, match=rf"^text {index} "):
         _tokenizer(vocab_dir, 16).encode(texts)
@@ -217,8 +221,10 @@ def test_save_tokenizer_files(vocab_dir, tmp_path, commonlit):
     # transformers 5 writes no vocab.txt
     saved = files.save_tokenizer_files(hf_tokenizer(vocab_dir), str(tmp_path / "saved"))
     assert "vocab.txt" in saved
-    assert open(tmp_path / "saved" / "vocab.txt", encoding="utf-8").read() == \
-        open(os.path.join(vocab_dir, "vocab.txt"), encoding="utf-8").read()
+    assert (
+        open(tmp_path / "saved" / "vocab.txt", encoding="utf-8").read()
+        == open(os.path.join(vocab_dir, "vocab.txt"), encoding="utf-8").read()
+    )
     texts = EDGE_CASES[:20] + commonlit.texts[:20]
     for folder in ("copied", "saved"):
         got = WordPieceTokenizer.from_directory(str(tmp_path / folder), 64).encode(texts)
@@ -249,7 +255,7 @@ def test_add_special_tokens_matches_hugging_face(vocab_dir, commonlit):
 
 
 def test_decode_non_ascii():
-    text = "aé中😀\n\x7fß\U0010FFFF"
+    text = "aé中😀\n\x7fß\U0010ffff"
     cps, positions = routing.decode_non_ascii(np.frombuffer(text.encode("utf-8"), dtype=np.uint8))
     assert cps.tolist() == [ord(c) for c in text if ord(c) > 127]
     encoded = text.encode("utf-8")
@@ -288,8 +294,8 @@ class EmulatedCudf:
     def wordpiece(self, data: bytes, starts, max_words: int):
         values, counts = [], []
         for i in range(len(starts) - 1):
-            text = data[starts[i]:starts[i + 1]].decode("utf-8")
-            words = [w for w in self.normalize_text(text).split(" ") if w][:max(max_words, 1)]
+            text = data[starts[i] : starts[i + 1]].decode("utf-8")
+            words = [w for w in self.normalize_text(text).split(" ") if w][: max(max_words, 1)]
             ids = []
             for word in words:
                 if len(word.encode("utf-8")) >= self.max_word_bytes:
@@ -329,8 +335,12 @@ def test_device_path_with_emulated_cudf_equals_hugging_face(vocab_dir, commonlit
     routed = set(path.last_routed.tolist())
     assert 0 < len(routed) < len(texts)
     for i, text in enumerate(texts):
-        needs_cpu = (any(c in text for c in BROKEN) or "[SEP]" in text or "[CLS]" in text
-                     or any(len(w.encode()) > 100 for w in text.split()))
+        needs_cpu = (
+            any(c in text for c in BROKEN)
+            or "[SEP]" in text
+            or "[CLS]" in text
+            or any(len(w.encode()) > 100 for w in text.split())
+        )
         if needs_cpu:
             assert i in routed, repr(text[:40])
     # without routing the emulated engine really differs on those texts
@@ -383,8 +393,10 @@ def test_gpu_equals_cpu(vocab_dir, commonlit, max_length):
     want = tok.encode(texts)
     bad = np.flatnonzero((got[0] != want[0]).any(axis=1) | (got[1] != want[1]).any(axis=1))
     path = tok.device_path(cupy.cuda.Device().id)
-    print(f"\nmax_length {max_length}: {reason}; mismatches {bad.size}; "
-          f"routed to CPU {0 if path is None else path.last_routed.size} of {len(texts)}")
+    print(
+        f"\nmax_length {max_length}: {reason}; mismatches {bad.size}; "
+        f"routed to CPU {0 if path is None else path.last_routed.size} of {len(texts)}"
+    )
     assert bad.size == 0, [texts[i][:60] for i in bad[:5]]
     assert_same(got, hf_encode(vocab_dir, texts, max_length))
 

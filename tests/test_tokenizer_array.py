@@ -2,6 +2,7 @@
 the same array code with NumPy (and with NumPy under CuPy's rules) inside the same
 `DevicePath` routing as cuDF's engine, equal to Hugging Face on the CommonLit excerpts, the
 edge cases and random text; and on a GPU (marked `gpu`) with CuPy."""
+
 from __future__ import annotations
 
 import functools
@@ -44,8 +45,34 @@ def test_edge_cases_equal_hugging_face(vocab_dir, commonlit, max_length):
 
 _ASCII = st.text(st.characters(min_codepoint=0, max_codepoint=127), max_size=200)
 _ANY = st.text(st.characters(exclude_categories=("Cs",)), max_size=200)
-_WORDY = st.lists(st.sampled_from(["un", "##", "aff", "able", "the", "reading", "é", "—", ",", "x" * 40, " ",
-                                   "\t", "Ü", "[", "]", "SEP", "中", "😀", "'", "s", "-"]), max_size=60).map("".join)
+_WORDY = st.lists(
+    st.sampled_from(
+        [
+            "un",
+            "##",
+            "aff",
+            "able",
+            "the",
+            "reading",
+            "é",
+            "—",
+            ",",
+            "x" * 40,
+            " ",
+            "\t",
+            "Ü",
+            "[",
+            "]",
+            "SEP",
+            "中",
+            "😀",
+            "'",
+            "s",
+            "-",
+        ]
+    ),
+    max_size=60,
+).map("".join)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -5,6 +5,7 @@ onnxruntime/libtorch backends' tensors (`input__0` ids, `input__1` mask, INT64 -
 serve the same file with them. ONNX Runtime on a CPU instance (`portable`); TorchScript on a
 GPU instance (`portable-gpu`: torch on CUDA, DLPack in and out).
 """
+
 import triton_python_backend_utils as pb_utils
 
 from readability_triton import contracts as C
@@ -25,4 +26,4 @@ class TritonPythonModel:
         return self.model.execute(requests, self.runner)
 
     def finalize(self):
-        self.runner = None
+        del self.runner

@@ -4,6 +4,7 @@ Parameter MAX_TEXT_BYTES; `vocabulary.json` in the version folder, whose feature
 must be the dims of FEATURES. On a GPU instance it runs on CuPy (only the texts go there)
 and FEATURES leaves through DLPack; on a CPU instance on NumPy.
 """
+
 import triton_python_backend_utils as pb_utils
 
 from readability_triton import contracts as C
@@ -23,4 +24,4 @@ class TritonPythonModel:
         return self.model.execute(requests, self.runner)
 
     def finalize(self):
-        self.runner = None
+        del self.runner

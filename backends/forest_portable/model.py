@@ -4,6 +4,7 @@
 FP32 [n_features] -> `output__0` FP32 [1]). For servers without the FIL backend; the
 gpu/hybrid/cpu profiles serve the same checkpoint with it.
 """
+
 import triton_python_backend_utils as pb_utils
 
 from readability_triton import contracts as C
@@ -23,4 +24,4 @@ class TritonPythonModel:
         return self.model.execute(requests, self.runner)
 
     def finalize(self):
-        self.runner = None
+        del self.runner

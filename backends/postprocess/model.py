@@ -5,6 +5,7 @@ Parameters BERT_WEIGHT and FOREST_WEIGHT (0.5 each by default); NaN or infinity 
 own request. On a GPU instance the scores arrive on the GPU (FORCE_CPU_ONLY_INPUT_TENSORS
 "no") and are read and written through DLPack; on a CPU instance the same code on NumPy.
 """
+
 import triton_python_backend_utils as pb_utils
 
 from readability_triton import contracts as C
@@ -23,4 +24,4 @@ class TritonPythonModel:
         return self.model.execute(requests, self.runner)
 
     def finalize(self):
-        self.runner = None
+        del self.runner

@@ -5,6 +5,7 @@ in the version folder. On a GPU instance the ids are built there (cuDF + CuPy, o
 array code where cuDF is missing; texts neither can match exactly go through the CPU path)
 and leave through DLPack; on a CPU instance the tokenizers library builds them.
 """
+
 import triton_python_backend_utils as pb_utils
 
 from readability_triton import contracts as C
@@ -25,4 +26,4 @@ class TritonPythonModel:
         return self.model.execute(requests, self.runner)
 
     def finalize(self):
-        self.runner = None
+        del self.runner

@@ -4,6 +4,7 @@ It refuses, request by request with INVALID_ARG, what no later step may refuse (
 UTF-8, a text over MAX_TEXT_BYTES, a text without a word) and passes the others on
 unchanged: see the ensemble rules at `readability_triton.contracts.PARALLEL_STEPS`.
 """
+
 import triton_python_backend_utils as pb_utils
 
 from readability_triton.stub.runtime import PythonModel
@@ -19,4 +20,4 @@ class TritonPythonModel:
         return self.model.execute(requests, self.runner)
 
     def finalize(self):
-        self.runner = None
+        del self.runner

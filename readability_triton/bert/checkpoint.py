@@ -3,6 +3,7 @@ read them: the folder checked, the sequence-regression model loaded (one output,
 weight present), the serving tokenizer loaded, and the one check that a tokenizer and a
 model belong together (`check_compatible`). transformers is imported where it is used.
 """
+
 from __future__ import annotations
 
 import os
@@ -15,8 +16,10 @@ def check_checkpoint_folder(path: str, what: str) -> None:
     if not os.path.isdir(path):
         raise BertError(f"{path}: no such folder; {what} must be a Hugging Face model folder (with config.json)")
     if not os.path.isfile(os.path.join(path, "config.json")):
-        raise BertError(f"{path}: no config.json; {what} must be a Hugging Face model folder "
-                        "(what `save_pretrained` or `readability-triton train-bert` writes)")
+        raise BertError(
+            f"{path}: no config.json; {what} must be a Hugging Face model folder "
+            "(what `save_pretrained` or `readability-triton train-bert` writes)"
+        )
 
 
 def load_sequence_regressor(checkpoint: str, attn_implementation: str = "sdpa"):
@@ -33,29 +36,38 @@ def load_sequence_regressor(checkpoint: str, attn_implementation: str = "sdpa"):
         raise BertError(f"{checkpoint}: config.json is not a Hugging Face model configuration ({err})") from None
     architectures = list(getattr(config, "architectures", None) or [])
     if architectures and not any(a.endswith("ForSequenceClassification") for a in architectures):
-        raise BertError(f"{checkpoint}: a {', '.join(architectures)} checkpoint has no trained regression head; "
-                        "fine-tune it first with `readability-triton train-bert --base "
-                        f"{checkpoint} --out DIR` and export DIR")
+        raise BertError(
+            f"{checkpoint}: a {', '.join(architectures)} checkpoint has no trained regression head; "
+            "fine-tune it first with `readability-triton train-bert --base "
+            f"{checkpoint} --out DIR` and export DIR"
+        )
     n_outputs = int(getattr(config, "num_labels", 0) or 0)
     problem = getattr(config, "problem_type", None)
     if n_outputs != 1:
         kind = f", problem_type={problem}" if problem else ""
-        raise BertError(f"{checkpoint}: a multi-output checkpoint ({n_outputs} outputs: num_labels={n_outputs}{kind}); "
-                        "the bert step serves one readability score, so export-bert needs a sequence-regression "
-                        "checkpoint with one output (num_labels=1); fine-tune one with `readability-triton train-bert`")
+        raise BertError(
+            f"{checkpoint}: a multi-output checkpoint ({n_outputs} outputs: num_labels={n_outputs}{kind}); "
+            "the bert step serves one readability score, so export-bert needs a sequence-regression "
+            "checkpoint with one output (num_labels=1); fine-tune one with `readability-triton train-bert`"
+        )
     if problem not in (None, "regression"):
-        raise BertError(f"{checkpoint}: problem_type={problem!r}; export-bert needs a regression checkpoint "
-                        "(problem_type 'regression', num_labels=1); fine-tune one with `readability-triton train-bert`")
+        raise BertError(
+            f"{checkpoint}: problem_type={problem!r}; export-bert needs a regression checkpoint "
+            "(problem_type 'regression', num_labels=1); fine-tune one with `readability-triton train-bert`"
+        )
     try:
         model, info = AutoModelForSequenceClassification.from_pretrained(
-            checkpoint, attn_implementation=attn_implementation, output_loading_info=True)
+            checkpoint, attn_implementation=attn_implementation, output_loading_info=True
+        )
     except (OSError, ValueError, KeyError) as err:
         raise BertError(f"{checkpoint}: cannot load it as a sequence-regression model ({err})") from None
     missing = [k for k in info.get("missing_keys", ()) if k]
     if missing:
-        raise BertError(f"{checkpoint}: the checkpoint lacks weights ({', '.join(sorted(missing)[:4])}"
-                        f"{', ...' if len(missing) > 4 else ''}); they would be random. Export a fully "
-                        "trained checkpoint (see `readability-triton train-bert`)")
+        raise BertError(
+            f"{checkpoint}: the checkpoint lacks weights ({', '.join(sorted(missing)[:4])}"
+            f"{', ...' if len(missing) > 4 else ''}); they would be random. Export a fully "
+            "trained checkpoint (see `readability-triton train-bert`)"
+        )
     return model.eval()
 
 
@@ -65,8 +77,10 @@ def load_tokenizer(directory: str, max_length: int, what: str):
     try:
         return WordPieceTokenizer.from_directory(directory, max_length)
     except (ValueError, OSError) as err:
-        raise BertError(f"{directory}: no usable BERT tokenizer for {what} ({err}); it needs vocab.txt "
-                        "(and optionally tokenizer.json, tokenizer_config.json, special_tokens_map.json)") from None
+        raise BertError(
+            f"{directory}: no usable BERT tokenizer for {what} ({err}); it needs vocab.txt "
+            "(and optionally tokenizer.json, tokenizer_config.json, special_tokens_map.json)"
+        ) from None
 
 
 def special_ids(tokenizer) -> dict[str, int]:
@@ -80,18 +94,29 @@ def special_ids(tokenizer) -> dict[str, int]:
     return ids
 
 
-def check_compatible(source: str, vocab_size: int, *, tokens: int | None = None, max_length: int | None = None,
-                     max_positions: int | None = None, error: type[Exception] = BertError) -> None:
+def check_compatible(
+    source: str,
+    vocab_size: int,
+    *,
+    tokens: int | None = None,
+    max_length: int | None = None,
+    max_positions: int | None = None,
+    error: type[Exception] = BertError,
+) -> None:
     """The one check that a tokenizer and a model belong together: `error` unless every id
     of a tokenizer of `tokens` ids has an embedding among the model's `vocab_size`, and
     `max_length` fits the model's `max_positions` (each where given). `source` names the
     model in the message."""
     if tokens is not None and tokens > vocab_size:
-        raise error(f"{source}: the tokenizer has {tokens} tokens but the model embeds only {vocab_size}; the "
-                    "tokenizer belongs to another model")
+        raise error(
+            f"{source}: the tokenizer has {tokens} tokens but the model embeds only {vocab_size}; the "
+            "tokenizer belongs to another model"
+        )
     if max_length is not None and max_positions is not None and max_length > max_positions:
-        raise error(f"--max-length {max_length}: {source} has position embeddings for {max_positions} tokens; "
-                    f"use --max-length {max_positions} or less")
+        raise error(
+            f"--max-length {max_length}: {source} has position embeddings for {max_positions} tokens; "
+            f"use --max-length {max_positions} or less"
+        )
 
 
 def write_tokenizer(source: str, directory: str, max_length: int, vocab_size: int | None = None) -> list[str]:
@@ -101,9 +126,11 @@ def write_tokenizer(source: str, directory: str, max_length: int, vocab_size: in
     try:
         written = save_tokenizer_files(source, directory)
     except (ValueError, OSError) as err:
-        raise BertError(f"{source}: cannot write its tokenizer ({err}); the BERT checkpoint must come with "
-                        "its vocab.txt (or tokenizer.json); with export-bert, --tokenizer DIR names another folder "
-                        "that has them") from None
+        raise BertError(
+            f"{source}: cannot write its tokenizer ({err}); the BERT checkpoint must come with "
+            "its vocab.txt (or tokenizer.json); with export-bert, --tokenizer DIR names another folder "
+            "that has them"
+        ) from None
     tokenizer = load_tokenizer(directory, max_length, "the exported model")
     if vocab_size is not None:
         check_compatible(source, vocab_size, tokens=tokenizer.vocab_size)

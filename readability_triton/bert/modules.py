@@ -12,6 +12,7 @@ Two details keep one traced file usable on the CPU and on a GPU:
   unchanged;
 - `token_type_ids` are `zeros_like(input_ids)`, never a tensor created on a device.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -72,8 +73,7 @@ class SequenceRegressor(torch.nn.Module):
 
     def forward(self, input_ids, attention_mask):
         dtype = next(self.model.parameters()).dtype
-        kwargs = {"input_ids": input_ids, "attention_mask": additive_mask(attention_mask, dtype),
-                  "return_dict": False}
+        kwargs = {"input_ids": input_ids, "attention_mask": additive_mask(attention_mask, dtype), "return_dict": False}
         if self.token_types:
             kwargs["token_type_ids"] = torch.zeros_like(input_ids)
         return self.model(**kwargs)[0].float()
@@ -93,8 +93,12 @@ class PooledRegressor(torch.nn.Module):
 
     def pooled(self, input_ids, attention_mask):
         dtype = self.head.weight.dtype
-        kwargs = {"input_ids": input_ids, "attention_mask": additive_mask(attention_mask, dtype),
-                  "output_hidden_states": self.pooling == "layers_mean", "return_dict": True}
+        kwargs = {
+            "input_ids": input_ids,
+            "attention_mask": additive_mask(attention_mask, dtype),
+            "output_hidden_states": self.pooling == "layers_mean",
+            "return_dict": True,
+        }
         if self.token_types:
             kwargs["token_type_ids"] = torch.zeros_like(input_ids)
         return pool(self.encoder(**kwargs), attention_mask, self.pooling)
@@ -125,5 +129,5 @@ def length_batches(mask, batch_size: int):
     lengths = mask.sum(1)
     order = torch.argsort(lengths, stable=True)
     for start in range(0, len(order), batch_size):
-        index = order[start:start + batch_size]
+        index = order[start : start + batch_size]
         yield index, max(int(lengths[index].max()), 1)

@@ -7,6 +7,7 @@ cross-validation inside each training fold) is scored by K-fold CV, the pooling 
 lowest CV RMSE is kept, and its ridge fitted on all texts becomes the `nn.Linear` head of
 a `PooledRegressor` (encoder + pooling + head), which `export.export_torchscript` traces.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -31,8 +32,9 @@ def embed(encoder, input_ids, attention_mask, poolings=None, batch_size: int = 3
     with torch.inference_mode():
         for index, length in length_batches(attention_mask, batch_size):
             mask = attention_mask[index, :length]
-            outputs = encoder(input_ids=input_ids[index, :length], attention_mask=mask,
-                              output_hidden_states=True, return_dict=True)
+            outputs = encoder(
+                input_ids=input_ids[index, :length], attention_mask=mask, output_hidden_states=True, return_dict=True
+            )
             for p in poolings:
                 vectors = pool(outputs, mask, p).double().numpy()
                 if p not in out:
@@ -53,6 +55,7 @@ def select_head(pooled: dict, targets, folds: int = 5, seed: int = 0) -> dict:
     check_folds(folds, len(y), optional=False, error=DemoError)  # the head is chosen by cross-validation
     scores, oofs = {}, {}
     for pooling, X in pooled.items():
+
         def fit_predict(train, held, X=X):
             return RidgeCV(alphas=RIDGE_ALPHAS).fit(X[train], y[train]).predict(X[held])
 
@@ -60,9 +63,17 @@ def select_head(pooled: dict, targets, folds: int = 5, seed: int = 0) -> dict:
         scores[pooling] = rmse(oofs[pooling], y)
     best = min(scores, key=scores.__getitem__)
     ridge = RidgeCV(alphas=RIDGE_ALPHAS).fit(pooled[best], y)
-    return {"pooling": best, "cv_rmse": scores[best], "cv_rmse_by_pooling": scores, "folds": folds,
-            "alpha": float(ridge.alpha_), "coef": ridge.coef_.astype(np.float64), "intercept": float(ridge.intercept_),
-            "mean_rmse": mean_rmse(y), "oof": oofs[best]}
+    return {
+        "pooling": best,
+        "cv_rmse": scores[best],
+        "cv_rmse_by_pooling": scores,
+        "folds": folds,
+        "alpha": float(ridge.alpha_),
+        "coef": ridge.coef_.astype(np.float64),
+        "intercept": float(ridge.intercept_),
+        "mean_rmse": mean_rmse(y),
+        "oof": oofs[best],
+    }
 
 
 def install_head(encoder, head: dict):

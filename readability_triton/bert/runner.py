@@ -1,6 +1,7 @@
 """The BERT regressor of an artifact set: `TorchScriptRunner` (`model.pt`, torch.jit: what
 the libtorch backend runs) or `OnnxRunner` (`model.onnx`, ONNX Runtime: what the
 onnxruntime backend runs); `bert_runner(folder)` picks the one the set holds."""
+
 from __future__ import annotations
 
 import os
@@ -27,8 +28,9 @@ def check_token_ids(ids, mask, vocab_size: int | None) -> None:
         low, high = int(ids.min()), int(ids.max())
         if low < 0 or (vocab_size is not None and high >= vocab_size):
             where = f"[0, {vocab_size})" if vocab_size is not None else "[0, ...)"
-            raise RequestError(f"input__0 holds the token id {low if low < 0 else high}, outside the model's "
-                             f"vocabulary {where}")
+            raise RequestError(
+                f"input__0 holds the token id {low if low < 0 else high}, outside the model's vocabulary {where}"
+            )
     if mask.size and not bool(((mask == 0) | (mask == 1)).all()):
         raise RequestError("input__1 (the attention mask) must hold only 0 and 1")
 
@@ -66,8 +68,9 @@ class TorchScriptRunner:
         return cls(torch.jit.load(os.path.join(folder, MODEL_PT), map_location="cpu"), device, threads)
 
     def describe(self) -> str:
-        where = f"torch on {self.device}, DLPack in and out" if self.device.is_gpu else \
-            f"the CPU, {self.threads} thread(s)"
+        where = (
+            f"torch on {self.device}, DLPack in and out" if self.device.is_gpu else f"the CPU, {self.threads} thread(s)"
+        )
         return f"TorchScript model.pt on {where} (vocabulary of {self.vocab_size} ids)"
 
     def __call__(self, ids, mask):
@@ -80,8 +83,10 @@ class TorchScriptRunner:
                 scores = self.module(torch.from_dlpack(ids), torch.from_dlpack(mask))
             return xp.from_dlpack(scores.reshape(-1, 1).to(torch.float32).contiguous())
         with torch.inference_mode():
-            scores = self.module(torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)),
-                                 torch.from_numpy(np.ascontiguousarray(mask, dtype=np.int64)))
+            scores = self.module(
+                torch.from_numpy(np.ascontiguousarray(ids, dtype=np.int64)),
+                torch.from_numpy(np.ascontiguousarray(mask, dtype=np.int64)),
+            )
         return scores.reshape(-1, 1).to(torch.float32).numpy()
 
 
@@ -150,16 +155,25 @@ class OnnxRunner:
 
     FILES = (MODEL_ONNX,)
 
-    def __init__(self, path: str, device: Device | str | None = None, threads: int = 0, trim: bool = True,
-                 band: int = LENGTH_BAND):
+    def __init__(
+        self,
+        path: str,
+        device: Device | str | None = None,
+        threads: int = 0,
+        trim: bool = True,
+        band: int = LENGTH_BAND,
+    ):
         if as_device(device).is_gpu:
-            raise ValueError("the ONNX Runtime runner runs on the CPU (KIND_CPU); on a GPU use the gpu or hybrid "
-                             "profile, where the onnxruntime backend serves model.onnx (optionally with TensorRT)")
+            raise ValueError(
+                "the ONNX Runtime runner runs on the CPU (KIND_CPU); on a GPU use the gpu or hybrid "
+                "profile, where the onnxruntime backend serves model.onnx (optionally with TensorRT)"
+            )
         try:
             import onnxruntime
         except ImportError as exc:
-            raise ValueError(f"model.onnx needs ONNX Runtime in this environment ({exc}): "
-                             "pip install 'readability-triton[portable]'") from None
+            raise ValueError(
+                f"model.onnx needs ONNX Runtime in this environment ({exc}): pip install 'readability-triton[portable]'"
+            ) from None
         self.threads = threads or (os.cpu_count() or 1)
         self.session = onnx_session(path, threads)
         declared = self.session.get_modelmeta().custom_metadata_map.get("vocab_size")
@@ -169,22 +183,30 @@ class OnnxRunner:
         self.band = band if self.trim else 0
 
     @classmethod
-    def from_folder(cls, folder: str, device: Device | str | None = None, threads: int = 0,
-                    trim: bool = True) -> "OnnxRunner":
+    def from_folder(
+        cls, folder: str, device: Device | str | None = None, threads: int = 0, trim: bool = True
+    ) -> "OnnxRunner":
         return cls(os.path.join(folder, MODEL_ONNX), device, threads, trim)
 
     def describe(self) -> str:
         padding = "padded length"
         if self.trim:
             padding = f"padding cut off, rows in bands of {self.band} tokens" if self.band > 0 else "padding cut off"
-        return (f"ONNX model.onnx with ONNX Runtime {self.version} on the CPU, {self.threads} thread(s), {padding} "
-                f"(vocabulary of {self.vocab_size} ids)")
+        return (
+            f"ONNX model.onnx with ONNX Runtime {self.version} on the CPU, {self.threads} thread(s), {padding} "
+            f"(vocabulary of {self.vocab_size} ids)"
+        )
 
     def _run(self, ids, mask, lengths=None):
         if self.trim:
             ids, mask = trimmed(ids, mask, lengths)
-        out = self.session.run(None, {"input__0": np.ascontiguousarray(ids, dtype=np.int64),
-                                      "input__1": np.ascontiguousarray(mask, dtype=np.int64)})[0]
+        out = self.session.run(
+            None,
+            {
+                "input__0": np.ascontiguousarray(ids, dtype=np.int64),
+                "input__1": np.ascontiguousarray(mask, dtype=np.int64),
+            },
+        )[0]
         return np.asarray(out, dtype=np.float32).reshape(-1, 1)
 
     def __call__(self, ids, mask):
@@ -201,12 +223,12 @@ class OnnxRunner:
         return scores
 
 
-RUNNERS: dict[str, type[OnnxRunner] | type[TorchScriptRunner]] = {"onnx": OnnxRunner,
-                                                                    "torchscript": TorchScriptRunner}
+RUNNERS: dict[str, type[OnnxRunner] | type[TorchScriptRunner]] = {"onnx": OnnxRunner, "torchscript": TorchScriptRunner}
 
 
-def bert_runner(folder: str, device: Device | str | None = None, bert_format: str | None = None,
-                threads: int = 0, trim: bool = True):
+def bert_runner(
+    folder: str, device: Device | str | None = None, bert_format: str | None = None, threads: int = 0, trim: bool = True
+):
     """The runner of the BERT model in `folder`: `bert_format`'s, or the one present (ONNX
     when both are), its intra-op pool sized to `threads` (0: the runtime's default, all cores);
     `trim=False`: an ONNX model is fed the padded batch (as Triton's onnxruntime backend is)."""

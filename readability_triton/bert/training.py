@@ -2,6 +2,7 @@
 MSE, AdamW with weight decay, linear warm-up and decay), with optional K-fold
 cross-validation. transformers is imported inside the functions that need it.
 """
+
 from __future__ import annotations
 
 import json
@@ -47,8 +48,11 @@ def _optimizer(model, lr: float, weight_decay: float):
             continue
         plain = name.endswith("bias") or "layernorm" in name.lower() or "layer_norm" in name.lower()
         (no_decay if plain else decay).append(parameter)
-    return torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
-                              {"params": no_decay, "weight_decay": 0.0}], lr=lr, foreach=True)
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=lr,
+        foreach=True,
+    )
 
 
 def _schedule(optimizer, total_steps: int, warmup_steps: int):
@@ -67,8 +71,9 @@ def predict(model, input_ids, attention_mask, batch_size: int = 32, device=None)
     model.eval()
     with torch.no_grad():
         for index, length in length_batches(attention_mask, batch_size):
-            logits = model(input_ids=input_ids[index, :length].to(device),
-                           attention_mask=attention_mask[index, :length].to(device)).logits
+            logits = model(
+                input_ids=input_ids[index, :length].to(device), attention_mask=attention_mask[index, :length].to(device)
+            ).logits
             out[index] = logits.float().squeeze(-1).cpu()
     return out.numpy()
 
@@ -84,7 +89,8 @@ def _new_model(base: str, seed: int, dropout: float | None, mean_target: float, 
         warnings.simplefilter("ignore")
         try:
             model = AutoModelForSequenceClassification.from_pretrained(
-                base, num_labels=1, problem_type="regression", ignore_mismatched_sizes=True, **extra)
+                base, num_labels=1, problem_type="regression", ignore_mismatched_sizes=True, **extra
+            )
         except (OSError, ValueError, KeyError) as err:
             raise BertError(f"{base}: cannot load it as a BERT checkpoint to fine-tune ({err})") from None
     head = getattr(model, "classifier", None)
@@ -94,8 +100,24 @@ def _new_model(base: str, seed: int, dropout: float | None, mean_target: float, 
     return model.to(device)
 
 
-def _fit(model, input_ids, attention_mask, targets, *, epochs, lr, weight_decay, batch_size, warmup, seed,
-         device, progress, desc, validation=None, log=None):
+def _fit(
+    model,
+    input_ids,
+    attention_mask,
+    targets,
+    *,
+    epochs,
+    lr,
+    weight_decay,
+    batch_size,
+    warmup,
+    seed,
+    device,
+    progress,
+    desc,
+    validation=None,
+    log=None,
+):
     log = log or (lambda message: None)
     n = len(input_ids)
     steps_per_epoch = math.ceil(n / batch_size)
@@ -112,10 +134,12 @@ def _fit(model, input_ids, attention_mask, targets, *, epochs, lr, weight_decay,
             order = torch.randperm(n, generator=generator)
             losses = []
             for start in range(0, n, batch_size):
-                index = order[start:start + batch_size]
+                index = order[start : start + batch_size]
                 length = max(int(attention_mask[index].sum(1).max()), 1)
-                logits = model(input_ids=input_ids[index, :length].to(device),
-                               attention_mask=attention_mask[index, :length].to(device)).logits
+                logits = model(
+                    input_ids=input_ids[index, :length].to(device),
+                    attention_mask=attention_mask[index, :length].to(device),
+                ).logits
                 loss = torch.nn.functional.mse_loss(logits.float().squeeze(-1), y[index].to(device))
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -130,17 +154,34 @@ def _fit(model, input_ids, attention_mask, targets, *, epochs, lr, weight_decay,
                 val_ids, val_mask, val_y = validation
                 record["val_rmse"] = rmse(predict(model, val_ids, val_mask, batch_size * 2, device), val_y)
             history.append(record)
-            log(f"{desc} epoch {epoch + 1}/{epochs}: train MSE {record['train_mse']:.4f}"
-                + (f", held-out RMSE {record['val_rmse']:.4f}" if "val_rmse" in record else ""))
+            log(
+                f"{desc} epoch {epoch + 1}/{epochs}: train MSE {record['train_mse']:.4f}"
+                + (f", held-out RMSE {record['val_rmse']:.4f}" if "val_rmse" in record else "")
+            )
     finally:
         bar.close()
     return history
 
 
-def train_bert(texts, targets, base: str, out: str, *, epochs: int = 3, lr: float = 5e-5,
-               weight_decay: float = 0.01, folds: int = 1, max_length: int = contracts.DEFAULT_MAX_LENGTH,
-               batch_size: int = 16, seed: int = 0, warmup: float = 0.1, dropout: float | None = 0.0,
-               device: str = "auto", progress=None, log=None) -> dict:
+def train_bert(
+    texts,
+    targets,
+    base: str,
+    out: str,
+    *,
+    epochs: int = 3,
+    lr: float = 5e-5,
+    weight_decay: float = 0.01,
+    folds: int = 1,
+    max_length: int = contracts.DEFAULT_MAX_LENGTH,
+    batch_size: int = 16,
+    seed: int = 0,
+    warmup: float = 0.1,
+    dropout: float | None = 0.0,
+    device: str = "auto",
+    progress=None,
+    log=None,
+) -> dict:
     """`train-bert`: fine-tune `base` as a regressor (linear head, MSE, AdamW with weight
     decay, linear warm-up and decay). With `folds >= 2`, K-fold cross-validation first
     (one model per fold, RMSE on each held-out fold), then the model saved to `out` is
@@ -149,23 +190,36 @@ def train_bert(texts, targets, base: str, out: str, *, epochs: int = 3, lr: floa
     progress = progress or no_progress
     log = log or (lambda message: None)
     if epochs < 1 or batch_size < 1 or lr <= 0 or weight_decay < 0 or not 0 <= warmup < 1:
-        raise BertError("--epochs and --batch-size must be at least 1, --lr positive, --weight-decay >= 0 and "
-                        "--warmup in [0, 1)")
+        raise BertError(
+            "--epochs and --batch-size must be at least 1, --lr positive, --weight-decay >= 0 and --warmup in [0, 1)"
+        )
     folds = check_folds(folds, len(texts), error=BertError)
     check_checkpoint_folder(base, "--base")
     from transformers import AutoConfig
 
     config = AutoConfig.from_pretrained(base)
-    check_compatible(base, config.vocab_size, max_length=max_length,
-                     max_positions=getattr(config, "max_position_embeddings", None))
+    check_compatible(
+        base, config.vocab_size, max_length=max_length, max_positions=getattr(config, "max_position_embeddings", None)
+    )
     tokenizer = load_tokenizer(base, max_length, "train-bert (the --base folder must hold its tokenizer)")
     check_compatible(base, config.vocab_size, tokens=tokenizer.vocab_size)
     torch_device = pick_device(device)
     input_ids, attention_mask = encode_texts(tokenizer, texts)
     y = np.asarray(targets, dtype=np.float64)
-    settings = {"base": os.path.abspath(base), "epochs": epochs, "lr": lr, "weight_decay": weight_decay,
-                "folds": folds, "max_length": max_length, "batch_size": batch_size, "seed": seed,
-                "warmup": warmup, "dropout": dropout, "device": str(torch_device), "n_texts": len(texts)}
+    settings = {
+        "base": os.path.abspath(base),
+        "epochs": epochs,
+        "lr": lr,
+        "weight_decay": weight_decay,
+        "folds": folds,
+        "max_length": max_length,
+        "batch_size": batch_size,
+        "seed": seed,
+        "warmup": warmup,
+        "dropout": dropout,
+        "device": str(torch_device),
+        "n_texts": len(texts),
+    }
     log(f"fine-tuning {base} on {len(texts)} texts ({torch_device}, max_length {max_length})")
     record: dict = {"settings": settings, "data_digest": data_digest(texts, y), "texts_seen": text_fingerprints(texts)}
     started = time.perf_counter()
@@ -176,10 +230,23 @@ def train_bert(texts, targets, base: str, out: str, *, epochs: int = 3, lr: floa
             k = next(fold_no)
             train_t, held_t = torch.as_tensor(train), torch.as_tensor(held)
             model = _new_model(base, seed + k, dropout, float(y[train].mean()), torch_device)
-            _fit(model, input_ids[train_t], attention_mask[train_t], y[train], epochs=epochs, lr=lr,
-                 weight_decay=weight_decay, batch_size=batch_size, warmup=warmup, seed=seed + k,
-                 device=torch_device, progress=progress, desc=f"fold {k + 1}/{folds}",
-                 validation=(input_ids[held_t], attention_mask[held_t], y[held]), log=log)
+            _fit(
+                model,
+                input_ids[train_t],
+                attention_mask[train_t],
+                y[train],
+                epochs=epochs,
+                lr=lr,
+                weight_decay=weight_decay,
+                batch_size=batch_size,
+                warmup=warmup,
+                seed=seed + k,
+                device=torch_device,
+                progress=progress,
+                desc=f"fold {k + 1}/{folds}",
+                validation=(input_ids[held_t], attention_mask[held_t], y[held]),
+                log=log,
+            )
             return predict(model, input_ids[held_t], attention_mask[held_t], batch_size * 2, torch_device)
 
         oof, fold_rmse = out_of_fold(y, folds, fit_predict, seed)
@@ -188,9 +255,22 @@ def train_bert(texts, targets, base: str, out: str, *, epochs: int = 3, lr: floa
         record["oof"] = [float(v) for v in oof]
         log(f"{folds}-fold CV RMSE {record['cv_rmse']:.4f} (folds: {', '.join(f'{r:.4f}' for r in fold_rmse)})")
     model = _new_model(base, seed, dropout, float(y.mean()), torch_device)
-    record["history"] = _fit(model, input_ids, attention_mask, y, epochs=epochs, lr=lr, weight_decay=weight_decay,
-                             batch_size=batch_size, warmup=warmup, seed=seed, device=torch_device,
-                             progress=progress, desc="all data", log=log)
+    record["history"] = _fit(
+        model,
+        input_ids,
+        attention_mask,
+        y,
+        epochs=epochs,
+        lr=lr,
+        weight_decay=weight_decay,
+        batch_size=batch_size,
+        warmup=warmup,
+        seed=seed,
+        device=torch_device,
+        progress=progress,
+        desc="all data",
+        log=log,
+    )
     record["train_rmse"] = rmse(predict(model, input_ids, attention_mask, batch_size * 2, torch_device), y)
     record["seconds"] = round(time.perf_counter() - started, 1)
     model.config.problem_type = "regression"

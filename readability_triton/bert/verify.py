@@ -3,6 +3,7 @@ token ids with [CLS]/[SEP] and padding at several batch sizes, real texts' token
 tolerances, and the staging folder the file is written and checked in before it replaces
 the target (`staged`).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -50,8 +51,16 @@ def verification_inputs(batch_size: int, max_length: int, vocab_size: int, ids: 
     return tokens, mask
 
 
-def compare(candidate, reference, max_length: int, vocab_size: int, ids: dict[str, int],
-            batch_sizes=VERIFY_BATCH_SIZES, seed: int = 1, device=None) -> dict[int, float]:
+def compare(
+    candidate,
+    reference,
+    max_length: int,
+    vocab_size: int,
+    ids: dict[str, int],
+    batch_sizes=VERIFY_BATCH_SIZES,
+    seed: int = 1,
+    device=None,
+) -> dict[int, float]:
     """max |candidate - reference| per batch size, on the same random batches."""
     generator = torch.Generator().manual_seed(seed)
     diffs = {}
@@ -63,8 +72,10 @@ def compare(candidate, reference, max_length: int, vocab_size: int, ids: dict[st
             got = candidate(tokens, mask)
             want = reference(tokens, mask)
             if tuple(got.shape) != (batch_size, 1) or got.dtype != torch.float32:
-                raise ExportError(f"the traced module returns {got.dtype} {tuple(got.shape)} for a batch of "
-                                  f"{batch_size}; the bert contract is float32 [{batch_size}, 1]")
+                raise ExportError(
+                    f"the traced module returns {got.dtype} {tuple(got.shape)} for a batch of "
+                    f"{batch_size}; the bert contract is float32 [{batch_size}, 1]"
+                )
             diff = (got.float() - want.float()).abs().max().item()
             diffs[batch_size] = diff if math.isfinite(diff) else float("inf")
     return diffs

@@ -5,6 +5,7 @@ Heavy imports (torch, scikit-learn, tritonclient) happen inside the commands, so
 stays fast. Every problem a user can fix is a `ReadabilityError`: `main` prints it in one
 line (exit status 2), without a traceback.
 """
+
 from .app import build_parser, main
 
 __all__ = ["build_parser", "main"]

@@ -1,4 +1,5 @@
 """`readability-triton`: the parser and `main`."""
+
 from __future__ import annotations
 
 import argparse

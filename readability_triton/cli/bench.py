@@ -1,5 +1,6 @@
 """CLI: `bench` (load, a per-model breakdown and the in-process comparison) and `perf-input`
 (an input-data file for perf_analyzer and Model Analyzer)."""
+
 from __future__ import annotations
 
 import json
@@ -31,14 +32,16 @@ def _ints(value: str, what: str) -> tuple[int, ...]:
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "bench", help="closed-loop load on the ensemble, a per-model breakdown, and the in-process comparison",
+        "bench",
+        help="closed-loop load on the ensemble, a per-model breakdown, and the in-process comparison",
         description="Keep CONCURRENCY requests of TEXTS_PER_REQUEST real excerpts in flight for DURATION seconds, "
-                    "for each combination; per row: texts/s, latency p50/p95/p99 and errors, and from Triton's "
-                    "statistics extension, per composing model: requests, executions, average batch size, queue "
-                    "and compute (input/infer/output) time per request and per execution. The same artifacts "
-                    "run in process in the same run (one thread), for the served/in-process ratio. Against a "
-                    "running server (--url; --artifacts for the in-process row) or a repository it serves "
-                    "itself (--repository).")
+        "for each combination; per row: texts/s, latency p50/p95/p99 and errors, and from Triton's "
+        "statistics extension, per composing model: requests, executions, average batch size, queue "
+        "and compute (input/infer/output) time per request and per execution. The same artifacts "
+        "run in process in the same run (one thread), for the served/in-process ratio. Against a "
+        "running server (--url; --artifacts for the in-process row) or a repository it serves "
+        "itself (--repository).",
+    )
     target = p.add_mutually_exclusive_group(required=True)
     target.add_argument("--url", help="a running server (HOST:PORT of --protocol)")
     target.add_argument("--repository", metavar="DIR", help="an assembled repository to serve (portable profile)")
@@ -47,27 +50,47 @@ def register(subparsers) -> None:
     p.add_argument("--texts-per-request", default="1", help="texts per request, comma-separated (default 1)")
     p.add_argument("--duration", type=float, default=10.0, help="seconds per row (default 10)")
     p.add_argument("--warmup", type=float, default=2.0, help="seconds of load before each row (default 2)")
-    p.add_argument("--data", default=None, metavar="CSV",
-                   help="texts to send (default: the shared CommonLit excerpts, else a generated corpus)")
+    p.add_argument(
+        "--data",
+        default=None,
+        metavar="CSV",
+        help="texts to send (default: the shared CommonLit excerpts, else a generated corpus)",
+    )
     p.add_argument("--column", default="excerpt", help="text column of --data (default: excerpt)")
-    p.add_argument("--distinct", type=int, default=0, metavar="N",
-                   help="send only the first N texts, over and over (a repository assembled with --response-cache "
-                        "then answers repeats from the cache; the breakdown shows bert's hit rate)")
-    p.add_argument("--cache-size", type=int, default=0, metavar="BYTES",
-                   help="with --repository: the server's response cache (as serve --cache-size)")
+    p.add_argument(
+        "--distinct",
+        type=int,
+        default=0,
+        metavar="N",
+        help="send only the first N texts, over and over (a repository assembled with --response-cache "
+        "then answers repeats from the cache; the breakdown shows bert's hit rate)",
+    )
+    p.add_argument(
+        "--cache-size",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="with --repository: the server's response cache (as serve --cache-size)",
+    )
     p.add_argument("--artifacts", metavar="DIR", help="with --url: the artifact set, for the in-process row")
-    p.add_argument("--engine", choices=("bench", "both"), default="bench",
-                   help="both: Triton's perf_analyzer (.venv/bin/perf_analyzer, `make` puts it there) also measures "
-                        "every row of one text per request, right after bench, with the same texts")
+    p.add_argument(
+        "--engine",
+        choices=("bench", "both"),
+        default="bench",
+        help="both: Triton's perf_analyzer (.venv/bin/perf_analyzer, `make` puts it there) also measures "
+        "every row of one text per request, right after bench, with the same texts",
+    )
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw throughput, latency and the per-model time")
     p.set_defaults(func=cmd_bench)
 
     p = subparsers.add_parser(
-        "perf-input", help="write a perf_analyzer --input-data file of real excerpts",
+        "perf-input",
+        help="write a perf_analyzer --input-data file of real excerpts",
         description="Write the JSON that perf_analyzer's --input-data (and Model Analyzer's perf_analyzer_flags "
-                    "input-data) takes: one entry per excerpt, the ensemble's TEXT input as a BYTES tensor of "
-                    "shape [1].")
+        "input-data) takes: one entry per excerpt, the ensemble's TEXT input as a BYTES tensor of "
+        "shape [1].",
+    )
     p.add_argument("--data", required=True, metavar="CSV", help="a CSV with a text column")
     p.add_argument("--column", default="excerpt", help="text column (default: excerpt)")
     p.add_argument("--out", required=True, metavar="FILE", help="the JSON file to write")
@@ -92,32 +115,42 @@ def cmd_bench(args) -> int:
     if args.distinct < 0:
         raise CommandError("--distinct must be at least 1 (or 0: every text)")
     if args.distinct:
-        texts = texts[:args.distinct]
+        texts = texts[: args.distinct]
     if args.artifacts and args.repository:
-        raise CommandError("--artifacts goes with --url: with --repository the in-process row runs the "
-                           "repository's own artifacts")
+        raise CommandError(
+            "--artifacts goes with --url: with --repository the in-process row runs the repository's own artifacts"
+        )
     server, view = None, args.repository
     try:
         if args.repository:
             pipeline = repository_pipeline(args.repository)
-            server = TritonServer(args.repository, log_file=os.path.join(args.repository.rstrip("/") + ".bench.log"),
-                                  cache_size=args.cache_size)
+            server = TritonServer(
+                args.repository,
+                log_file=os.path.join(args.repository.rstrip("/") + ".bench.log"),
+                cache_size=args.cache_size,
+            )
             try:
-                server.repository = view = servable(server, args.repository,
-                                                    lambda line: print(line, file=sys.stderr, flush=True))
+                server.repository = view = servable(
+                    server, args.repository, lambda line: print(line, file=sys.stderr, flush=True)
+                )
             except ValueError as err:
                 raise CommandError(str(err)) from None
             print(f"starting tritonserver on {args.repository} (log {server.log_file})", file=sys.stderr, flush=True)
-            print(f"served bert: {served_bert(args.repository)}; in process: {pipeline.bert.describe()}",
-                  file=sys.stderr, flush=True)
+            print(
+                f"served bert: {served_bert(args.repository)}; in process: {pipeline.bert.describe()}",
+                file=sys.stderr,
+                flush=True,
+            )
             server.start(timeout=300)
             url = server.grpc_url if args.protocol == "grpc" else server.http_url
         else:
             url = args.url
             health = check(url, args.protocol, timeout=30.0)
             if not health.ok:
-                raise CommandError(f"--url {url} ({args.protocol}): the ensemble does not answer ({health.message}); "
-                                   "start a server (readability-triton serve) or pass --repository DIR")
+                raise CommandError(
+                    f"--url {url} ({args.protocol}): the ensemble does not answer ({health.message}); "
+                    "start a server (readability-triton serve) or pass --repository DIR"
+                )
             pipeline = Pipeline.from_folder(args.artifacts) if args.artifacts else None
             if pipeline is None:
                 print("no --artifacts: the in-process row is left out", file=sys.stderr)
@@ -126,18 +159,26 @@ def cmd_bench(args) -> int:
             import shutil
             import tempfile
 
-            binary = shutil.which("perf_analyzer") or os.path.join(os.path.dirname(sys.executable),
-                                                                   "perf_analyzer")
+            binary = shutil.which("perf_analyzer") or os.path.join(os.path.dirname(sys.executable), "perf_analyzer")
             if not os.path.isfile(binary):
-                raise CommandError("--engine both: no perf_analyzer (scripts/perf_analyzer.sh puts it into the "
-                                   "venv)")
+                raise CommandError("--engine both: no perf_analyzer (scripts/perf_analyzer.sh puts it into the venv)")
             descriptor, perf_input = tempfile.mkstemp(prefix="perf-input-", suffix=".json")
             with os.fdopen(descriptor, "w", encoding="utf-8") as document:
                 json.dump(bench.perf_input(texts), document, ensure_ascii=False)
         try:
-            rows = bench.run(url, args.protocol, texts, concurrency, per_request, args.duration, pipeline,
-                             args.warmup, progress=progress, perf_analyzer_input=perf_input,
-                             perf_analyzer_binary=binary if perf_input else "perf_analyzer")
+            rows = bench.run(
+                url,
+                args.protocol,
+                texts,
+                concurrency,
+                per_request,
+                args.duration,
+                pipeline,
+                args.warmup,
+                progress=progress,
+                perf_analyzer_input=perf_input,
+                perf_analyzer_binary=binary if perf_input else "perf_analyzer",
+            )
         finally:
             if perf_input:
                 os.remove(perf_input)
@@ -148,11 +189,18 @@ def cmd_bench(args) -> int:
                 import shutil
 
                 shutil.rmtree(view, ignore_errors=True)
-    print(f"\nbench: {args.protocol} at {url}, {len(texts)} distinct texts, {args.duration:g} s per row, "
-          f"{os.cpu_count()} CPUs\n")
+    print(
+        f"\nbench: {args.protocol} at {url}, {len(texts)} distinct texts, {args.duration:g} s per row, "
+        f"{os.cpu_count()} CPUs\n"
+    )
     bench.print_rows(rows, sys.stdout)
-    report = {"protocol": args.protocol, "url": url, "duration": args.duration, "cpus": os.cpu_count(),
-              **bench.summary(rows)}
+    report = {
+        "protocol": args.protocol,
+        "url": url,
+        "duration": args.duration,
+        "cpus": os.cpu_count(),
+        **bench.summary(rows),
+    }
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(report, handle, indent=2)
@@ -168,7 +216,7 @@ def cmd_perf_input(args) -> int:
     if args.limit is not None:
         if args.limit < 1:
             raise CommandError("--limit must be at least 1")
-        texts = texts[:args.limit]
+        texts = texts[: args.limit]
     try:
         as_utf8(texts)
     except ValueError as err:
@@ -176,6 +224,8 @@ def cmd_perf_input(args) -> int:
     document = bench.perf_input(texts)
     with open(args.out, "w", encoding="utf-8") as handle:
         json.dump(document, handle, ensure_ascii=False)
-    print(f"wrote {args.out}: {len(texts)} excerpts for perf_analyzer --input-data (TEXT, BYTES, shape [1])",
-          file=sys.stderr)
+    print(
+        f"wrote {args.out}: {len(texts)} excerpts for perf_analyzer --input-data (TEXT, BYTES, shape [1])",
+        file=sys.stderr,
+    )
     return 0

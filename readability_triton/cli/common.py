@@ -1,4 +1,5 @@
 """What the sub-commands share: a progress bar and the `--data` arguments."""
+
 from __future__ import annotations
 
 import sys
@@ -21,7 +22,11 @@ def log(message: str) -> None:
 
 def data_arguments(p, required: bool = True, what: str = "training CSV") -> None:
     """--data, --column and --target: a CommonLit-style CSV with texts and targets."""
-    p.add_argument("--data", required=required, metavar="CSV",
-                   help=f"{what} with a text column and a numeric target column (CommonLit layout)")
+    p.add_argument(
+        "--data",
+        required=required,
+        metavar="CSV",
+        help=f"{what} with a text column and a numeric target column (CommonLit layout)",
+    )
     p.add_argument("--column", default="excerpt", help="text column of --data (default: excerpt)")
     p.add_argument("--target", default="target", help="target column of --data (default: target; higher = easier)")

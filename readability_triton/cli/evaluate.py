@@ -1,5 +1,6 @@
 """CLI: `evaluate`: RMSE of an artifact set (in process) or of a running ensemble on a
 CSV with targets, e.g. excerpts held out from training."""
+
 from __future__ import annotations
 
 import csv
@@ -18,30 +19,47 @@ from .common import data_arguments, progress
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "evaluate", help="RMSE of an artifact set or a running ensemble on a CSV with targets",
+        "evaluate",
+        help="RMSE of an artifact set or a running ensemble on a CSV with targets",
         description="Score the texts of a CSV that has targets, and report the RMSE of the BERT "
-                    "branch, the forest branch and SCORE, next to the RMSE of the targets' own mean (the "
-                    "best constant) and the best BERT weight on these texts. With --artifacts the models "
-                    "of an artifact folder run in process, exactly as serving computes them (features "
-                    "with its vocabulary.json, Treelite GTIL on checkpoint.tl, torch.jit on model.pt; "
-                    "checksums checked against manifest.json); a folder from train-forest alone gives the "
-                    "forest branch only. With --url a running 'readability' ensemble is asked instead. "
-                    "Use texts the models were not trained on.")
+        "branch, the forest branch and SCORE, next to the RMSE of the targets' own mean (the "
+        "best constant) and the best BERT weight on these texts. With --artifacts the models "
+        "of an artifact folder run in process, exactly as serving computes them (features "
+        "with its vocabulary.json, Treelite GTIL on checkpoint.tl, torch.jit on model.pt; "
+        "checksums checked against manifest.json); a folder from train-forest alone gives the "
+        "forest branch only. With --url a running 'readability' ensemble is asked instead. "
+        "Use texts the models were not trained on.",
+    )
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--artifacts", metavar="DIR", help="artifact folder (build-demo, train-forest, export-bert)")
     source.add_argument("--url", help="address of a running server (e.g. 127.0.0.1:8000 for http, :8001 for grpc)")
     data_arguments(p, what="CSV of texts the models were not trained on,")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http", help="with --url (default: http)")
-    p.add_argument("--bert-weight", type=float, default=None,
-                   help="with --artifacts: BERT weight of SCORE (default: the set's fitted weights, as assemble)")
-    p.add_argument("--forest-weight", type=float, default=None,
-                   help="with --artifacts: forest weight of SCORE (with --bert-weight)")
+    p.add_argument(
+        "--bert-weight",
+        type=float,
+        default=None,
+        help="with --artifacts: BERT weight of SCORE (default: the set's fitted weights, as assemble)",
+    )
+    p.add_argument(
+        "--forest-weight",
+        type=float,
+        default=None,
+        help="with --artifacts: forest weight of SCORE (with --bert-weight)",
+    )
     p.add_argument("--batch-size", type=int, default=32, help="texts per batch or request (default 32)")
-    p.add_argument("--bert-format", choices=("onnx", "torchscript"), default=None,
-                   help="with --artifacts: the BERT model to run when the set holds both (default: onnx)")
-    p.add_argument("--outputs", default=None,
-                   help="with --url: the ensemble outputs to ask for, comma-separated (default: "
-                        "SCORE,BERT_SCORE,FOREST_SCORE); the report covers those")
+    p.add_argument(
+        "--bert-format",
+        choices=("onnx", "torchscript"),
+        default=None,
+        help="with --artifacts: the BERT model to run when the set holds both (default: onnx)",
+    )
+    p.add_argument(
+        "--outputs",
+        default=None,
+        help="with --url: the ensemble outputs to ask for, comma-separated (default: "
+        "SCORE,BERT_SCORE,FOREST_SCORE); the report covers those",
+    )
     p.add_argument("--out", metavar="FILE", help="also write each text's target and predictions to this CSV")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw predicted against target for each branch and SCORE")
@@ -51,11 +69,14 @@ def register(subparsers) -> None:
 def cmd_evaluate(args) -> int:
     limit = contracts.MAX_BATCH_SIZE[contracts.ENSEMBLE]
     if args.batch_size < 1 or (args.url and args.batch_size > limit):
-        raise CommandError(f"--batch-size must be at least 1 (and at most {limit}, the ensemble's max_batch_size, "
-                           "with --url)")
+        raise CommandError(
+            f"--batch-size must be at least 1 (and at most {limit}, the ensemble's max_batch_size, with --url)"
+        )
     if args.url and (args.bert_weight is not None or args.forest_weight is not None):
-        raise CommandError("--bert-weight/--forest-weight apply to --artifacts only: a served SCORE uses the "
-                           "weights its repository was assembled with")
+        raise CommandError(
+            "--bert-weight/--forest-weight apply to --artifacts only: a served SCORE uses the "
+            "weights its repository was assembled with"
+        )
     weight_pair(args.bert_weight, args.forest_weight, CommandError)
     outputs: tuple[str, ...] = contracts.OUTPUTS
     if args.outputs is not None:
@@ -67,8 +88,9 @@ def cmd_evaluate(args) -> int:
             raise CommandError(f"--outputs: {err}") from None
     table = read_table(args.data, args.column, args.target)
     if args.artifacts:
-        pipeline = Pipeline.from_folder(args.artifacts, args.bert_weight, args.forest_weight,
-                                        bert_format=args.bert_format)
+        pipeline = Pipeline.from_folder(
+            args.artifacts, args.bert_weight, args.forest_weight, bert_format=args.bert_format
+        )
         try:
             predictions = pipeline(table.texts, batch_size=args.batch_size, progress=progress)
         except ValueError as err:  # a text the served ensemble would refuse too
@@ -76,8 +98,14 @@ def cmd_evaluate(args) -> int:
         where = f"artifacts {args.artifacts}"
         weights = pipeline.weights if "score" in predictions else None
     else:
-        predictions = served_predictions(args.url, table.texts, protocol=args.protocol, batch_size=args.batch_size,
-                                         progress=progress, outputs=outputs)
+        predictions = served_predictions(
+            args.url,
+            table.texts,
+            protocol=args.protocol,
+            batch_size=args.batch_size,
+            progress=progress,
+            outputs=outputs,
+        )
         where = f"the ensemble at {args.url} ({args.protocol})"
         weights = served_weights(args.url, args.protocol)
     report = summarize(table.targets, predictions)
@@ -93,7 +121,6 @@ def cmd_evaluate(args) -> int:
                 writer.writerow([text, target] + [f"{float(predictions[n][i]):.6f}" for n in names])
         print(f"wrote {len(table.texts)} predictions to {args.out}", file=sys.stderr)
     if args.plot:
-
         plot_predictions(table.targets, predictions, args.plot, title=f"{len(table.texts)} texts, {where}")
         print(f"wrote {args.plot}", file=sys.stderr)
     if args.json:
@@ -115,5 +142,7 @@ def print_report(report: dict) -> None:
     print(f"{'mean':<8}  {report['rmse_of_the_mean']:>7.4f}  (the targets' own mean: the best constant)")
     if "best_bert_weight" in report:
         w = report["best_bert_weight"]
-        print(f"\nbest blend on these texts: {w:.2f} BERT + {1 - w:.2f} forest, RMSE "
-              f"{report['rmse_at_best_weight']:.4f} (fitted on the texts it scores: optimistic)")
+        print(
+            f"\nbest blend on these texts: {w:.2f} BERT + {1 - w:.2f} forest, RMSE "
+            f"{report['rmse_at_best_weight']:.4f} (fitted on the texts it scores: optimistic)"
+        )

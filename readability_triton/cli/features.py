@@ -1,4 +1,5 @@
 """CLI: `vocabulary` (fit the feature vocabulary) and `features` (compute the 207 features)."""
+
 from __future__ import annotations
 
 import csv
@@ -14,33 +15,41 @@ from .common import progress
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "vocabulary", help="fit the feature vocabulary (top/bottom words, stop words) on a CSV",
+        "vocabulary",
+        help="fit the feature vocabulary (top/bottom words, stop words) on a CSV",
         description="Count the words of every text (the spec's words, in normal form) and write "
-                    "vocabulary.json: the n most frequent words (top), the n least frequent others "
-                    "(bottom), and the stop words (scikit-learn's ENGLISH_STOP_WORDS by default).")
+        "vocabulary.json: the n most frequent words (top), the n least frequent others "
+        "(bottom), and the stop words (scikit-learn's ENGLISH_STOP_WORDS by default).",
+    )
     p.add_argument("--data", required=True, metavar="CSV", help="training CSV ('-' for standard input)")
     p.add_argument("--out", required=True, metavar="FILE", help="vocabulary JSON to write")
     p.add_argument("--column", default="excerpt", help="text column (default: excerpt)")
     p.add_argument("--n", type=int, default=None, help="words per list (default 100: 207 features)")
-    p.add_argument("--stopwords", metavar="FILE",
-                   help="stop words, one per line (default: scikit-learn's ENGLISH_STOP_WORDS)")
+    p.add_argument(
+        "--stopwords", metavar="FILE", help="stop words, one per line (default: scikit-learn's ENGLISH_STOP_WORDS)"
+    )
     p.set_defaults(func=cmd_vocabulary)
 
     p = subparsers.add_parser(
-        "features", help="compute the readability features of the texts of a CSV",
+        "features",
+        help="compute the readability features of the texts of a CSV",
         description="Compute the 7 + 2n readability features of every text of a CSV with a "
-                    "vocabulary.json and write them as a CSV (one row per input row, in order, with "
-                    "the feature names as header; an id column is copied when present).")
+        "vocabulary.json and write them as a CSV (one row per input row, in order, with "
+        "the feature names as header; an id column is copied when present).",
+    )
     p.add_argument("--vocabulary", required=True, metavar="FILE", help="vocabulary.json")
     p.add_argument("--data", required=True, metavar="CSV", help="input CSV ('-' for standard input)")
     p.add_argument("--out", required=True, metavar="FILE", help="output CSV ('-' for standard output)")
     p.add_argument("--column", default="excerpt", help="text column (default: excerpt)")
-    p.add_argument("--id-column", default="id",
-                   help="column copied in front of the features when the input has it (default: id; "
-                        "'' for none)")
+    p.add_argument(
+        "--id-column",
+        default="id",
+        help="column copied in front of the features when the input has it (default: id; '' for none)",
+    )
     p.add_argument("--batch-size", type=int, default=4096, help="texts per featurize call (default 4096)")
-    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu",
-                   help="cpu: NumPy (default); gpu: CuPy on the current GPU")
+    p.add_argument(
+        "--device", choices=("cpu", "gpu"), default="cpu", help="cpu: NumPy (default); gpu: CuPy on the current GPU"
+    )
     p.set_defaults(func=cmd_features)
 
 
@@ -70,15 +79,17 @@ def cmd_vocabulary(args) -> int:
         vocabulary.save(args.out)
     except OSError as err:
         raise CommandError(f"{args.out}: {err.strerror}") from None
-    print(f"wrote {args.out}: {vocabulary.n} top and {vocabulary.n} bottom words, "
-          f"{len(vocabulary.stopwords)} stop words, {vocabulary.n_features} features "
-          f"(fitted on {len(table.texts)} texts of {args.data})", file=sys.stderr)
+    print(
+        f"wrote {args.out}: {vocabulary.n} top and {vocabulary.n} bottom words, "
+        f"{len(vocabulary.stopwords)} stop words, {vocabulary.n_features} features "
+        f"(fitted on {len(table.texts)} texts of {args.data})",
+        file=sys.stderr,
+    )
     return 0
 
 
 def cmd_features(args) -> int:
     import numpy as np
-
 
     if args.batch_size < 1:
         raise CommandError(f"--batch-size must be at least 1, got {args.batch_size}")

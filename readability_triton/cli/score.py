@@ -1,5 +1,6 @@
 """CLI: `score` (texts through a running server's ensemble) and `demo` (build, assemble,
 serve, score the example texts, stop)."""
+
 from __future__ import annotations
 
 import csv
@@ -39,10 +40,12 @@ BATCH_LIMIT = contracts.MAX_BATCH_SIZE[contracts.ENSEMBLE]
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "score", help="score texts through the readability ensemble of a running server",
+        "score",
+        help="score texts through the readability ensemble of a running server",
         description="Send texts to the 'readability' ensemble and print (or write) SCORE, BERT_SCORE and "
-                    "FOREST_SCORE. Texts come from the arguments, a CSV file (--csv), or standard input "
-                    "(one text per line).")
+        "FOREST_SCORE. Texts come from the arguments, a CSV file (--csv), or standard input "
+        "(one text per line).",
+    )
     p.add_argument("texts", nargs="*", help="texts to score")
     p.add_argument("--csv", dest="csv_path", metavar="FILE", help="CSV with a text column")
     p.add_argument("--column", default="excerpt", help="text column of --csv (default: excerpt)")
@@ -50,19 +53,28 @@ def register(subparsers) -> None:
     p.add_argument("--url", default=None, help="server address (default 127.0.0.1:8000 http, :8001 grpc)")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
     p.add_argument("--batch-size", type=int, default=BATCH_LIMIT, help=f"texts per request (at most {BATCH_LIMIT})")
-    p.add_argument("--outputs", default="SCORE,BERT_SCORE,FOREST_SCORE",
-                   help="the ensemble outputs to ask for, comma-separated (default: all three)")
+    p.add_argument(
+        "--outputs",
+        default="SCORE,BERT_SCORE,FOREST_SCORE",
+        help="the ensemble outputs to ask for, comma-separated (default: all three)",
+    )
     p.set_defaults(func=cmd_score)
 
     p = subparsers.add_parser(
-        "demo", help="build demo artifacts, serve them, score example texts, stop",
+        "demo",
+        help="build demo artifacts, serve them, score example texts, stop",
         description="Build (or reuse) demo artifacts, assemble them (the cpu profile where Triton's own "
-                    "backends are built, `make native-backends`; else portable), start a real tritonserver "
-                    "on 127.0.0.1, score example texts through the ensemble, print a table and stop the server.")
+        "backends are built, `make native-backends`; else portable), start a real tritonserver "
+        "on 127.0.0.1, score example texts through the ensemble, print a table and stop the server.",
+    )
     p.add_argument("--artifacts", default=".cache/demo-artifacts", metavar="DIR")
     p.add_argument("--repository", default=".cache/demo-repository", metavar="REPO")
-    p.add_argument("--data", default=None, metavar="CSV",
-                   help="training CSV (default: the shared CommonLit data if present, else a generated corpus)")
+    p.add_argument(
+        "--data",
+        default=None,
+        metavar="CSV",
+        help="training CSV (default: the shared CommonLit data if present, else a generated corpus)",
+    )
     p.add_argument("--bert", choices=("minilm", "tiny"), default="minilm")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
     p.set_defaults(func=cmd_demo)
@@ -82,8 +94,11 @@ def _read_texts(args) -> list[str]:
 
 
 #: Columns of `score`'s table and CSV: (ensemble output, Score attribute, CSV header, label).
-_COLUMNS = (("BERT_SCORE", "bert", "bert_score", "BERT"), ("FOREST_SCORE", "forest", "forest_score", "forest"),
-            ("SCORE", "score", "score", "score"))
+_COLUMNS = (
+    ("BERT_SCORE", "bert", "bert_score", "BERT"),
+    ("FOREST_SCORE", "forest", "forest_score", "forest"),
+    ("SCORE", "score", "score", "score"),
+)
 
 
 def cmd_score(args) -> int:
@@ -97,8 +112,10 @@ def cmd_score(args) -> int:
     url = args.url or ("127.0.0.1:8000" if args.protocol == "http" else "127.0.0.1:8001")
     with ReadabilityClient(url, args.protocol, batch_size=args.batch_size) as client:
         if not client.ready():
-            raise CommandError(f"no ready 'readability' model at {url} ({args.protocol}); start one "
-                               "with `readability-triton serve --repository REPO`")
+            raise CommandError(
+                f"no ready 'readability' model at {url} ({args.protocol}); start one "
+                "with `readability-triton serve --repository REPO`"
+            )
         scores = client.score(texts, progress=progress, outputs=outputs)
     if args.out:
         # CSV columns: text, then the requested scores in the order score, bert_score, forest_score
@@ -137,8 +154,12 @@ def cmd_demo(args) -> int:
     data = args.data
     if data is None and os.path.isfile(COMMONLIT_CSV):
         data = os.path.normpath(COMMONLIT_CSV)
-    print(f"demo artifacts in {args.artifacts} (BERT branch: {args.bert}; training data: "
-          f"{data or 'a corpus generated by readability-triton'})", file=sys.stderr, flush=True)
+    print(
+        f"demo artifacts in {args.artifacts} (BERT branch: {args.bert}; training data: "
+        f"{data or 'a corpus generated by readability-triton'})",
+        file=sys.stderr,
+        flush=True,
+    )
     built = ensure_demo_artifacts(args.artifacts, data=data, bert=args.bert)
     info = built.manifest.info
     # The CPU profile of a production deployment (bert on Triton's own onnxruntime backend)
@@ -154,8 +175,12 @@ def cmd_demo(args) -> int:
     except ValueError as err:
         raise CommandError(str(err)) from None
     server.repository = served
-    print(f"profile {profile}: bert {served_bert(args.repository)}; starting tritonserver on 127.0.0.1 (http "
-          f"{server.http_port}, grpc {server.grpc_port}); log: {log_file}", file=sys.stderr, flush=True)
+    print(
+        f"profile {profile}: bert {served_bert(args.repository)}; starting tritonserver on 127.0.0.1 (http "
+        f"{server.http_port}, grpc {server.grpc_port}); log: {log_file}",
+        file=sys.stderr,
+        flush=True,
+    )
     server.start(timeout=300)
     try:
         url = server.http_url if args.protocol == "http" else server.grpc_url
@@ -168,18 +193,24 @@ def cmd_demo(args) -> int:
             import shutil
 
             shutil.rmtree(served, ignore_errors=True)
-    print(f"\nScores from the 'readability' ensemble ({args.protocol}, profile {profile}, one request per text; "
-          "higher = easier, CommonLit scale):\n")
+    print(
+        f"\nScores from the 'readability' ensemble ({args.protocol}, profile {profile}, one request per text; "
+        "higher = easier, CommonLit scale):\n"
+    )
     print_table(scores, latency=True)
     bert, blend = info.get("bert", {}), info.get("blend", {})
     rmse = blend.get("rmse", {})
-    print(f"\nBERT branch: {bert.get('encoder', args.bert)}. Out-of-fold RMSE on the {blend.get('n_texts')} training "
-          f"texts ({bert.get('folds')} folds): BERT {rmse.get('bert', float('nan')):.3f}, forest "
-          f"{rmse.get('forest', float('nan')):.3f}, SCORE {rmse.get('score', float('nan')):.3f} with the fitted "
-          f"weights SCORE = {blend.get('bert_weight', 0.5):.3f} BERT + {blend.get('forest_weight', 0.5):.3f} forest "
-          f"(at 0.5/0.5: {rmse.get('score_at_0.5', float('nan')):.3f}).")
+    print(
+        f"\nBERT branch: {bert.get('encoder', args.bert)}. Out-of-fold RMSE on the {blend.get('n_texts')} training "
+        f"texts ({bert.get('folds')} folds): BERT {rmse.get('bert', float('nan')):.3f}, forest "
+        f"{rmse.get('forest', float('nan')):.3f}, SCORE {rmse.get('score', float('nan')):.3f} with the fitted "
+        f"weights SCORE = {blend.get('bert_weight', 0.5):.3f} BERT + {blend.get('forest_weight', 0.5):.3f} forest "
+        f"(at 0.5/0.5: {rmse.get('score_at_0.5', float('nan')):.3f})."
+    )
     if not info.get("data", {}).get("calibrated", True):
-        print("NOTE: trained on a corpus generated by readability-triton (no CommonLit data found): these "
-              "scores are illustrative, not CommonLit-calibrated. Pass --data train.csv for real ones.")
+        print(
+            "NOTE: trained on a corpus generated by readability-triton (no CommonLit data found): these "
+            "scores are illustrative, not CommonLit-calibrated. Pass --data train.csv for real ones."
+        )
     print(f"tritonserver (pid {server.pid}) stopped, status {code}.")
     return 0

@@ -1,4 +1,5 @@
 """CLI: `assemble`, `serve` and `health`."""
+
 from __future__ import annotations
 
 import os
@@ -18,105 +19,187 @@ from ..server.serve import ServeOptions, Service
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "assemble", help="build a complete model repository for a profile from an artifact set",
+        "assemble",
+        help="build a complete model repository for a profile from an artifact set",
         description="Write the configs of a profile (gpu, hybrid, cpu, portable, portable-gpu), the Python models' "
-                    "model.py and the artifacts into a Triton model repository, after checking the "
-                    "artifacts against their manifest.json and the tensor contracts.")
+        "model.py and the artifacts into a Triton model repository, after checking the "
+        "artifacts against their manifest.json and the tensor contracts.",
+    )
     p.add_argument("--profile", required=True, choices=PROFILES)
-    p.add_argument("--artifacts", required=True, metavar="DIR",
-                   help="artifact set (model.pt, tokenizer files, checkpoint.tl, vocabulary.json, manifest.json)")
+    p.add_argument(
+        "--artifacts",
+        required=True,
+        metavar="DIR",
+        help="artifact set (model.pt, tokenizer files, checkpoint.tl, vocabulary.json, manifest.json)",
+    )
     p.add_argument("--out", required=True, metavar="REPO", help="repository folder to write")
-    p.add_argument("--bert-weight", type=float, default=None,
-                   help="weight of BERT_SCORE in SCORE (default: the set's fitted weights, from train-blend or "
-                        "build-demo; else 0.5)")
-    p.add_argument("--forest-weight", type=float, default=None,
-                   help="weight of FOREST_SCORE in SCORE (with --bert-weight)")
-    p.add_argument("--max-text-bytes", type=int, default=None,
-                   help="largest UTF-8 text the Python steps accept (default 100000)")
-    p.add_argument("--bert-format", choices=("onnx", "torchscript"), default=None,
-                   help="the BERT model to serve when the set holds both (default: onnx; torchscript for "
-                        "portable-gpu, where torch runs it on the GPU)")
-    p.add_argument("--tensorrt", action="store_true",
-                   help="gpu/hybrid with ONNX: let the onnxruntime backend build a TensorRT FP16 engine (built on "
-                        "the first requests, then cached)")
-    p.add_argument("--tensorrt-cache", default=None, metavar="DIR",
-                   help="where the TensorRT engines are cached on the server (default /tmp/readability-triton-trt)")
-    p.add_argument("--triton-version", default=None, metavar="YY.MM",
-                   help="the Triton release that will serve the repository (default 24.10, the release the "
-                        "tests run): its configs differ, e.g. FIL's is_classifier from 25.09")
-    p.add_argument("--response-cache", action="store_true",
-                   help="let Triton's response cache keep bert's answers, so that texts seen before skip BERT "
-                        "(serve it with `serve --cache-size`)")
+    p.add_argument(
+        "--bert-weight",
+        type=float,
+        default=None,
+        help="weight of BERT_SCORE in SCORE (default: the set's fitted weights, from train-blend or "
+        "build-demo; else 0.5)",
+    )
+    p.add_argument(
+        "--forest-weight", type=float, default=None, help="weight of FOREST_SCORE in SCORE (with --bert-weight)"
+    )
+    p.add_argument(
+        "--max-text-bytes", type=int, default=None, help="largest UTF-8 text the Python steps accept (default 100000)"
+    )
+    p.add_argument(
+        "--bert-format",
+        choices=("onnx", "torchscript"),
+        default=None,
+        help="the BERT model to serve when the set holds both (default: onnx; torchscript for "
+        "portable-gpu, where torch runs it on the GPU)",
+    )
+    p.add_argument(
+        "--tensorrt",
+        action="store_true",
+        help="gpu/hybrid with ONNX: let the onnxruntime backend build a TensorRT FP16 engine (built on "
+        "the first requests, then cached)",
+    )
+    p.add_argument(
+        "--tensorrt-cache",
+        default=None,
+        metavar="DIR",
+        help="where the TensorRT engines are cached on the server (default /tmp/readability-triton-trt)",
+    )
+    p.add_argument(
+        "--triton-version",
+        default=None,
+        metavar="YY.MM",
+        help="the Triton release that will serve the repository (default 24.10, the release the "
+        "tests run): its configs differ, e.g. FIL's is_classifier from 25.09",
+    )
+    p.add_argument(
+        "--response-cache",
+        action="store_true",
+        help="let Triton's response cache keep bert's answers, so that texts seen before skip BERT "
+        "(serve it with `serve --cache-size`)",
+    )
     p.add_argument("--force", action="store_true", help="replace REPO if it exists")
     p.set_defaults(func=cmd_assemble)
 
     p = subparsers.add_parser(
-        "serve", help="serve a repository: the front door in front of a supervised tritonserver",
+        "serve",
+        help="serve a repository: the front door in front of a supervised tritonserver",
         description="Run tritonserver (the nvidia-pytriton wheel's, or an installed one) on 127.0.0.1 with its "
-                    "model-repository, logging, trace and shared-memory APIs closed to clients without the admin "
-                    "key, and the front door on the published HTTP and gRPC ports: admission by work with a "
-                    "stated wait, fair shares per client, abandoned requests dropped before compute, oversized "
-                    "bodies refused, and no cancellation ever reaching tritonserver. Restart tritonserver "
-                    "(drained) on evidence that it is dead, stuck or answering wrong, answer liveness and "
-                    "readiness probes, and drain then stop on Ctrl-C or SIGTERM.")
+        "model-repository, logging, trace and shared-memory APIs closed to clients without the admin "
+        "key, and the front door on the published HTTP and gRPC ports: admission by work with a "
+        "stated wait, fair shares per client, abandoned requests dropped before compute, oversized "
+        "bodies refused, and no cancellation ever reaching tritonserver. Restart tritonserver "
+        "(drained) on evidence that it is dead, stuck or answering wrong, answer liveness and "
+        "readiness probes, and drain then stop on Ctrl-C or SIGTERM.",
+    )
     env = os.environ.get
     p.add_argument("--repository", required=True, metavar="REPO")
     p.add_argument("--http-port", type=int, default=int(env("READABILITY_TRITON_HTTP_PORT", "8000")))
     p.add_argument("--grpc-port", type=int, default=int(env("READABILITY_TRITON_GRPC_PORT", "8001")))
     p.add_argument("--metrics-port", type=int, default=int(env("READABILITY_TRITON_METRICS_PORT", "8002")))
-    p.add_argument("--address", default=env("READABILITY_TRITON_ADDRESS", "127.0.0.1"),
-                   help="where the published ports listen (default 127.0.0.1; 0.0.0.0 in a container). Each port "
-                        "and this default to "
-                        "$READABILITY_TRITON_<HTTP_PORT|GRPC_PORT|METRICS_PORT|HEALTH_PORT|ADDRESS>")
-    p.add_argument("--tritonserver", default="", metavar="HOME",
-                   help="an installed tritonserver (HOME/bin/tritonserver, HOME/backends; an NGC image's "
-                        "/opt/tritonserver; default $READABILITY_TRITON_HOME, else the one in the nvidia-pytriton "
-                        "wheel)")
+    p.add_argument(
+        "--address",
+        default=env("READABILITY_TRITON_ADDRESS", "127.0.0.1"),
+        help="where the published ports listen (default 127.0.0.1; 0.0.0.0 in a container). Each port "
+        "and this default to "
+        "$READABILITY_TRITON_<HTTP_PORT|GRPC_PORT|METRICS_PORT|HEALTH_PORT|ADDRESS>",
+    )
+    p.add_argument(
+        "--tritonserver",
+        default="",
+        metavar="HOME",
+        help="an installed tritonserver (HOME/bin/tritonserver, HOME/backends; an NGC image's "
+        "/opt/tritonserver; default $READABILITY_TRITON_HOME, else the one in the nvidia-pytriton "
+        "wheel)",
+    )
     p.add_argument("--log-file", default=None, help="write the server log here instead of stderr")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds to wait for readiness")
-    p.add_argument("--health-interval", type=float, default=5.0,
-                   help="seconds between checks of the processes, the queues' progress and a canary "
-                        "inference (0: no supervision; default 5)")
-    p.add_argument("--health-port", type=int, default=int(env("READABILITY_TRITON_HEALTH_PORT", "0")) or None,
-                   help="answer GET /livez, /readyz, /healthz and /metrics on this port (liveness never fails "
-                        "because of load; readiness: serving right answers)")
-    p.add_argument("--stall-timeout", type=float, default=120.0,
-                   help="a step with requests queued that finishes nothing for this long counts as stuck "
-                        "(default 120 s)")
-    p.add_argument("--cache-size", type=int, default=0, metavar="BYTES",
-                   help="the response cache's size (Triton's local cache) for a repository assembled with "
-                        "--response-cache (default 0: no cache)")
-    p.add_argument("--drain-timeout", type=float, default=30.0,
-                   help="on SIGTERM, seconds to let accepted requests finish before the server is stopped "
-                        "(default 30)")
-    p.add_argument("--max-wait", type=float, default=float(env("READABILITY_TRITON_MAX_WAIT", "10")),
-                   help="the stated wait: a request is accepted only while the work ahead of it, at the rate the "
-                        "pipeline lately finished texts, is answered within this many seconds; else it is refused "
-                        "at once as busy (default 10, or $READABILITY_TRITON_MAX_WAIT)")
-    p.add_argument("--max-request-bytes", type=int, default=DEFAULT_MAX_REQUEST_BYTES, metavar="BYTES",
-                   help=f"the largest HTTP body or gRPC message accepted (default {DEFAULT_MAX_REQUEST_BYTES}); "
-                        "larger ones are refused (413, RESOURCE_EXHAUSTED) before they are read whole")
-    p.add_argument("--client-header", default=env("READABILITY_TRITON_CLIENT_HEADER") or None, metavar="NAME",
-                   help="name clients by this header (HTTP) or metadata key (gRPC), e.g. X-Forwarded-For behind a "
-                        "proxy that sets it, instead of by their address (default: by address)")
+    p.add_argument(
+        "--health-interval",
+        type=float,
+        default=5.0,
+        help="seconds between checks of the processes, the queues' progress and a canary "
+        "inference (0: no supervision; default 5)",
+    )
+    p.add_argument(
+        "--health-port",
+        type=int,
+        default=int(env("READABILITY_TRITON_HEALTH_PORT", "0")) or None,
+        help="answer GET /livez, /readyz, /healthz and /metrics on this port (liveness never fails "
+        "because of load; readiness: serving right answers)",
+    )
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        default=120.0,
+        help="a step with requests queued that finishes nothing for this long counts as stuck (default 120 s)",
+    )
+    p.add_argument(
+        "--cache-size",
+        type=int,
+        default=0,
+        metavar="BYTES",
+        help="the response cache's size (Triton's local cache) for a repository assembled with "
+        "--response-cache (default 0: no cache)",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=30.0,
+        help="on SIGTERM, seconds to let accepted requests finish before the server is stopped (default 30)",
+    )
+    p.add_argument(
+        "--max-wait",
+        type=float,
+        default=float(env("READABILITY_TRITON_MAX_WAIT", "10")),
+        help="the stated wait: a request is accepted only while the work ahead of it, at the rate the "
+        "pipeline lately finished texts, is answered within this many seconds; else it is refused "
+        "at once as busy (default 10, or $READABILITY_TRITON_MAX_WAIT)",
+    )
+    p.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=DEFAULT_MAX_REQUEST_BYTES,
+        metavar="BYTES",
+        help=f"the largest HTTP body or gRPC message accepted (default {DEFAULT_MAX_REQUEST_BYTES}); "
+        "larger ones are refused (413, RESOURCE_EXHAUSTED) before they are read whole",
+    )
+    p.add_argument(
+        "--client-header",
+        default=env("READABILITY_TRITON_CLIENT_HEADER") or None,
+        metavar="NAME",
+        help="name clients by this header (HTTP) or metadata key (gRPC), e.g. X-Forwarded-For behind a "
+        "proxy that sets it, instead of by their address (default: by address)",
+    )
     p.set_defaults(func=cmd_serve)
 
     p = subparsers.add_parser(
-        "health", help="check a running ensemble (a canary inference) or a running serve's health endpoint",
+        "health",
+        help="check a running ensemble (a canary inference) or a running serve's health endpoint",
         description="Without --serve: send the canary text through the 'readability' ensemble at --url and "
-                    "check the answer (finite; with --repository, equal to what assemble recorded). With "
-                    "--serve HOST:PORT: ask a running `readability-triton serve` for its liveness or "
-                    "readiness (GET /livez or /readyz). Exit status 0 (healthy) or 1 (not), with one line "
-                    "that says why: usable as a Docker HEALTHCHECK or a Kubernetes exec probe.")
+        "check the answer (finite; with --repository, equal to what assemble recorded). With "
+        "--serve HOST:PORT: ask a running `readability-triton serve` for its liveness or "
+        "readiness (GET /livez or /readyz). Exit status 0 (healthy) or 1 (not), with one line "
+        "that says why: usable as a Docker HEALTHCHECK or a Kubernetes exec probe.",
+    )
     p.add_argument("--url", default="127.0.0.1:8000", help="server address (default 127.0.0.1:8000)")
     p.add_argument("--protocol", choices=("http", "grpc"), default="http")
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the answer (default 10)")
-    p.add_argument("--repository", default=None, metavar="REPO",
-                   help="judge the canary's answer against the one recorded in this assembled repository")
-    p.add_argument("--serve", default=None, metavar="HOST:PORT",
-                   help="ask serve's health endpoint instead (its --health-port)")
-    p.add_argument("--check", choices=("live", "ready"), default="ready",
-                   help="with --serve: liveness or readiness (default ready)")
+    p.add_argument(
+        "--repository",
+        default=None,
+        metavar="REPO",
+        help="judge the canary's answer against the one recorded in this assembled repository",
+    )
+    p.add_argument(
+        "--serve", default=None, metavar="HOST:PORT", help="ask serve's health endpoint instead (its --health-port)"
+    )
+    p.add_argument(
+        "--check",
+        choices=("live", "ready"),
+        default="ready",
+        help="with --serve: liveness or readiness (default ready)",
+    )
     p.set_defaults(func=cmd_health)
 
 
@@ -125,12 +208,20 @@ def register(subparsers) -> None:
 
 def cmd_assemble(args) -> int:
     triton_version = args.triton_version or releases.TESTED
-    manifest = assemble(args.artifacts, args.out, args.profile, bert_weight=args.bert_weight,
-                        forest_weight=args.forest_weight,
-                        max_text_bytes=args.max_text_bytes or contracts.DEFAULT_MAX_TEXT_BYTES, force=args.force,
-                        bert_format=args.bert_format, tensorrt=args.tensorrt,
-                        tensorrt_cache=args.tensorrt_cache or DEFAULT_TENSORRT_CACHE,
-                        triton_version=triton_version, response_cache=args.response_cache)
+    manifest = assemble(
+        args.artifacts,
+        args.out,
+        args.profile,
+        bert_weight=args.bert_weight,
+        forest_weight=args.forest_weight,
+        max_text_bytes=args.max_text_bytes or contracts.DEFAULT_MAX_TEXT_BYTES,
+        force=args.force,
+        bert_format=args.bert_format,
+        tensorrt=args.tensorrt,
+        tensorrt_cache=args.tensorrt_cache or DEFAULT_TENSORRT_CACHE,
+        triton_version=triton_version,
+        response_cache=args.response_cache,
+    )
     chosen = pick_bert_format(args.artifacts, args.profile, args.bert_format)
 
     if args.bert_weight is not None:
@@ -139,10 +230,12 @@ def cmd_assemble(args) -> int:
     else:
         bert_w, forest_w = manifest.blend_weights or (0.5, 0.5)
         how = "fitted" if manifest.blend_weights else "default: no fitted weights in the set"
-    print(f"assembled profile {args.profile!r} for Triton {releases.release(triton_version).version} in "
-          f"{args.out} (max_length {manifest.max_length}, "
-          f"{manifest.n_features} features, BERT {chosen}{' with TensorRT FP16' if args.tensorrt else ''}; "
-          f"SCORE = {bert_w:.3f} BERT + {forest_w:.3f} forest, {how})")
+    print(
+        f"assembled profile {args.profile!r} for Triton {releases.release(triton_version).version} in "
+        f"{args.out} (max_length {manifest.max_length}, "
+        f"{manifest.n_features} features, BERT {chosen}{' with TensorRT FP16' if args.tensorrt else ''}; "
+        f"SCORE = {bert_w:.3f} BERT + {forest_w:.3f} forest, {how})"
+    )
     return 0
 
 
@@ -154,11 +247,23 @@ def cmd_serve(args) -> int:
         print(f"readability-triton serve: {message}", file=sys.stderr, flush=True)
 
     options = ServeOptions(
-        args.repository, http_port=args.http_port, grpc_port=args.grpc_port, metrics_port=args.metrics_port,
-        address=args.address, tritonserver=args.tritonserver, log_file=args.log_file, timeout=args.timeout,
-        health_interval=args.health_interval, health_port=args.health_port, stall_timeout=args.stall_timeout,
-        cache_size=args.cache_size, drain_timeout=args.drain_timeout, max_wait=args.max_wait,
-        max_request_bytes=args.max_request_bytes, client_header=args.client_header)
+        args.repository,
+        http_port=args.http_port,
+        grpc_port=args.grpc_port,
+        metrics_port=args.metrics_port,
+        address=args.address,
+        tritonserver=args.tritonserver,
+        log_file=args.log_file,
+        timeout=args.timeout,
+        health_interval=args.health_interval,
+        health_port=args.health_port,
+        stall_timeout=args.stall_timeout,
+        cache_size=args.cache_size,
+        drain_timeout=args.drain_timeout,
+        max_wait=args.max_wait,
+        max_request_bytes=args.max_request_bytes,
+        client_header=args.client_header,
+    )
     try:
         return Service(options, say).run()
     except (ServerError, ValueError) as err:

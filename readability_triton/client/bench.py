@@ -11,6 +11,7 @@ the same artifacts, with the served BERT file and thread plan, one thread of cal
 `texts_per_request` texts per call) runs on the same texts right before and right after each
 row (the mean of the two), which gives the served/in-process ratio.
 """
+
 from __future__ import annotations
 
 import os
@@ -70,12 +71,12 @@ def model_statistics(url: str, protocol: str) -> dict[str, dict]:
 
 
 def _counts(stats: dict[str, dict]) -> dict:
-    return {name: (entry.get("inference_count"), entry.get("execution_count"))
-            for name, entry in stats.items()}
+    return {name: (entry.get("inference_count"), entry.get("execution_count")) for name, entry in stats.items()}
 
 
-def settled_statistics(url: str, protocol: str, interval: float = 0.05, timeout: float = 2.0,
-                       read=model_statistics) -> dict[str, dict]:
+def settled_statistics(
+    url: str, protocol: str, interval: float = 0.05, timeout: float = 2.0, read=model_statistics
+) -> dict[str, dict]:
     """`model_statistics` once the counts stop moving: two reads `interval` s apart that
     agree (or the last read after `timeout` s). A client holds its last answers before
     Triton has counted them: python_backend reports an execute's statistics when the
@@ -124,10 +125,15 @@ def breakdown(before: dict[str, dict], after: dict[str, dict], models=STEPS) -> 
         requests = _ns(a, "success")[0] - _ns(b, "success")[0]
         hits = _ns(a, "cache_hit")[0] - _ns(b, "cache_hit")[0]
         misses = _ns(a, "cache_miss")[0] - _ns(b, "cache_miss")[0]
-        row: dict = {"requests": requests, "inferences": inferences, "executions": executions,
-                     "failed": _ns(a, "fail")[0] - _ns(b, "fail")[0],
-                     "average_batch": inferences / executions if executions else None,
-                     "cache_hits": hits, "cache_hit_rate": hits / (hits + misses) if hits + misses else None}
+        row: dict = {
+            "requests": requests,
+            "inferences": inferences,
+            "executions": executions,
+            "failed": _ns(a, "fail")[0] - _ns(b, "fail")[0],
+            "average_batch": inferences / executions if executions else None,
+            "cache_hits": hits,
+            "cache_hit_rate": hits / (hits + misses) if hits + misses else None,
+        }
         for key in _DURATIONS:
             (ca, na), (cb, nb) = _ns(a, key), _ns(b, key)
             count, ns = ca - cb, na - nb
@@ -167,17 +173,28 @@ def in_process_rate(pipeline, texts, per_request: int, seconds: float) -> float:
     return done / (time.perf_counter() - begin)
 
 
-def run(url: str, protocol: str, texts, concurrency=(1, 4, 16), texts_per_request=(1,), duration: float = 10.0,
-        pipeline=None, warmup: float = 2.0, progress=no_progress, perf_analyzer_input: str | None = None,
-        perf_analyzer_binary: str = "perf_analyzer") -> list[Row]:
+def run(
+    url: str,
+    protocol: str,
+    texts,
+    concurrency=(1, 4, 16),
+    texts_per_request=(1,),
+    duration: float = 10.0,
+    pipeline=None,
+    warmup: float = 2.0,
+    progress=no_progress,
+    perf_analyzer_input: str | None = None,
+    perf_analyzer_binary: str = "perf_analyzer",
+) -> list[Row]:
     """All rows (see the module doc); `progress` (see `readability_triton.progress`) counts the
     seconds of load measured.
     With `perf_analyzer_input` (a perf-input file of the same texts), perf_analyzer measures
     each row of one text per request right after bench does (`Row.perf_analyzer`)."""
     rows = []
     done = 0.0
-    bar = (progress or no_progress)(total=int(len(concurrency) * len(texts_per_request) * duration), desc="bench",
-                                    unit="s")
+    bar = (progress or no_progress)(
+        total=int(len(concurrency) * len(texts_per_request) * duration), desc="bench", unit="s"
+    )
     shown = 0
 
     def advance(seconds: float) -> None:
@@ -205,12 +222,23 @@ def run(url: str, protocol: str, texts, concurrency=(1, 4, 16), texts_per_reques
                 if pipeline is not None:
                     samples.append(in_process_rate(pipeline, texts, per_request, min(duration, 10.0) / 2))
                 ok = [o for o in outcomes if o.ok]
-                rows.append(Row(per_request, clients, duration, len(outcomes), len(outcomes) - len(ok),
-                                len(ok) * per_request / duration, percentiles([o.latency for o in ok], (50, 95, 99)),
-                                breakdown(before, after), statistics.fmean(samples) if samples else None))
+                rows.append(
+                    Row(
+                        per_request,
+                        clients,
+                        duration,
+                        len(outcomes),
+                        len(outcomes) - len(ok),
+                        len(ok) * per_request / duration,
+                        percentiles([o.latency for o in ok], (50, 95, 99)),
+                        breakdown(before, after),
+                        statistics.fmean(samples) if samples else None,
+                    )
+                )
                 if perf_analyzer_input and per_request == 1:
-                    rows[-1].perf_analyzer = perf_analyzer(url, protocol, perf_analyzer_input, clients, duration,
-                                                           perf_analyzer_binary)
+                    rows[-1].perf_analyzer = perf_analyzer(
+                        url, protocol, perf_analyzer_input, clients, duration, perf_analyzer_binary
+                    )
     return rows
 
 
@@ -224,8 +252,9 @@ def perf_input(texts) -> dict:
 UNSTABLE = "Failed to obtain stable measurement"
 
 
-def perf_analyzer(url: str, protocol: str, input_data: str, clients: int, duration: float,
-                  binary: str = "perf_analyzer") -> dict:
+def perf_analyzer(
+    url: str, protocol: str, input_data: str, clients: int, duration: float, binary: str = "perf_analyzer"
+) -> dict:
     """One measurement by Triton's perf_analyzer: `clients` concurrent requests of one text
     each (taken in turn from the `input_data` file) for windows of `duration` s, until three
     agree within 25 % on throughput and average latency (at most 10 windows; its default
@@ -239,9 +268,27 @@ def perf_analyzer(url: str, protocol: str, input_data: str, clients: int, durati
     with tempfile.TemporaryDirectory(prefix="perf-analyzer-") as tmp:
         report = f"{tmp}/report.csv"
         for window in (duration, duration * 2):  # unstable windows: once more, twice as long (its own advice)
-            command = [binary, "-m", C.ENSEMBLE, "-u", url, "-i", protocol, "--input-data", input_data,
-                       "--concurrency-range", f"{clients}:{clients}", "--measurement-interval",
-                       str(int(window * 1000)), "--stability-percentage", "25", "--max-trials", "10", "-f", report]
+            command = [
+                binary,
+                "-m",
+                C.ENSEMBLE,
+                "-u",
+                url,
+                "-i",
+                protocol,
+                "--input-data",
+                input_data,
+                "--concurrency-range",
+                f"{clients}:{clients}",
+                "--measurement-interval",
+                str(int(window * 1000)),
+                "--stability-percentage",
+                "25",
+                "--max-trials",
+                "10",
+                "-f",
+                report,
+            ]
             done = subprocess.run(command, capture_output=True, text=True, timeout=window * 22 + 120)
             if done.returncode == 0 or UNSTABLE not in done.stdout + done.stderr:
                 break
@@ -251,9 +298,14 @@ def perf_analyzer(url: str, protocol: str, input_data: str, clients: int, durati
         with open(report, encoding="utf-8") as handle:
             (row,) = list(csv.DictReader(handle))
     requests = _count(done.stdout, "Request count")
-    return {"texts_per_s": float(row["Inferences/Second"]), "p50_ms": float(row["p50 latency"]) / 1e3,
-            "p99_ms": float(row["p99 latency"]) / 1e3, "requests": requests,
-            "errors": _count(done.stdout, "Failed") if "Failed" in done.stdout else 0, "command": " ".join(command)}
+    return {
+        "texts_per_s": float(row["Inferences/Second"]),
+        "p50_ms": float(row["p50 latency"]) / 1e3,
+        "p99_ms": float(row["p99 latency"]) / 1e3,
+        "requests": requests,
+        "errors": _count(done.stdout, "Failed") if "Failed" in done.stdout else 0,
+        "command": " ".join(command),
+    }
 
 
 def _count(text: str, label: str) -> int:
@@ -264,38 +316,60 @@ def _count(text: str, label: str) -> int:
 
 
 def print_rows(rows: list[Row], out) -> None:
-    print(f"{'texts/req':>9} {'clients':>7} {'texts/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'errors':>6} "
-          f"{'in-process':>10} {'served/in-process':>17}", file=out)
+    print(
+        f"{'texts/req':>9} {'clients':>7} {'texts/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'errors':>6} "
+        f"{'in-process':>10} {'served/in-process':>17}",
+        file=out,
+    )
     for r in rows:
         inproc = f"{r.in_process_texts_per_s:>10.1f}" if r.in_process_texts_per_s else f"{'-':>10}"
         ratio = f"{r.served_vs_in_process:>17.2f}" if r.served_vs_in_process else f"{'-':>17}"
-        print(f"{r.texts_per_request:>9} {r.concurrency:>7} {r.texts_per_s:>8.1f} {r.latency_ms['p50']:>8.1f} "
-              f"{r.latency_ms['p95']:>8.1f} {r.latency_ms['p99']:>8.1f} {r.errors:>6} {inproc} {ratio}", file=out)
+        print(
+            f"{r.texts_per_request:>9} {r.concurrency:>7} {r.texts_per_s:>8.1f} {r.latency_ms['p50']:>8.1f} "
+            f"{r.latency_ms['p95']:>8.1f} {r.latency_ms['p99']:>8.1f} {r.errors:>6} {inproc} {ratio}",
+            file=out,
+        )
     measured = [r for r in rows if r.perf_analyzer]
     if measured:
         print("\nperf_analyzer, the same rows right after (one text per request):", file=out)
-        print(f"{'clients':>7} {'texts/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} {'bench texts/s':>13} "
-              f"{'perf_analyzer/bench':>19}", file=out)
+        print(
+            f"{'clients':>7} {'texts/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} {'bench texts/s':>13} "
+            f"{'perf_analyzer/bench':>19}",
+            file=out,
+        )
         for r in measured:
             pa = r.perf_analyzer or {}
-            print(f"{r.concurrency:>7} {pa['texts_per_s']:>8.1f} {pa['p50_ms']:>8.1f} {pa['p99_ms']:>8.1f} "
-                  f"{pa['errors']:>6} {r.texts_per_s:>13.1f} {pa['texts_per_s'] / r.texts_per_s:>19.2f}", file=out)
+            print(
+                f"{r.concurrency:>7} {pa['texts_per_s']:>8.1f} {pa['p50_ms']:>8.1f} {pa['p99_ms']:>8.1f} "
+                f"{pa['errors']:>6} {r.texts_per_s:>13.1f} {pa['texts_per_s'] / r.texts_per_s:>19.2f}",
+                file=out,
+            )
     for r in rows:
-        print(f"\nper model, {r.texts_per_request} text(s) per request, {r.concurrency} client(s): requests, texts, "
-              "executions, average batch (texts); ms per request: queue | compute input / infer / output; "
-              "ms per execution: infer", file=out)
+        print(
+            f"\nper model, {r.texts_per_request} text(s) per request, {r.concurrency} client(s): requests, texts, "
+            "executions, average batch (texts); ms per request: queue | compute input / infer / output; "
+            "ms per execution: infer",
+            file=out,
+        )
         for model, m in r.models.items():
+
             def ms(key, m=m):
                 value = m.get(key)
                 return f"{value:7.2f}" if value is not None else f"{'-':>7}"
 
             batch = f"{m['average_batch']:.1f}" if m["average_batch"] else "-"
-            cached = (f"  cache hits {m['cache_hits']} ({m['cache_hit_rate']:.0%})"
-                      if m.get("cache_hit_rate") is not None else "")
-            print(f"  {model:<12} {m['requests']:>6} req {m['inferences']:>6} texts {m['executions']:>6} exec  "
-                  f"batch {batch:>5}  queue {ms('queue_ms_per_request')} | {ms('compute_input_ms_per_request')} "
-                  f"{ms('compute_infer_ms_per_request')} {ms('compute_output_ms_per_request')}  "
-                  f"exec {ms('compute_infer_ms_per_execution')}{cached}", file=out)
+            cached = (
+                f"  cache hits {m['cache_hits']} ({m['cache_hit_rate']:.0%})"
+                if m.get("cache_hit_rate") is not None
+                else ""
+            )
+            print(
+                f"  {model:<12} {m['requests']:>6} req {m['inferences']:>6} texts {m['executions']:>6} exec  "
+                f"batch {batch:>5}  queue {ms('queue_ms_per_request')} | {ms('compute_input_ms_per_request')} "
+                f"{ms('compute_infer_ms_per_request')} {ms('compute_output_ms_per_request')}  "
+                f"exec {ms('compute_infer_ms_per_execution')}{cached}",
+                file=out,
+            )
 
 
 def plot(rows: list[Row], path: str, title: str = "readability ensemble") -> None:
@@ -313,12 +387,18 @@ def plot(rows: list[Row], path: str, title: str = "readability ensemble") -> Non
         (line,) = axes[0].plot(x, [r.texts_per_s for r in part], "o-", label=f"served, {per_request} text(s)/request")
         color = line.get_color()  # one colour per texts-per-request, in both panels
         if part[0].in_process_texts_per_s:
-            axes[0].axhline(part[0].in_process_texts_per_s, linestyle="--", color=color,
-                            label=f"in process, {per_request} text(s)/call")
-        axes[1].plot(x, [r.latency_ms["p99"] for r in part], "o-", color=color,
-                     label=f"p99, {per_request} text(s)/request")
-        axes[1].plot(x, [r.latency_ms["p50"] for r in part], "s:", color=color,
-                     label=f"p50, {per_request} text(s)/request")
+            axes[0].axhline(
+                part[0].in_process_texts_per_s,
+                linestyle="--",
+                color=color,
+                label=f"in process, {per_request} text(s)/call",
+            )
+        axes[1].plot(
+            x, [r.latency_ms["p99"] for r in part], "o-", color=color, label=f"p99, {per_request} text(s)/request"
+        )
+        axes[1].plot(
+            x, [r.latency_ms["p50"] for r in part], "s:", color=color, label=f"p50, {per_request} text(s)/request"
+        )
     for ax, ylabel in ((axes[0], "texts per second"), (axes[1], "request latency (ms)")):
         ax.set_xscale("log", base=2)
         ax.set_xticks(sorted({r.concurrency for r in rows}))
@@ -333,14 +413,26 @@ def plot(rows: list[Row], path: str, title: str = "readability ensemble") -> Non
     bottom = np.zeros(len(rows))
     models = [m for m in STEPS if any(m in r.models for r in rows)]
     for model in models:
-        values = np.array([(r.models.get(model, {}).get("queue_ms_per_request") or 0.0)
-                           + sum(r.models.get(model, {}).get(f"{k}_ms_per_request") or 0.0
-                                 for k in _DURATIONS[1:]) for r in rows])
+        values = np.array(
+            [
+                (r.models.get(model, {}).get("queue_ms_per_request") or 0.0)
+                + sum(r.models.get(model, {}).get(f"{k}_ms_per_request") or 0.0 for k in _DURATIONS[1:])
+                for r in rows
+            ]
+        )
         axes[2].bar(labels, values, bottom=bottom, label=model)
         bottom += values
     axes[2].set_title("time per request in each model (queue + compute)")
-    axes[2].text(0.01, 0.99, "stacked over all steps; the two branches run in parallel,\nso the stack can exceed "
-                 "the request latency", transform=axes[2].transAxes, fontsize=7, va="top", ha="left", color="dimgrey")
+    axes[2].text(
+        0.01,
+        0.99,
+        "stacked over all steps; the two branches run in parallel,\nso the stack can exceed the request latency",
+        transform=axes[2].transAxes,
+        fontsize=7,
+        va="top",
+        ha="left",
+        color="dimgrey",
+    )
     axes[2].set_xlabel("texts per request × clients")
     axes[2].set_ylabel("ms")
     axes[2].legend(fontsize=8, loc="upper right")
@@ -351,6 +443,8 @@ def plot(rows: list[Row], path: str, title: str = "readability ensemble") -> Non
 
 
 def summary(rows: list[Row]) -> dict:
-    return {"rows": [r.to_dict() for r in rows],
-            "best_texts_per_s": max((r.texts_per_s for r in rows), default=None),
-            "median_p50_ms": statistics.median(r.latency_ms["p50"] for r in rows) if rows else None}
+    return {
+        "rows": [r.to_dict() for r in rows],
+        "best_texts_per_s": max((r.texts_per_s for r in rows), default=None),
+        "median_p50_ms": statistics.median(r.latency_ms["p50"] for r in rows) if rows else None,
+    }

@@ -12,6 +12,7 @@
 
 One tritonclient per thread (tritonclient's HTTP client is not thread-safe).
 """
+
 from __future__ import annotations
 
 import os
@@ -38,8 +39,9 @@ class Outcome:
     texts: int = 1  # texts the request carried
 
 
-def closed_loop(work: Callable[[int, int], Outcome], clients: int, seconds: float,
-                progress: Callable[[float], None] | None = None) -> list[Outcome]:
+def closed_loop(
+    work: Callable[[int, int], Outcome], clients: int, seconds: float, progress: Callable[[float], None] | None = None
+) -> list[Outcome]:
     """Run `clients` closed loops of `work` for `seconds`; all outcomes, in no order."""
     results: list[list[Outcome]] = [[] for _ in range(clients)]
     begin = time.perf_counter()
@@ -72,9 +74,18 @@ def closed_loop(work: Callable[[int, int], Outcome], clients: int, seconds: floa
     return outcomes
 
 
-def mixed_worker(url: str, protocol: str, texts: Sequence[str], expected: np.ndarray,
-                 bad: Sequence[bytes], bad_every: int = 9, tolerance: float = 1e-4,
-                 model: str = C.ENSEMBLE, sizes: tuple[int, int] = (1, 1), busy_patience: float = 0.0):
+def mixed_worker(
+    url: str,
+    protocol: str,
+    texts: Sequence[str],
+    expected: np.ndarray,
+    bad: Sequence[bytes],
+    bad_every: int = 9,
+    tolerance: float = 1e-4,
+    model: str = C.ENSEMBLE,
+    sizes: tuple[int, int] = (1, 1),
+    busy_patience: float = 0.0,
+):
     """A `work` function for `closed_loop`: request i of a client is bad when
     (i + client) % bad_every == bad_every - 1, else good. A request carries between
     `sizes[0]` and `sizes[1]` texts (varying from request to request); a good one sends
@@ -104,15 +115,22 @@ def mixed_worker(url: str, protocol: str, texts: Sequence[str], expected: np.nda
                 break
             except Exception as exc:  # noqa: BLE001 - refusals and transport errors alike
                 if is_busy(exc) and time.perf_counter() - started < busy_patience:
-                    time.sleep(min(2.0, 0.1 * 2 ** tries))
+                    time.sleep(min(2.0, 0.1 * 2**tries))
                     tries += 1
                     continue
-                return Outcome(started, time.perf_counter() - started, "bad" if is_bad else "good", False,
-                               str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__, texts=n)
+                return Outcome(
+                    started,
+                    time.perf_counter() - started,
+                    "bad" if is_bad else "good",
+                    False,
+                    str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__,
+                    texts=n,
+                )
         latency = time.perf_counter() - started
         score = result.as_numpy(C.SCORE)
-        wrong = (not is_bad) and (score is None or score.shape != (n, 1)
-                                  or not np.all(np.abs(score[:, 0] - expected[rows]) <= tolerance))
+        wrong = (not is_bad) and (
+            score is None or score.shape != (n, 1) or not np.all(np.abs(score[:, 0] - expected[rows]) <= tolerance)
+        )
         return Outcome(started, latency, "bad" if is_bad else "good", True, None, bool(wrong), texts=n)
 
     return work, clients.close
@@ -147,7 +165,7 @@ def process_tree(pid: int) -> list[int]:
 
 
 def process_name(pid: int) -> str:
-    """"tritonserver", or the model a python-backend stub serves (from its command line)."""
+    """ "tritonserver", or the model a python-backend stub serves (from its command line)."""
     args = _read(f"/proc/{pid}/cmdline").split("\0")
     if args and args[0].endswith("triton_python_backend_stub") and len(args) > 1:
         parts = args[1].split(os.sep)  # .../<model>/<version>/model.py
@@ -187,17 +205,30 @@ def summarize(outcomes: Sequence[Outcome], seconds: float, window: float = 15.0)
     first = [o.latency for o in good if o.ok and o.start < window]
     last = [o.latency for o in good if o.ok and o.start >= seconds - window]
     return {
-        "requests": len(outcomes), "good": len(good), "bad": len(bad),
-        "good_failed": len(failed), "good_wrong": len(wrong),
+        "requests": len(outcomes),
+        "good": len(good),
+        "bad": len(bad),
+        "good_failed": len(failed),
+        "good_wrong": len(wrong),
         "bad_accepted": sum(1 for o in bad if o.ok),
         "good_errors": dict(sorted(errors.items(), key=lambda kv: -kv[1])[:5]),
         "requests_per_s": len(outcomes) / seconds if seconds else float("nan"),
         "texts_scored": sum(o.texts for o in good if o.ok),
-        "latency_first_ms": percentiles(first), "latency_last_ms": percentiles(last),
+        "latency_first_ms": percentiles(first),
+        "latency_last_ms": percentiles(last),
         "latency_ms": percentiles([o.latency for o in good if o.ok]),
-        "per_minute": [{"minute": m, "texts_per_s": round(sum(o.texts for o in good if o.ok and m * 60 <= o.start
-                                                               < (m + 1) * 60) / min(60.0, seconds - m * 60), 2),
-                        "p99_ms": round(percentiles([o.latency for o in good if o.ok and m * 60 <= o.start
-                                                     < (m + 1) * 60])["p99"], 1)}
-                       for m in range(int(np.ceil(seconds / 60)))],
+        "per_minute": [
+            {
+                "minute": m,
+                "texts_per_s": round(
+                    sum(o.texts for o in good if o.ok and m * 60 <= o.start < (m + 1) * 60)
+                    / min(60.0, seconds - m * 60),
+                    2,
+                ),
+                "p99_ms": round(
+                    percentiles([o.latency for o in good if o.ok and m * 60 <= o.start < (m + 1) * 60])["p99"], 1
+                ),
+            }
+            for m in range(int(np.ceil(seconds / 60)))
+        ],
     }

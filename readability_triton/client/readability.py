@@ -5,6 +5,7 @@ One request per chunk of texts (up to the ensemble's max_batch_size), over HTTP 
 each result carries them (None for an output not asked for) and the round-trip time of
 the request that carried it.
 """
+
 from __future__ import annotations
 
 import random
@@ -42,8 +43,17 @@ def parse_outputs(value) -> tuple[str, ...]:
 
 #: What a server says while it cannot serve for a moment: a dead stub being replaced, a
 #: model being reloaded, a server stopping or restarting.
-_TRANSIENT = ("not healthy", "has no available versions", "is not found", "server is stopping",
-              "unavailable", "connection refused", "connection reset", "failed to connect", "broken pipe")
+_TRANSIENT = (
+    "not healthy",
+    "has no available versions",
+    "is not found",
+    "server is stopping",
+    "unavailable",
+    "connection refused",
+    "connection reset",
+    "failed to connect",
+    "broken pipe",
+)
 #: What a saturated server says: validate's load shedding, a queue timeout.
 _BUSY = ("busy:", "request timeout expired", "exceeds maximum queue size")
 
@@ -127,9 +137,17 @@ class ThreadClients:
 class ReadabilityClient:
     """A small client of the ensemble: `score(texts)` -> list of `Score`."""
 
-    def __init__(self, url: str, protocol: str = "http", model: str = C.ENSEMBLE,
-                 batch_size: int = C.MAX_BATCH_SIZE[C.ENSEMBLE], timeout: float = 60.0,
-                 retries: int = 3, backoff: float = 0.5, busy_patience: float = 300.0):
+    def __init__(
+        self,
+        url: str,
+        protocol: str = "http",
+        model: str = C.ENSEMBLE,
+        batch_size: int = C.MAX_BATCH_SIZE[C.ENSEMBLE],
+        timeout: float = 60.0,
+        retries: int = 3,
+        backoff: float = 0.5,
+        busy_patience: float = 300.0,
+    ):
         self.module = _module(protocol)
         self.protocol = protocol
         self.model = model
@@ -142,7 +160,7 @@ class ReadabilityClient:
         self.busy_patience = busy_patience if retries else 0.0
         try:
             _, self.client = triton_client(url, protocol, timeout)
-        except Exception as exc:  # noqa: BLE001 - tritonclient raises several types
+        except Exception as exc:
             raise ClientError(f"cannot create a {protocol} client for {url}: {exc}") from exc
         self.url = url
 
@@ -177,19 +195,18 @@ class ReadabilityClient:
             start = time.perf_counter()
             try:
                 if self.protocol == "grpc":
-                    result = self.client.infer(self.model, [request], outputs=requested,
-                                               client_timeout=self.timeout)
+                    result = self.client.infer(self.model, [request], outputs=requested, client_timeout=self.timeout)
                 else:
                     result = self.client.infer(self.model, [request], outputs=requested)
                 break
-            except Exception as exc:  # noqa: BLE001 - InferenceServerException and transport errors
+            except Exception as exc:
                 if is_busy(exc) and time.monotonic() - first < self.busy_patience:
-                    time.sleep(min(5.0, self.backoff * 2 ** busy_tries) * random.uniform(0.5, 1.0))
+                    time.sleep(min(5.0, self.backoff * 2**busy_tries) * random.uniform(0.5, 1.0))
                     busy_tries += 1
                     continue
                 if attempt >= self.retries or not is_transient(exc) or is_busy(exc):
                     raise ClientError(f"{self.model} at {self.url}: {exc}") from exc
-                time.sleep(self.backoff * 2 ** attempt)
+                time.sleep(self.backoff * 2**attempt)
                 attempt += 1
         elapsed = (time.perf_counter() - start) * 1e3
         got = {}
@@ -207,12 +224,13 @@ class ReadabilityClient:
         results: list[Score] = []
         with (progress or no_progress)(total=len(texts), desc="scoring", unit="text") as bar:
             for start in range(0, len(texts), self.batch_size):
-                chunk = texts[start:start + self.batch_size]
+                chunk = texts[start : start + self.batch_size]
                 out, elapsed = self.infer_batch(chunk, names)
                 columns = {name: (out[name].tolist() if name in out else [None] * len(chunk)) for name in C.OUTPUTS}
                 for i, text in enumerate(chunk):
-                    results.append(Score(text, columns[C.SCORE][i], columns[C.BERT_SCORE][i],
-                                         columns[C.FOREST_SCORE][i], elapsed))
+                    results.append(
+                        Score(text, columns[C.SCORE][i], columns[C.BERT_SCORE][i], columns[C.FOREST_SCORE][i], elapsed)
+                    )
                 bar.update(len(chunk))
         return results
 
@@ -242,8 +260,9 @@ def served_weights(url: str, protocol: str = "http") -> tuple[float, float] | No
 SERVED = {"score": C.SCORE, "bert": C.BERT_SCORE, "forest": C.FOREST_SCORE}
 
 
-def served_predictions(url: str, texts, *, protocol: str = "http", batch_size: int = 32,
-                       progress=no_progress, outputs=C.OUTPUTS) -> dict[str, np.ndarray]:
+def served_predictions(
+    url: str, texts, *, protocol: str = "http", batch_size: int = 32, progress=no_progress, outputs=C.OUTPUTS
+) -> dict[str, np.ndarray]:
     """The ensemble's `outputs` (by default SCORE, BERT_SCORE and FOREST_SCORE) for
     `texts` from the server at `url`, keyed "score", "bert", "forest"."""
     texts = list(texts)
@@ -251,5 +270,8 @@ def served_predictions(url: str, texts, *, protocol: str = "http", batch_size: i
         if not client.ready():
             raise ClientError(f"no ready '{C.ENSEMBLE}' model at {url} ({protocol})")
         scores = client.score(texts, progress=progress, outputs=outputs)
-    return {branch: np.array([getattr(s, branch) for s in scores], np.float32)
-            for branch, output in SERVED.items() if output in outputs}
+    return {
+        branch: np.array([getattr(s, branch) for s in scores], np.float32)
+        for branch, output in SERVED.items()
+        if output in outputs
+    }

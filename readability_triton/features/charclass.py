@@ -18,6 +18,7 @@ U+2000 to U+205F, U+3000: leads C2 and E0 to E3) are decoded and fixed up (`word
 The code point sets here are the single source for the tables and for the vocabulary's
 checks.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -38,11 +39,28 @@ PAD = 8
 # ---------------------------------------------------------------- character classes
 # The spec's classes, as code point lists (the single source for the tables below and
 # for the vocabulary's checks).
-SPACE_CODEPOINTS = frozenset([*range(0x09, 0x0D + 1), 0x20, 0x85, 0xA0, 0x1680,
-                              *range(0x2000, 0x200A + 1), 0x2028, 0x2029, 0x202F, 0x205F, 0x3000])
+SPACE_CODEPOINTS = frozenset(
+    [
+        *range(0x09, 0x0D + 1),
+        0x20,
+        0x85,
+        0xA0,
+        0x1680,
+        *range(0x2000, 0x200A + 1),
+        0x2028,
+        0x2029,
+        0x202F,
+        0x205F,
+        0x3000,
+    ]
+)
 ASCII_PUNCTUATION = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
-PUNCT_CODEPOINTS = frozenset([ord(c) for c in ASCII_PUNCTUATION] + [0xA1, 0xAB, 0xBB, 0xBF]
-                             + [*range(0x2010, 0x2027 + 1)] + [*range(0x2030, 0x205E + 1)])
+PUNCT_CODEPOINTS = frozenset(
+    [ord(c) for c in ASCII_PUNCTUATION]
+    + [0xA1, 0xAB, 0xBB, 0xBF]
+    + [*range(0x2010, 0x2027 + 1)]
+    + [*range(0x2030, 0x205E + 1)]
+)
 CONTROL_CODEPOINTS = frozenset([*range(0x00, 0x1F + 1), *range(0x7F, 0x9F + 1)]) - SPACE_CODEPOINTS
 TERMINATOR_CODEPOINTS = frozenset([ord("."), ord("!"), ord("?"), 0x2026])
 APOSTROPHE_CODEPOINTS = frozenset([0x27, 0x2019])

@@ -14,6 +14,7 @@ over texts or words on the way; on a CPU the batch is cut into passes of about 2
 text, which keeps the working set in the caches. Every count is an exact integer; ratios
 are divided in float64 and rounded once to float32.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -32,8 +33,7 @@ class _VocabularyTables:
         distinct = list(dict.fromkeys(vocabulary.top + vocabulary.bottom + vocabulary.stopwords))
         index = {w: i for i, w in enumerate(distinct)}
         ops = words.default_ops(xp)
-        self.words = words.find_words(xp, ops, charclass.make_buffer([w.encode("utf-8") for w in distinct]),
-                                      weak=weak)
+        self.words = words.find_words(xp, ops, charclass.make_buffer([w.encode("utf-8") for w in distinct]), weak=weak)
         if int(self.words.starts.size) != len(distinct):  # guaranteed by Vocabulary's checks
             raise VocabularyError("the vocabulary's words do not tokenize one to one")
         self.size = len(distinct)
@@ -78,8 +78,9 @@ def featurize(texts, vocabulary: Vocabulary, xp=None):
     return _featurize(texts, vocabulary, xp)
 
 
-def _featurize(texts, vocabulary: Vocabulary, xp=None, ops=None, weak: words.Weakening = words.NONE,
-               stats: dict | None = None):
+def _featurize(
+    texts, vocabulary: Vocabulary, xp=None, ops=None, weak: words.Weakening = words.NONE, stats: dict | None = None
+):
     """`featurize`, with the test hooks: `ops` (the device-specific primitives), `weak`
     (a weakened hash, to force collisions) and `stats` (gets the number of collisions)."""
     if not isinstance(vocabulary, Vocabulary):
@@ -90,8 +91,10 @@ def _featurize(texts, vocabulary: Vocabulary, xp=None, ops=None, weak: words.Wea
     tables = _tables(vocabulary, xp, weak)
     if not pieces:
         return xp.zeros((0, N_BASE + 2 * tables.n), dtype=xp.float32)
-    parts = [_features_of_buffer(xp, ops, buffer, tables, weak, stats)
-             for buffer in charclass.buffers(pieces, ops.chunk_bytes)]
+    parts = [
+        _features_of_buffer(xp, ops, buffer, tables, weak, stats)
+        for buffer in charclass.buffers(pieces, ops.chunk_bytes)
+    ]
     return parts[0] if len(parts) == 1 else xp.concatenate(parts)
 
 

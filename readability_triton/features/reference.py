@@ -7,17 +7,36 @@ equal it bit for bit; the benchmark measures it as the "plain per-text implement
 
 It deliberately shares no code with the rest of the package (it imports none of it).
 """
+
 from __future__ import annotations
 
 import numpy as np
 
 # ---------------------------------------------------------------- character classes
 
-_SPACE = {0x0009, 0x000A, 0x000B, 0x000C, 0x000D, 0x0020, 0x0085, 0x00A0, 0x1680,
-          0x2028, 0x2029, 0x202F, 0x205F, 0x3000} | set(range(0x2000, 0x200A + 1))
+_SPACE = {
+    0x0009,
+    0x000A,
+    0x000B,
+    0x000C,
+    0x000D,
+    0x0020,
+    0x0085,
+    0x00A0,
+    0x1680,
+    0x2028,
+    0x2029,
+    0x202F,
+    0x205F,
+    0x3000,
+} | set(range(0x2000, 0x200A + 1))
 _ASCII_PUNCT = "!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~"
-_PUNCT = ({ord(c) for c in _ASCII_PUNCT} | {0x00A1, 0x00AB, 0x00BB, 0x00BF}
-          | set(range(0x2010, 0x2027 + 1)) | set(range(0x2030, 0x205E + 1)))
+_PUNCT = (
+    {ord(c) for c in _ASCII_PUNCT}
+    | {0x00A1, 0x00AB, 0x00BB, 0x00BF}
+    | set(range(0x2010, 0x2027 + 1))
+    | set(range(0x2030, 0x205E + 1))
+)
 _CONTROL = (set(range(0x0000, 0x001F + 1)) | set(range(0x007F, 0x009F + 1))) - _SPACE
 _TERMINATOR = {ord("."), ord("!"), ord("?"), 0x2026}
 _APOSTROPHE = {0x0027, 0x2019}

@@ -1,4 +1,5 @@
 """`FeatureRunner`: the features of a batch of texts with an artifact set's vocabulary."""
+
 from __future__ import annotations
 
 import os
@@ -28,9 +29,11 @@ class FeatureRunner:
         if os.path.isfile(os.path.join(folder, MANIFEST)):
             recorded = load_manifest(folder).n_features
             if recorded != vocabulary.n_features:
-                raise ValueError(f"manifest.json in {folder} says {recorded} features but {VOCABULARY} gives "
-                                 f"{vocabulary.n_features}; the forest and the vocabulary must come from the "
-                                 "same training run")
+                raise ValueError(
+                    f"manifest.json in {folder} says {recorded} features but {VOCABULARY} gives "
+                    f"{vocabulary.n_features}; the forest and the vocabulary must come from the "
+                    "same training run"
+                )
         return cls(vocabulary, device)
 
     @property

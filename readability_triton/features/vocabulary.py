@@ -2,6 +2,7 @@
 the n least frequent others (bottom) and the stop words, fitted on training texts and
 saved as `vocabulary.json`; and the names of the 7 + 2n features.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,7 @@ N_BASE = len(BASE_FEATURES)
 
 def feature_names(n: int = VOCABULARY_SIZE) -> tuple[str, ...]:
     """Names of the 7 + 2n features, in order."""
-    return (BASE_FEATURES + tuple(f"top_freq_{i}" for i in range(n))
-            + tuple(f"bottom_freq_{i}" for i in range(n)))
+    return BASE_FEATURES + tuple(f"top_freq_{i}" for i in range(n)) + tuple(f"bottom_freq_{i}" for i in range(n))
 
 
 #: The names of the 207 features (n = 100).
@@ -60,11 +60,16 @@ def _check_word(entry, where: str) -> str:
         raise VocabularyError(f"{where} = {entry!r} is not a word in normal form")
     flags = [charclass.codepoint_flags(ord(c)) for c in entry]
     for i, f in enumerate(flags):
-        inside = (f & charclass.APOSTROPHE and 0 < i < len(flags) - 1
-                  and flags[i - 1] & charclass.WORD and flags[i + 1] & charclass.WORD)
+        inside = (
+            f & charclass.APOSTROPHE
+            and 0 < i < len(flags) - 1
+            and flags[i - 1] & charclass.WORD
+            and flags[i + 1] & charclass.WORD
+        )
         if not (f & charclass.WORD or inside):
-            raise VocabularyError(f"{where} = {entry!r} is not a single word (code point "
-                                  f"U+{ord(entry[i]):04X} at {i} splits it)")
+            raise VocabularyError(
+                f"{where} = {entry!r} is not a single word (code point U+{ord(entry[i]):04X} at {i} splits it)"
+            )
     try:
         entry.encode("utf-8")
     except UnicodeEncodeError:
@@ -91,16 +96,14 @@ class Vocabulary:
             for i, word in enumerate(entries):
                 _check_word(word, f"{name}[{i}]")
         if len(top) != len(bottom):
-            raise VocabularyError(f"top and bottom must have the same length n, got {len(top)} "
-                                  f"and {len(bottom)}")
+            raise VocabularyError(f"top and bottom must have the same length n, got {len(top)} and {len(bottom)}")
         for name, entries in (("top", top), ("bottom", bottom)):
             if len(set(entries)) != len(entries):
                 dup = next(w for w, c in Counter(entries).items() if c > 1)
                 raise VocabularyError(f"{name} lists {dup!r} more than once")
         shared = set(top) & set(bottom)
         if shared:
-            raise VocabularyError(f"top and bottom share {sorted(shared)[0]!r} (bottom leaves out "
-                                  "the words of top)")
+            raise VocabularyError(f"top and bottom share {sorted(shared)[0]!r} (bottom leaves out the words of top)")
         self._top = tuple(top)
         self._bottom = tuple(bottom)
         self._stopwords = tuple(sorted(set(stopwords)))
@@ -137,20 +140,22 @@ class Vocabulary:
     @classmethod
     def from_dict(cls, data, source: str = "vocabulary") -> "Vocabulary":
         if not isinstance(data, dict):
-            raise VocabularyError(f"{source}: expected a JSON object with keys "
-                                  f"{', '.join(VOCABULARY_KEYS)}, got {type(data).__name__}")
+            raise VocabularyError(
+                f"{source}: expected a JSON object with keys {', '.join(VOCABULARY_KEYS)}, got {type(data).__name__}"
+            )
         unknown = [k for k in data if k not in VOCABULARY_KEYS]
         if unknown:
-            raise VocabularyError(f"{source}: unknown key {unknown[0]!r} (a vocabulary has exactly "
-                                  f"the keys {', '.join(VOCABULARY_KEYS)})")
+            raise VocabularyError(
+                f"{source}: unknown key {unknown[0]!r} (a vocabulary has exactly the keys {', '.join(VOCABULARY_KEYS)})"
+            )
         missing = [k for k in VOCABULARY_KEYS if k not in data]
         if missing:
-            raise VocabularyError(f"{source}: missing key {missing[0]!r} (a vocabulary has exactly "
-                                  f"the keys {', '.join(VOCABULARY_KEYS)})")
+            raise VocabularyError(
+                f"{source}: missing key {missing[0]!r} (a vocabulary has exactly the keys {', '.join(VOCABULARY_KEYS)})"
+            )
         for key in VOCABULARY_KEYS:
             if not isinstance(data[key], list):
-                raise VocabularyError(f"{source}: {key!r} must be a list of strings, got "
-                                      f"{type(data[key]).__name__}")
+                raise VocabularyError(f"{source}: {key!r} must be a list of strings, got {type(data[key]).__name__}")
         try:
             return cls(data["top"], data["bottom"], data["stopwords"])
         except VocabularyError as err:
@@ -199,8 +204,10 @@ def build_vocabulary(texts, n: int = VOCABULARY_SIZE, stopwords: Iterable[str] |
         try:
             from sklearn.feature_extraction.text import ENGLISH_STOP_WORDS
         except ImportError as exc:  # pragma: no cover - depends on the environment
-            raise ImportError("the default stop words are scikit-learn's ENGLISH_STOP_WORDS: install "
-                              "scikit-learn (readability-triton[train]) or pass stopwords=") from exc
+            raise ImportError(
+                "the default stop words are scikit-learn's ENGLISH_STOP_WORDS: install "
+                "scikit-learn (readability-triton[train]) or pass stopwords="
+            ) from exc
         stopwords = ENGLISH_STOP_WORDS
     if isinstance(stopwords, (str, bytes)):
         raise ValueError("stopwords must be a collection of words, not one string")
@@ -209,8 +216,10 @@ def build_vocabulary(texts, n: int = VOCABULARY_SIZE, stopwords: Iterable[str] |
         _check_word(w, f"stop word {w!r}")
     counts = word_counts(texts)
     if len(counts) < 2 * n:
-        raise ValueError(f"the texts have {len(counts)} distinct words; a vocabulary with n={n} "
-                         f"needs at least {2 * n} (the n most and the n least frequent)")
+        raise ValueError(
+            f"the texts have {len(counts)} distinct words; a vocabulary with n={n} "
+            f"needs at least {2 * n} (the n most and the n least frequent)"
+        )
     # Python orders str by code point, which is the order of their UTF-8 bytes.
     ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
     top = [w for w, _ in ranked[:n]]

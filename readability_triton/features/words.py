@@ -21,6 +21,7 @@ Device-specific code is limited to `NumpyOps` (the byte table applied with
 array of counts): `GenericOps` builds the same results from gathers, `cumsum` and
 `searchsorted`, which CuPy has. The tests run both on NumPy and compare them.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -100,7 +101,7 @@ class NumpyOps(GenericOps):
 
     def load8(self, data, positions):
         # An unaligned, overlapping view: element i is the 8 bytes data[i:i+8].
-        view = np.ndarray(shape=(data.size - 7,), dtype="<u8", buffer=data, strides=(1,))
+        view: np.ndarray = np.ndarray(shape=(data.size - 7,), dtype="<u8", buffer=data, strides=(1,))
         return view[positions]
 
     def segment_sum(self, values, starts):

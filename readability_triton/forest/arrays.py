@@ -10,6 +10,7 @@ all rows at once, one step per level (a `where` over `(rows, trees)`), then adds
 values tree after tree in float64, divides by the number of trees and adds the base
 score, in the order Treelite's GTIL does, so that the float32 result equals GTIL's.
 """
+
 from __future__ import annotations
 
 import json
@@ -33,8 +34,9 @@ def export_forest_arrays(checkpoint: str, out: str) -> dict:
         raise ValueError(f"{checkpoint}: only a single-target regressor can be exported, not {spec.get('task_type')}")
     if spec.get("postprocessor", "identity") != "identity":
         raise ValueError(f"{checkpoint}: postprocessor {spec['postprocessor']!r} (only identity)")
-    fields: dict[str, list] = {k: [] for k in ("feature", "threshold", "less_equal", "default_left", "left",
-                                               "right", "leaf", "value")}
+    fields: dict[str, list] = {
+        k: [] for k in ("feature", "threshold", "less_equal", "default_left", "left", "right", "leaf", "value")
+    }
     roots, depth = [], 0
     for tree in spec["trees"]:
         if tree.get("has_categorical_split"):
@@ -49,8 +51,14 @@ def export_forest_arrays(checkpoint: str, out: str) -> dict:
             fields["leaf"].append(leaf)
             fields["value"].append(float(node["leaf_value"]) if leaf else 0.0)
             if leaf:
-                for key, value in (("feature", 0), ("threshold", 0.0), ("less_equal", True), ("default_left", True),
-                                   ("left", offset + nid), ("right", offset + nid)):
+                for key, value in (
+                    ("feature", 0),
+                    ("threshold", 0.0),
+                    ("less_equal", True),
+                    ("default_left", True),
+                    ("left", offset + nid),
+                    ("right", offset + nid),
+                ):
                     fields[key].append(value)
                 continue
             if node["comparison_op"] not in ("<=", "<"):
@@ -65,16 +73,25 @@ def export_forest_arrays(checkpoint: str, out: str) -> dict:
                 levels[int(child)] = levels[nid] + 1
         depth = max(depth, max(levels.values()))
     base = spec.get("base_scores", [0.0])
-    arrays = {"feature": np.asarray(fields["feature"], dtype=np.int64),
-              "threshold": np.asarray(fields["threshold"], dtype=np.float64),
-              "less_equal": np.asarray(fields["less_equal"], dtype=bool),
-              "default_left": np.asarray(fields["default_left"], dtype=bool),
-              "left": np.asarray(fields["left"], dtype=np.int64), "right": np.asarray(fields["right"], dtype=np.int64),
-              "leaf": np.asarray(fields["leaf"], dtype=bool), "value": np.asarray(fields["value"], dtype=np.float64),
-              "roots": np.asarray(roots, dtype=np.int64)}
-    meta = {"checkpoint_sha256": sha256(checkpoint), "n_features": int(spec["num_feature"]),
-            "n_trees": len(roots), "depth": int(depth), "average": bool(spec.get("average_tree_output", False)),
-            "base_score": float(base[0] if base else 0.0)}
+    arrays = {
+        "feature": np.asarray(fields["feature"], dtype=np.int64),
+        "threshold": np.asarray(fields["threshold"], dtype=np.float64),
+        "less_equal": np.asarray(fields["less_equal"], dtype=bool),
+        "default_left": np.asarray(fields["default_left"], dtype=bool),
+        "left": np.asarray(fields["left"], dtype=np.int64),
+        "right": np.asarray(fields["right"], dtype=np.int64),
+        "leaf": np.asarray(fields["leaf"], dtype=bool),
+        "value": np.asarray(fields["value"], dtype=np.float64),
+        "roots": np.asarray(roots, dtype=np.int64),
+    }
+    meta = {
+        "checkpoint_sha256": sha256(checkpoint),
+        "n_features": int(spec["num_feature"]),
+        "n_trees": len(roots),
+        "depth": int(depth),
+        "average": bool(spec.get("average_tree_output", False)),
+        "base_score": float(base[0] if base else 0.0),
+    }
     np.savez(out, meta=np.asarray(json.dumps(meta)), **arrays)
     return meta
 

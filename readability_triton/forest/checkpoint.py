@@ -3,6 +3,7 @@
 Checkpoints are Treelite 4.x: the FIL backend of Triton 24.03+ (the project targets 24.10)
 reads Treelite 3.9/4.x checkpoints and none reads 5.x (setup.cfg pins `treelite>=4,<5`).
 """
+
 from __future__ import annotations
 
 import os
@@ -20,9 +21,11 @@ def treelite_module():
 
     major = int(str(treelite.__version__).split(".")[0])
     if major != TREELITE_MAJOR:
-        raise ForestError(f"treelite {treelite.__version__} is installed, but the FIL backend of the target "
-                          f"Triton release reads Treelite {TREELITE_MAJOR}.x checkpoints only: "
-                          f"pip install 'treelite>={TREELITE_MAJOR},<{TREELITE_MAJOR + 1}'")
+        raise ForestError(
+            f"treelite {treelite.__version__} is installed, but the FIL backend of the target "
+            f"Triton release reads Treelite {TREELITE_MAJOR}.x checkpoints only: "
+            f"pip install 'treelite>={TREELITE_MAJOR},<{TREELITE_MAJOR + 1}'"
+        )
     return treelite
 
 

@@ -1,4 +1,5 @@
 """`GTILRunner`: an artifact set's forest, run by Treelite's GTIL (what FIL computes)."""
+
 from __future__ import annotations
 
 import os
@@ -19,8 +20,10 @@ class GTILRunner:
 
     def __init__(self, model, device: Device | str | None = None, path: str = CHECKPOINT, threads: int = 0):
         if as_device(device).is_gpu:
-            raise ValueError("the Treelite (GTIL) forest runs on the CPU; GPU deployments serve the checkpoint "
-                             "with Triton's FIL backend (the gpu and hybrid profiles)")
+            raise ValueError(
+                "the Treelite (GTIL) forest runs on the CPU; GPU deployments serve the checkpoint "
+                "with Triton's FIL backend (the gpu and hybrid profiles)"
+            )
         self.model = model
         self.path = path
         self.threads = threads  # GTIL's OpenMP threads (0: all cores)
@@ -41,8 +44,9 @@ class GTILRunner:
     def __call__(self, features):
         features = np.ascontiguousarray(features, dtype=np.float32)
         if features.ndim != 2 or features.shape[1] != self.n_features:
-            raise RequestError(f"the forest takes {self.n_features} features per text, got shape "
-                               f"{list(features.shape)}")
+            raise RequestError(
+                f"the forest takes {self.n_features} features per text, got shape {list(features.shape)}"
+            )
         out = self._gtil.predict(self.model, features, nthread=self.threads if self.threads > 0 else -1)
         return out.reshape(-1, 1).astype(np.float32)
 

@@ -21,6 +21,7 @@ input `x <= t` and `x <= float32_down(t)` agree and predictions do not change, w
 written checkpoint is read back and its Treelite (GTIL) predictions must equal the fitted
 forest's.
 """
+
 from __future__ import annotations
 
 import os
@@ -84,8 +85,10 @@ def choose_backend(preference: str = "auto") -> str:
         return "cuml" if _cuml_available() else "sklearn"
     if preference == "cuml":
         if not _cuml_available():
-            raise ForestError("--backend cuml: cuML is not importable or no GPU is visible; use --backend sklearn "
-                              "(or auto), or install RAPIDS cuML on a GPU machine")
+            raise ForestError(
+                "--backend cuml: cuML is not importable or no GPU is visible; use --backend sklearn "
+                "(or auto), or install RAPIDS cuML on a GPU machine"
+            )
         return "cuml"
     if preference == "sklearn":
         return "sklearn"
@@ -107,16 +110,23 @@ def check_params(n_estimators: int, max_depth: int, max_features: float, min_sam
 BACKEND_OPTIONS = {"cuml": {"n_streams": 1}, "sklearn": {"n_jobs": -1}}  # one cuML stream: reproducible
 
 
-def forest_kwargs(backend: str, *, n_estimators: int, max_depth: int, max_features: float,
-                  min_samples_leaf: int, seed: int) -> dict:
+def forest_kwargs(
+    backend: str, *, n_estimators: int, max_depth: int, max_features: float, min_samples_leaf: int, seed: int
+) -> dict:
     """The constructor arguments of `backend`'s RandomForestRegressor: the same
     hyper-parameters for both (bootstrap on), plus the library's own options."""
     check_params(n_estimators, max_depth, max_features, min_samples_leaf)
     if backend not in BACKEND_OPTIONS:
         raise ForestError(f"backend {backend!r}: choose one of {', '.join(BACKEND_OPTIONS)}")
-    return {"n_estimators": n_estimators, "max_depth": max_depth, "max_features": max_features,
-            "min_samples_leaf": min_samples_leaf, "bootstrap": True, "random_state": seed,
-            **BACKEND_OPTIONS[backend]}
+    return {
+        "n_estimators": n_estimators,
+        "max_depth": max_depth,
+        "max_features": max_features,
+        "min_samples_leaf": min_samples_leaf,
+        "bootstrap": True,
+        "random_state": seed,
+        **BACKEND_OPTIONS[backend],
+    }
 
 
 def make_forest(backend: str, **params):
@@ -173,8 +183,9 @@ def float32_exact_thresholds(model) -> int:
         changed += int(np.count_nonzero(new != values))
         thresholds[split] = new
         if not np.array_equal(tree.threshold[split], new):
-            raise RuntimeError("scikit-learn no longer exposes writable tree thresholds; "
-                               "float32_exact_thresholds needs updating")
+            raise RuntimeError(
+                "scikit-learn no longer exposes writable tree thresholds; float32_exact_thresholds needs updating"
+            )
     return changed
 
 
@@ -185,9 +196,11 @@ def _vocabulary(texts, n: int = contracts.VOCABULARY_SIZE):
     try:
         return build_vocabulary(texts, n=n)
     except ValueError as err:
-        raise ForestError(f"cannot fit the feature vocabulary: {err}. The forest's {contracts.N_FEATURES} "
-                          f"features need at least {2 * n} distinct words in the training texts: "
-                          "use more (or longer) training texts") from None
+        raise ForestError(
+            f"cannot fit the feature vocabulary: {err}. The forest's {contracts.N_FEATURES} "
+            f"features need at least {2 * n} distinct words in the training texts: "
+            "use more (or longer) training texts"
+        ) from None
 
 
 def features_of(texts, vocabulary) -> np.ndarray:
@@ -197,8 +210,17 @@ def features_of(texts, vocabulary) -> np.ndarray:
     return X
 
 
-def fit(texts, targets, *, backend: str = "sklearn", seed: int = 0, progress=None, desc: str = "forest",
-        vocabulary=None, **params) -> FittedForest:
+def fit(
+    texts,
+    targets,
+    *,
+    backend: str = "sklearn",
+    seed: int = 0,
+    progress=None,
+    desc: str = "forest",
+    vocabulary=None,
+    **params,
+) -> FittedForest:
     """Vocabulary (unless given), features and forest on `texts`."""
     params = {**DEFAULTS, **params}
     vocabulary = vocabulary or _vocabulary(texts)
@@ -210,8 +232,9 @@ def fit(texts, targets, *, backend: str = "sklearn", seed: int = 0, progress=Non
     return FittedForest(vocabulary, model, backend, X)
 
 
-def cross_validate(texts, targets, folds: int = 5, *, backend: str = "sklearn", seed: int = 0,
-                   progress=None, **params) -> dict:
+def cross_validate(
+    texts, targets, folds: int = 5, *, backend: str = "sklearn", seed: int = 0, progress=None, **params
+) -> dict:
     """K-fold CV RMSE; vocabulary, features and forest are refitted inside each fold."""
     texts = list(texts)
     y = np.asarray(targets, dtype=np.float64)
@@ -222,8 +245,14 @@ def cross_validate(texts, targets, folds: int = 5, *, backend: str = "sklearn", 
         return predict(fitted.model, backend, features_of([texts[i] for i in held], fitted.vocabulary))
 
     oof, fold_rmse = out_of_fold(y, folds, fit_predict, seed, progress)
-    return {"folds": folds, "cv_rmse": rmse(oof, y), "fold_rmse": fold_rmse, "mean_rmse": mean_rmse(y),
-            "oof": [float(v) for v in oof], "data_digest": data_digest(texts, y)}
+    return {
+        "folds": folds,
+        "cv_rmse": rmse(oof, y),
+        "fold_rmse": fold_rmse,
+        "mean_rmse": mean_rmse(y),
+        "oof": [float(v) for v in oof],
+        "data_digest": data_digest(texts, y),
+    }
 
 
 def to_treelite(model, backend: str):
@@ -258,29 +287,48 @@ def write_checkpoint(fitted: FittedForest, path: str, check_rows: np.ndarray | N
         model.serialize(temporary)
         loaded = treelite.Model.deserialize(temporary)
         if loaded.num_feature != contracts.N_FEATURES:
-            raise RuntimeError(f"the checkpoint takes {loaded.num_feature} features, "
-                               f"the contract {contracts.N_FEATURES}")
+            raise RuntimeError(
+                f"the checkpoint takes {loaded.num_feature} features, the contract {contracts.N_FEATURES}"
+            )
         X = fitted.features if check_rows is None else check_rows
         got = gtil_predict(loaded, X)
         want = predict(fitted.model, fitted.backend, X)
         diff = float(np.max(np.abs(got - want))) if len(X) else 0.0
         if not diff <= ROUND_TRIP_TOLERANCE[fitted.backend]:
-            raise RuntimeError(f"the Treelite checkpoint predicts differently from the fitted forest "
-                               f"(max |diff| {diff:.3g}); {path} was not written")
+            raise RuntimeError(
+                f"the Treelite checkpoint predicts differently from the fitted forest "
+                f"(max |diff| {diff:.3g}); {path} was not written"
+            )
         os.replace(temporary, path)
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
-    return {"num_feature": int(loaded.num_feature), "num_tree": int(loaded.num_tree),
-            "round_trip_max_abs_diff": diff, "round_trip_rows": int(len(X)),
-            "treelite": str(treelite.__version__), "bytes": os.path.getsize(path)}
+    return {
+        "num_feature": int(loaded.num_feature),
+        "num_tree": int(loaded.num_tree),
+        "round_trip_max_abs_diff": diff,
+        "round_trip_rows": int(len(X)),
+        "treelite": str(treelite.__version__),
+        "bytes": os.path.getsize(path),
+    }
 
 
 # ----------------------------------------------------------------- training
 
 
-def train_forest(texts, targets, out_dir: str, *, folds: int = 5, backend: str = "auto", seed: int = 0,
-                 progress=None, log=None, data: dict | None = None, **params) -> dict:
+def train_forest(
+    texts,
+    targets,
+    out_dir: str,
+    *,
+    folds: int = 5,
+    backend: str = "auto",
+    seed: int = 0,
+    progress=None,
+    log=None,
+    data: dict | None = None,
+    **params,
+) -> dict:
     """`train-forest`: optional K-fold CV, then vocabulary + features + forest on all the
     texts, written to `out_dir/checkpoint.tl` and `out_dir/vocabulary.json`, and
     `out_dir/manifest.json` (re)written over the files there with this record as its
@@ -299,16 +347,25 @@ def train_forest(texts, targets, out_dir: str, *, folds: int = 5, backend: str =
     folds = check_folds(folds, len(texts), error=ForestError)
     backend = choose_backend(backend)
     started = time.perf_counter()
-    record = {"backend": backend, "seed": seed, "n_texts": len(texts), **params,
-              "data_digest": data_digest(texts, y),
-              "texts_seen": text_fingerprints(texts)}  # train-blend will not fit weights on these texts in-sample
-    log(f"training a random forest ({backend}; {params['n_estimators']} trees, depth {params['max_depth']}) "
-        f"on {len(texts)} texts")
+    record = {
+        "backend": backend,
+        "seed": seed,
+        "n_texts": len(texts),
+        **params,
+        "data_digest": data_digest(texts, y),
+        "texts_seen": text_fingerprints(texts),
+    }  # train-blend will not fit weights on these texts in-sample
+    log(
+        f"training a random forest ({backend}; {params['n_estimators']} trees, depth {params['max_depth']}) "
+        f"on {len(texts)} texts"
+    )
     if folds:
         cv = cross_validate(texts, y, folds, backend=backend, seed=seed, progress=progress, **params)
         record.update(cv)
-        log(f"{folds}-fold CV RMSE {cv['cv_rmse']:.4f} (folds: {', '.join(f'{r:.4f}' for r in cv['fold_rmse'])}; "
-            f"predicting the mean: {cv['mean_rmse']:.4f})")
+        log(
+            f"{folds}-fold CV RMSE {cv['cv_rmse']:.4f} (folds: {', '.join(f'{r:.4f}' for r in cv['fold_rmse'])}; "
+            f"predicting the mean: {cv['mean_rmse']:.4f})"
+        )
     fitted = fit(texts, y, backend=backend, seed=seed, progress=progress, desc="forest", **params)
     record["train_rmse"] = rmse(predict(fitted.model, backend, fitted.features), y)
     os.makedirs(out_dir, exist_ok=True)
@@ -316,9 +373,11 @@ def train_forest(texts, targets, out_dir: str, *, folds: int = 5, backend: str =
     record["checkpoint"] = write_checkpoint(fitted, os.path.join(out_dir, CHECKPOINT))
     record["n_features"] = contracts.N_FEATURES
     record["seconds"] = round(time.perf_counter() - started, 1)
-    log(f"wrote {CHECKPOINT} ({record['checkpoint']['num_tree']} trees, "
+    log(
+        f"wrote {CHECKPOINT} ({record['checkpoint']['num_tree']} trees, "
         f"{record['checkpoint']['num_feature']} features; Treelite {record['checkpoint']['treelite']}; "
-        f"round trip max |diff| {record['checkpoint']['round_trip_max_abs_diff']:.2g}) and {VOCABULARY}")
+        f"round trip max |diff| {record['checkpoint']['round_trip_max_abs_diff']:.2g}) and {VOCABULARY}"
+    )
     if data is not None:
         record["data"] = data
     update_manifest(out_dir, "forest", record)

@@ -26,7 +26,7 @@ import asyncio
 import math
 from typing import Any, Awaitable, Callable
 
-from .gate import Gate, Refusal, Ticket
+from .gate import UNIT, Gate, Refusal, Ticket
 
 #: Default largest request body or gRPC message: 64 texts of the largest text the steps
 #: accept (100,000 bytes), escaped as JSON, with room to spare.
@@ -104,8 +104,11 @@ class Door:
                 await asyncio.wait_for(asyncio.shield(waiter), EXPIRE_FACTOR * self.gate.max_wait)
             except asyncio.TimeoutError:
                 self.gate.drop(ticket, expired=True)
-                return Refusal(f"busy: the request waited {EXPIRE_FACTOR * self.gate.max_wait:g} s without being "
-                               "sent on (the server is being repaired or is much slower than measured); retry", 1.0)
+                return Refusal(
+                    f"busy: the request waited {EXPIRE_FACTOR * self.gate.max_wait:g} s without being "
+                    "sent on (the server is being repaired or is much slower than measured); retry",
+                    1.0,
+                )
             except asyncio.CancelledError:
                 if ticket.state == "queued":
                     self.gate.drop(ticket)
@@ -114,13 +117,18 @@ class Door:
                 self._pump()
                 raise
         if ticket.state == "late":
-            return Refusal("the request's deadline passed before it could be answered: it was not computed", 0.0,
-                           "deadline")
+            return Refusal(
+                "the request's deadline passed before it could be answered: it was not computed", 0.0, "deadline"
+            )
         return ticket
 
-    async def run(self, ticket: Ticket, forward: Callable[[], Awaitable[Any]],
-                  ok: Callable[[Any], bool] = lambda answer: True,
-                  dead_stub: Callable[[Any], bool] = lambda answer: False) -> Any:
+    async def run(
+        self,
+        ticket: Ticket,
+        forward: Callable[[], Awaitable[Any]],
+        ok: Callable[[Any], bool] = lambda answer: True,
+        dead_stub: Callable[[Any], bool] = lambda answer: False,
+    ) -> Any:
         """`forward()` sent on for `ticket`, awaited to its end even if the client leaves
         (the caller is then cancelled and the answer dropped). `forward` must not touch the
         client's connection (it may be gone): it returns the answer, `ok(answer)` says
@@ -221,16 +229,21 @@ class Door:
     def drain(self, timeout: float, reason: str = "shutting down") -> dict:
         """Refuse new requests from now on and wait (at most `timeout` s) until every
         accepted one is answered. {"drained": bool, "waiting": n, "inside": n, "seconds": s}."""
-        if self.loop is None or not self.loop.is_running():
+        loop = self.loop
+        if loop is None or not loop.is_running():
             return {"drained": True, "waiting": 0, "inside": 0, "seconds": 0.0}
 
         async def drain():
             self.gate.close(f"{reason}: this server takes no new requests; retry on another replica or in a moment")
             self._resume()
-            started = self.loop.time()
-            while (self.gate.queued or self.gate.inside) and self.loop.time() - started < timeout:
+            started = loop.time()
+            while (self.gate.queued or self.gate.inside) and loop.time() - started < timeout:
                 await asyncio.sleep(0.05)
-            return {"drained": not (self.gate.queued or self.gate.inside), "waiting": self.gate.queued,
-                    "inside": self.gate.inside, "seconds": round(self.loop.time() - started, 2)}
+            return {
+                "drained": not (self.gate.queued or self.gate.inside),
+                "waiting": self.gate.queued / UNIT,
+                "inside": self.gate.inside / UNIT,
+                "seconds": round(loop.time() - started, 2),
+            }
 
-        return asyncio.run_coroutine_threadsafe(drain(), self.loop).result(timeout + 10)
+        return asyncio.run_coroutine_threadsafe(drain(), loop).result(timeout + 10)

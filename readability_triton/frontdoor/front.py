@@ -49,8 +49,10 @@ class FrontDoor(Door):
         if not ready.wait(timeout):
             raise ServerError("the front door did not start listening in time")
         if "error" in started:
-            raise ServerError(f"the front door cannot listen on {self.address} (http {self.http_port}, grpc "
-                              f"{self.grpc_port}): {started['error']}")
+            raise ServerError(
+                f"the front door cannot listen on {self.address} (http {self.http_port}, grpc "
+                f"{self.grpc_port}): {started['error']}"
+            )
         return self
 
     async def _open(self) -> None:

@@ -175,8 +175,12 @@ class Gate:
             return Refusal(self.closed, 1.0, "closed")
         if patience < self.quickest():
             self.stats.refused["deadline"] += 1
-            return Refusal(f"the request's deadline ({patience * 1e3:.0f} ms) is shorter than any answer lately "
-                           f"({self.quickest() * 1e3:.0f} ms): it was not computed", 0.0, "deadline")
+            return Refusal(
+                f"the request's deadline ({patience * 1e3:.0f} ms) is shorter than any answer lately "
+                f"({self.quickest() * 1e3:.0f} ms): it was not computed",
+                0.0,
+                "deadline",
+            )
         now = self._clock()
         state = self._clients.get(client) or _Client()
         total = self.queued + self.inside
@@ -188,16 +192,24 @@ class Gate:
         if total == 0 or total + texts <= capacity:
             pass  # room for anyone
         elif total + texts > hard:
-            return self._refuse("busy", f"busy: {total / UNIT:.0f} texts are waiting or in the pipeline, about "
-                                f"{total / rate:.1f} s of work at {rate / UNIT:.1f} texts/s; the stated wait is "
-                                f"{self.max_wait:g} s", (total + texts - capacity) / rate)
+            return self._refuse(
+                "busy",
+                f"busy: {total / UNIT:.0f} texts are waiting or in the pipeline, about "
+                f"{total / rate:.1f} s of work at {rate / UNIT:.1f} texts/s; the stated wait is "
+                f"{self.max_wait:g} s",
+                (total + texts - capacity) / rate,
+            )
         elif state.work and state.work + texts > share:
-            return self._refuse("share", f"busy: this client already has {state.work / UNIT:.0f} texts waiting or "
-                                f"in the pipeline, its share while {active} clients wait is {share / UNIT:.0f}",
-                                (state.work + texts - share) / rate)
+            return self._refuse(
+                "share",
+                f"busy: this client already has {state.work / UNIT:.0f} texts waiting or "
+                f"in the pipeline, its share while {active} clients wait is {share / UNIT:.0f}",
+                (state.work + texts - share) / rate,
+            )
         self._clients[client] = state
-        ticket = Ticket(client, texts, now, max(self._now_start, state.finish), next(self._serial),
-                        deadline=now + patience)
+        ticket = Ticket(
+            client, texts, now, max(self._now_start, state.finish), next(self._serial), deadline=now + patience
+        )
         state.finish = ticket.start + texts
         state.queued += texts
         self.queued += texts

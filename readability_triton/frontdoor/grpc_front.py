@@ -47,8 +47,9 @@ def _passed_on(metadata) -> list[tuple[str, Any]]:
 async def open_grpc(door: Door) -> Callable[[], Awaitable[None]]:
     """Listen on the door's gRPC port; returns the coroutine function that closes it."""
     limit = door.max_request_bytes
-    channel = grpc.aio.insecure_channel(door.upstream_grpc, options=[
-        ("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", -1)])
+    channel = grpc.aio.insecure_channel(
+        door.upstream_grpc, options=[("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", -1)]
+    )
     calls: dict[str, Any] = {}
 
     def upstream(method: str):
@@ -77,16 +78,21 @@ async def open_grpc(door: Door) -> Callable[[], Awaitable[None]]:
         if isinstance(outcome, Refusal):
             code = grpc.StatusCode.DEADLINE_EXCEEDED if outcome.kind == "deadline" else grpc.StatusCode.UNAVAILABLE
             await context.abort(code, outcome.reason)
+            raise AssertionError("abort raises")  # pragma: no cover
         metadata = _passed_on(context.invocation_metadata())
-        reply = await door.run(outcome, lambda: forward(INFER, request, metadata),  # type: ignore[arg-type]
-                               ok=lambda r: not isinstance(r, grpc.aio.AioRpcError),
-                               dead_stub=lambda r: isinstance(r, grpc.aio.AioRpcError)
-                               and DEAD_STUB_SIGN in (r.details() or ""))
+        reply = await door.run(
+            outcome,
+            lambda: forward(INFER, request, metadata),
+            ok=lambda r: not isinstance(r, grpc.aio.AioRpcError),
+            dead_stub=lambda r: isinstance(r, grpc.aio.AioRpcError) and DEAD_STUB_SIGN in (r.details() or ""),
+        )
         return await answer(reply, context)
 
     async def refuse_stream(requests, context):
-        await context.abort(grpc.StatusCode.UNIMPLEMENTED,
-                            "ModelStreamInfer is not offered here (the models are not decoupled): use ModelInfer")
+        await context.abort(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "ModelStreamInfer is not offered here (the models are not decoupled): use ModelInfer",
+        )
         yield b""  # pragma: no cover - abort raises
 
     class Handler(grpc.GenericRpcHandler):
@@ -102,8 +108,13 @@ async def open_grpc(door: Door) -> Callable[[], Awaitable[None]]:
 
             return grpc.unary_unary_rpc_method_handler(passthrough)
 
-    server = grpc.aio.server(options=[
-        ("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", -1), ("grpc.so_reuseport", 0)])
+    server = grpc.aio.server(
+        options=[
+            ("grpc.max_receive_message_length", limit),
+            ("grpc.max_send_message_length", -1),
+            ("grpc.so_reuseport", 0),
+        ]
+    )
     server.add_generic_rpc_handlers((Handler(),))
     try:
         bound = server.add_insecure_port(f"{door.address}:{door.grpc_port}")

@@ -20,8 +20,21 @@ from .wire import DEAD_STUB_SIGN, http_work
 
 INFER_PATH = re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$")
 #: Headers of one hop, never passed on (RFC 9110 7.6.1), plus what the hop recomputes.
-_HOP = frozenset({"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "proxy-connection", "te",
-                  "trailer", "transfer-encoding", "upgrade", "host", "content-length"})
+_HOP = frozenset(
+    {
+        "connection",
+        "keep-alive",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "host",
+        "content-length",
+    }
+)
 #: A request's body is passed on inflated (aiohttp inflates it while it counts its size).
 _REQUEST_HOP = _HOP | {"content-encoding"}
 #: Seconds a refused upload may go on being read (and discarded) so that its client sees
@@ -30,8 +43,9 @@ LINGER = 2.0
 
 
 def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(status=status, text=json.dumps({"error": message}), content_type="application/json",
-                        headers=headers)
+    return web.Response(
+        status=status, text=json.dumps({"error": message}), content_type="application/json", headers=headers
+    )
 
 
 def _passed_on(headers, hop=_HOP) -> dict[str, str]:
@@ -41,19 +55,30 @@ def _passed_on(headers, hop=_HOP) -> dict[str, str]:
 async def open_http(door: Door) -> Callable[[], Awaitable[None]]:
     """Listen on the door's HTTP port; returns the coroutine function that closes it."""
     limit = door.max_request_bytes
-    session = ClientSession(f"http://{door.upstream_http}", auto_decompress=False,
-                            skip_auto_headers=("Accept-Encoding", "User-Agent"),
-                            connector=TCPConnector(limit=0, force_close=False),
-                            timeout=ClientTimeout(total=None, sock_connect=10))
+    session = ClientSession(
+        f"http://{door.upstream_http}",
+        auto_decompress=False,
+        skip_auto_headers=("Accept-Encoding", "User-Agent"),
+        connector=TCPConnector(limit=0, force_close=False),
+        timeout=ClientTimeout(total=None, sock_connect=10),
+    )
 
     def too_large(size: int | None) -> web.Response:
         got = f"{size} bytes" if size is not None else f"more than {limit} bytes"
-        return _error(413, f"the request body has {got}, over the limit of {limit} bytes; send fewer or "
-                           "shorter texts per request", {"Connection": "close"})
+        return _error(
+            413,
+            f"the request body has {got}, over the limit of {limit} bytes; send fewer or shorter texts per request",
+            {"Connection": "close"},
+        )
 
     async def forward(request: web.Request, body: bytes) -> web.Response:
-        async with session.request(request.method, request.rel_url, headers=_passed_on(request.headers, _REQUEST_HOP),
-                                   data=body if body else None, allow_redirects=False) as reply:
+        async with session.request(
+            request.method,
+            request.rel_url,
+            headers=_passed_on(request.headers, _REQUEST_HOP),
+            data=body if body else None,
+            allow_redirects=False,
+        ) as reply:
             data = await reply.read()
             return web.Response(status=reply.status, body=data, headers=_passed_on(reply.headers))
 
@@ -76,8 +101,12 @@ async def open_http(door: Door) -> Callable[[], Awaitable[None]]:
         if isinstance(outcome, Refusal):
             return _error(503, outcome.reason, {"Retry-After": str(max(1, round(outcome.retry_after)))})
         try:
-            return await door.run(outcome, lambda: forward(request, body), ok=lambda reply: reply.status == 200,
-                                  dead_stub=lambda reply: reply.status >= 500 and DEAD_STUB_SIGN.encode() in reply.body)
+            return await door.run(
+                outcome,
+                lambda: forward(request, body),
+                ok=lambda reply: reply.status == 200,
+                dead_stub=lambda reply: reply.status >= 500 and DEAD_STUB_SIGN.encode() in reply.body,
+            )
         except (OSError, ClientError) as err:
             return _error(503, f"the server is not answering ({type(err).__name__}); retry in a moment")
 

@@ -3,6 +3,7 @@ rendered by `configs`, the Python models linked from `backends/`, the canary rec
 then what a served repository holds (its BERT format, the backends it needs) and the
 in-process pipeline that computes what it serves.
 """
+
 from __future__ import annotations
 
 import os
@@ -51,8 +52,9 @@ def write_configs(out: str, profile: str, **render_kw) -> None:
             handle.write(render_config(model, profile, **render_kw))
         source = backend_file(model, profile)
         if source is not None:
-            shutil.copyfile(os.path.join(backends_root(), source, "model.py"),
-                            os.path.join(model_dir, VERSION, "model.py"))
+            shutil.copyfile(
+                os.path.join(backends_root(), source, "model.py"), os.path.join(model_dir, VERSION, "model.py")
+            )
 
 
 def pick_bert_format(artifacts: str, profile: str, wanted: str | None = None) -> str:
@@ -65,11 +67,20 @@ def pick_bert_format(artifacts: str, profile: str, wanted: str | None = None) ->
     return M.choose_bert_format(artifacts, wanted)
 
 
-def assemble(artifacts: str, out: str, profile: str, bert_weight: float | None = None,
-             forest_weight: float | None = None, max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
-             force: bool = False, bert_format: str | None = None, tensorrt: bool = False,
-             tensorrt_cache: str = DEFAULT_TENSORRT_CACHE, triton_version: str = releases.TESTED,
-             response_cache: bool = False) -> M.Manifest:
+def assemble(
+    artifacts: str,
+    out: str,
+    profile: str,
+    bert_weight: float | None = None,
+    forest_weight: float | None = None,
+    max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
+    force: bool = False,
+    bert_format: str | None = None,
+    tensorrt: bool = False,
+    tensorrt_cache: str = DEFAULT_TENSORRT_CACHE,
+    triton_version: str = releases.TESTED,
+    response_cache: bool = False,
+) -> M.Manifest:
     """Build a complete model repository for `profile` from an artifact set (its BERT model
     in `bert_format`, see `pick_bert_format`; SCORE's weights as given, both or none, by
     default the set's fitted weights (`train-blend`, `build-demo`), else 0.5 each), in the
@@ -96,10 +107,20 @@ def assemble(artifacts: str, out: str, profile: str, bert_weight: float | None =
             raise AssemblyError(f"{out} exists and is not empty; pass --force to replace it")
         shutil.rmtree(out)
     os.makedirs(out)
-    write_configs(out, profile, max_length=manifest.max_length, n_features=manifest.n_features,
-                  bert_weight=bert_weight, forest_weight=forest_weight, max_text_bytes=max_text_bytes,
-                  bert_format=bert_format, tensorrt=tensorrt, tensorrt_cache=tensorrt_cache,
-                  triton_version=triton_version, response_cache=response_cache)
+    write_configs(
+        out,
+        profile,
+        max_length=manifest.max_length,
+        n_features=manifest.n_features,
+        bert_weight=bert_weight,
+        forest_weight=forest_weight,
+        max_text_bytes=max_text_bytes,
+        bert_format=bert_format,
+        tensorrt=tensorrt,
+        tensorrt_cache=tensorrt_cache,
+        triton_version=triton_version,
+        response_cache=response_cache,
+    )
     for model, names in {**M.MODEL_FILES, C.BERT: (M.BERT_FORMATS[bert_format],)}.items():
         target = os.path.join(out, model, VERSION)
         for name in list(names) + M.present(artifacts, M.OPTIONAL_FILES.get(model, ())) + [M.MANIFEST]:
@@ -147,6 +168,7 @@ def cpu_dry_run(repo: str) -> None:
     """Turn a GPU repository's instances to KIND_CPU in place: the same models, files and
     code paths, NumPy for CuPy, so that a machine without a GPU can serve it (the GPU kit's
     `--cpu-dry-run`, and the tests of the portable-gpu profile)."""
+
     def to_cpu(config) -> None:
         for group in config.instance_group:
             group.kind = group.KIND_CPU
@@ -164,8 +186,11 @@ def served_bert(repo: str) -> str:
     if config.backend == "python":
         value = config.parameters[C.THREADS].string_value if C.THREADS in config.parameters else "1"
         count = sum(group.count or 1 for group in config.instance_group) or 1
-        padding = (", rows by length band without their padding where the export's length is dynamic"
-                   if model == M.MODEL_ONNX else "")
+        padding = (
+            ", rows by length band without their padding where the export's length is dynamic"
+            if model == M.MODEL_ONNX
+            else ""
+        )
         return f"{model} in a Python model, {threads.resolve(int(value), count)} thread(s){padding}"
     return f"{model} on Triton's {config.platform} backend (its default threads, the padded length)"
 
@@ -179,6 +204,7 @@ def repository_pipeline(repo: str):
 
     if not os.path.isfile(os.path.join(repo, C.ENSEMBLE, "config.pbtxt")):
         raise AssemblyError(f"{repo}: not a readability repository (no {C.ENSEMBLE}/config.pbtxt)")
+
     def planned(model):  # the thread plan the served model runs under (0 for a native backend's: its own)
         if not threads.enabled():
             return 0
@@ -193,7 +219,10 @@ def repository_pipeline(repo: str):
     bert_format = "onnx" if os.path.isfile(os.path.join(folder(C.BERT), M.MODEL_ONNX)) else "torchscript"
     # a Python model cuts the padding off (OnnxRunner); Triton's onnxruntime backend runs what preprocess padded
     in_python = read_config(os.path.join(repo, C.BERT, "config.pbtxt")).backend == "python"
-    return Pipeline(tokenizer=TokenizerRunner.from_folder(folder(C.PREPROCESS), max_length),
-                    bert=bert_runner(folder(C.BERT), bert_format=bert_format, threads=planned(C.BERT), trim=in_python),
-                    features=FeatureRunner.from_folder(folder(C.FEATURIZE)),
-                    forest=GTILRunner.from_folder(folder(C.FOREST), threads=planned(C.FOREST)), weights=weights)
+    return Pipeline(
+        tokenizer=TokenizerRunner.from_folder(folder(C.PREPROCESS), max_length),
+        bert=bert_runner(folder(C.BERT), bert_format=bert_format, threads=planned(C.BERT), trim=in_python),
+        features=FeatureRunner.from_folder(folder(C.FEATURIZE)),
+        forest=GTILRunner.from_folder(folder(C.FOREST), threads=planned(C.FOREST)),
+        weights=weights,
+    )

@@ -1,6 +1,7 @@
 """The canary: a text whose answers `assemble` records beside the ensemble
 (`<repository>/readability/1/canary.json`), and `serve`'s health checks compare with what
 the server answers (`server.health`)."""
+
 from __future__ import annotations
 
 import json

@@ -11,6 +11,7 @@ set but not shown. Changes to a written config are field edits (`edit_config`).
 `python -m readability_triton.repository.configs model_repository`; a test keeps the two
 identical.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,34 +38,44 @@ def _proto():
         from google.protobuf import json_format, text_format
         from tritonclient.grpc import model_config_pb2
     except ImportError as exc:
-        raise AssemblyError(f"configs are built as Triton's ModelConfig proto, which comes with tritonclient ({exc}): "
-                            "pip install 'readability-triton[client]'") from None
+        raise AssemblyError(
+            f"configs are built as Triton's ModelConfig proto, which comes with tritonclient ({exc}): "
+            "pip install 'readability-triton[client]'"
+        ) from None
     return model_config_pb2, json_format, text_format
 
 
 def _tensor(spec: C.TensorSpec) -> dict:
-    return {"name": spec.name, "data_type": spec.data_type, "dims": list(spec.dims),
-            **({"optional": True} if spec.optional else {})}
+    return {
+        "name": spec.name,
+        "data_type": spec.data_type,
+        "dims": list(spec.dims),
+        **({"optional": True} if spec.optional else {}),
+    }
 
 
 def ensemble_scheduling(wiring=C.SERIAL_STEPS) -> dict:
     """The ensemble's `ensemble_scheduling` (as ModelConfig's JSON form) for `wiring` (steps
     as in `contracts.PARALLEL_STEPS`)."""
-    return {"step": [{"model_name": model, "model_version": -1, "input_map": dict(inputs),
-                      "output_map": dict(outputs)} for model, inputs, outputs in wiring]}
+    return {
+        "step": [
+            {"model_name": model, "model_version": -1, "input_map": dict(inputs), "output_map": dict(outputs)}
+            for model, inputs, outputs in wiring
+        ]
+    }
 
 
 _HEADERS = {
     C.ENSEMBLE: "The readability ensemble: TEXT -> validate -> {wiring} -> postprocess -> SCORE, BERT_SCORE, "
-                "FOREST_SCORE.",
+    "FOREST_SCORE.",
     C.VALIDATE: "The ensemble's first step: refuses what no later step may refuse (invalid UTF-8, a text "
-                "over MAX_TEXT_BYTES, a text without words); passes TEXT on as VALID_TEXT.",
+    "over MAX_TEXT_BYTES, a text without words); passes TEXT on as VALID_TEXT.",
     C.PREPROCESS: "BERT WordPiece tokenization: TEXT -> INPUT_IDS, ATTENTION_MASK (CuPy/cuDF on a GPU "
-                  "instance, the tokenizers library on a CPU one).",
+    "instance, the tokenizers library on a CPU one).",
     C.FEATURIZE: "The 207 readability features of ../shared/spec/features.md (CuPy on a GPU instance, "
-                 "NumPy on a CPU one).",
+    "NumPy on a CPU one).",
     C.POSTPROCESS: "SCORE = weighted mean of the branch scores (BERT_WEIGHT, FOREST_WEIGHT); also emits "
-                   "BERT_SCORE and FOREST_SCORE, so every ensemble output is a leaf.",
+    "BERT_SCORE and FOREST_SCORE, so every ensemble output is a leaf.",
     C.BERT: "The fine-tuned BERT regressor ({format}).",
     C.FOREST: "The random forest on the readability features (Treelite checkpoint, 1/checkpoint.tl).",
 }
@@ -78,22 +89,38 @@ def tensorrt_optimization(max_length: int, max_batch: int, cache: str = DEFAULT_
     form): FP16, an engine cache (the engine is built on the first request of each shape
     profile, then reused), and one profile for batches of 1 to `max_batch` texts of
     `max_length` tokens."""
+
     def shapes(batch: int) -> str:
         return ",".join(f"{name}:{batch}x{max_length}" for name in (C.INPUT_0, C.INPUT_1))
 
-    params = {"precision_mode": "FP16", "max_workspace_size_bytes": str(1 << 30), "trt_engine_cache_enable": "1",
-              "trt_engine_cache_path": cache, "trt_profile_min_shapes": shapes(1),
-              "trt_profile_opt_shapes": shapes(max(1, max_batch // 4)), "trt_profile_max_shapes": shapes(max_batch)}
+    params = {
+        "precision_mode": "FP16",
+        "max_workspace_size_bytes": str(1 << 30),
+        "trt_engine_cache_enable": "1",
+        "trt_engine_cache_path": cache,
+        "trt_profile_min_shapes": shapes(1),
+        "trt_profile_opt_shapes": shapes(max(1, max_batch // 4)),
+        "trt_profile_max_shapes": shapes(max_batch),
+    }
     return {"execution_accelerators": {"gpu_execution_accelerator": [{"name": "tensorrt", "parameters": params}]}}
 
 
-def model_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_MAX_LENGTH,
-                 n_features: int = C.N_FEATURES, bert_weight: float = 0.5,
-                 forest_weight: float = 0.5, max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
-                 bert_format: str = DEFAULT_BERT_FORMAT, tensorrt: bool = False,
-                 tensorrt_cache: str = DEFAULT_TENSORRT_CACHE, triton_version: str = releases.TESTED,
-                 max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
-                 max_queue_seconds: float = DEFAULT_MAX_QUEUE_SECONDS, response_cache: bool = False):
+def model_config(
+    model: str,
+    profile: str = "gpu",
+    max_length: int = C.DEFAULT_MAX_LENGTH,
+    n_features: int = C.N_FEATURES,
+    bert_weight: float = 0.5,
+    forest_weight: float = 0.5,
+    max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
+    bert_format: str = DEFAULT_BERT_FORMAT,
+    tensorrt: bool = False,
+    tensorrt_cache: str = DEFAULT_TENSORRT_CACHE,
+    triton_version: str = releases.TESTED,
+    max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
+    max_queue_seconds: float = DEFAULT_MAX_QUEUE_SECONDS,
+    response_cache: bool = False,
+):
     """The `ModelConfig` message of `model` in `profile` for Triton release `triton_version`
     (the BERT model in `bert_format`; with `tensorrt`, the onnxruntime backend builds a
     TensorRT FP16 engine for it), built the way Triton reads it: a message of its own proto,
@@ -103,8 +130,10 @@ def model_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_M
     contract = C.contracts(max_length, n_features)[model]
     where = placement(model, profile, bert_format)
     if tensorrt and not (model != C.BERT or (where.backend == "onnxruntime_onnx" and where.kind == "KIND_GPU")):
-        raise AssemblyError(f"--tensorrt needs the ONNX model on a GPU (the gpu or hybrid profile with "
-                            f"--bert-format onnx), not {profile} with {bert_format}")
+        raise AssemblyError(
+            f"--tensorrt needs the ONNX model on a GPU (the gpu or hybrid profile with "
+            f"--bert-format onnx), not {profile} with {bert_format}"
+        )
     config: dict = {"name": model}
     if where.backend == "ensemble":
         config["platform"] = "ensemble"
@@ -112,16 +141,22 @@ def model_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_M
         config["platform"] = where.backend
     else:
         config["backend"] = where.backend
-    config.update(max_batch_size=C.MAX_BATCH_SIZE[model], input=[_tensor(s) for s in contract.inputs],
-                  output=[_tensor(s) for s in contract.outputs])
+    config.update(
+        max_batch_size=C.MAX_BATCH_SIZE[model],
+        input=[_tensor(s) for s in contract.inputs],
+        output=[_tensor(s) for s in contract.outputs],
+    )
     if where.backend == "ensemble":
         config["ensemble_scheduling"] = ensemble_scheduling(C.ensemble_steps(target.parallel_ensemble))
         return json_format.ParseDict(config, model_config_pb2.ModelConfig())
     config["dynamic_batching"] = {
         "max_queue_delay_microseconds": queue_delay_us(model, where.kind),
-        "default_queue_policy": {"timeout_action": "REJECT",
-                                 "default_timeout_microseconds": int(QUEUE_TIMEOUT_S[model] * 1e6),
-                                 "allow_timeout_override": True}}
+        "default_queue_policy": {
+            "timeout_action": "REJECT",
+            "default_timeout_microseconds": int(QUEUE_TIMEOUT_S[model] * 1e6),
+            "allow_timeout_override": True,
+        },
+    }
     config["instance_group"] = [{"kind": where.kind, "count": 1}]
     if model == C.BERT and tensorrt:
         config["optimization"] = tensorrt_optimization(max_length, C.MAX_BATCH_SIZE[C.BERT], tensorrt_cache)
@@ -151,15 +186,21 @@ def model_config(model: str, profile: str = "gpu", max_length: int = C.DEFAULT_M
     return json_format.ParseDict(config, model_config_pb2.ModelConfig())
 
 
-def header(model: str, profile: str = "gpu", bert_format: str = DEFAULT_BERT_FORMAT,
-           triton_version: str = releases.TESTED) -> str:
+def header(
+    model: str, profile: str = "gpu", bert_format: str = DEFAULT_BERT_FORMAT, triton_version: str = releases.TESTED
+) -> str:
     """The comment lines a rendered config starts with: what the model is, and for what."""
     target = releases.release(triton_version)
-    wiring = ("(BERT branch || feature/forest branch)" if target.parallel_ensemble else
-              "feature/forest branch -> BERT branch (one after the other before Triton 26.02: core#466)")
+    wiring = (
+        "(BERT branch || feature/forest branch)"
+        if target.parallel_ensemble
+        else "feature/forest branch -> BERT branch (one after the other before Triton 26.02: core#466)"
+    )
     what = _HEADERS[model].format(format=_BERT_FILES[bert_format], wiring=wiring)
-    return (f"# {what}\n# Profile: {profile}, for Triton {target.version}. Generated by "
-            "readability_triton.repository.configs.\n")
+    return (
+        f"# {what}\n# Profile: {profile}, for Triton {target.version}. Generated by "
+        "readability_triton.repository.configs.\n"
+    )
 
 
 def render_config(model: str, profile: str = "gpu", **options) -> str:
@@ -167,8 +208,9 @@ def render_config(model: str, profile: str = "gpu", **options) -> str:
     options) in protobuf's text format."""
     _, _, text_format = _proto()
     keys = ("bert_format", "triton_version")
-    return (header(model, profile, **{k: options[k] for k in keys if k in options})
-            + text_format.MessageToString(model_config(model, profile, **options)))
+    return header(model, profile, **{k: options[k] for k in keys if k in options}) + text_format.MessageToString(
+        model_config(model, profile, **options)
+    )
 
 
 def read_config(path: str):

@@ -22,6 +22,7 @@ TorchScript (`model.pt`, the pytorch_libtorch backend): `bert_format`.
 `configs` renders each model's config.pbtxt from a profile; `repository` assembles a
 model repository.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -54,13 +55,16 @@ class Profile:
         return self.portable and self.models == "KIND_GPU"
 
 
-PROFILE = {p.name: p for p in (
-    Profile("gpu", "KIND_GPU", "KIND_GPU", portable=False),
-    Profile("hybrid", "KIND_CPU", "KIND_GPU", portable=False),
-    Profile("cpu", "KIND_CPU", "KIND_CPU", portable=False),
-    Profile("portable", "KIND_CPU", "KIND_CPU", portable=True),
-    Profile("portable-gpu", "KIND_GPU", "KIND_GPU", portable=True),
-)}
+PROFILE = {
+    p.name: p
+    for p in (
+        Profile("gpu", "KIND_GPU", "KIND_GPU", portable=False),
+        Profile("hybrid", "KIND_CPU", "KIND_GPU", portable=False),
+        Profile("cpu", "KIND_CPU", "KIND_CPU", portable=False),
+        Profile("portable", "KIND_CPU", "KIND_CPU", portable=True),
+        Profile("portable-gpu", "KIND_GPU", "KIND_GPU", portable=True),
+    )
+}
 PROFILES = tuple(PROFILE)
 #: Profiles whose bert and forest are Python models.
 PORTABLE_PROFILES = tuple(name for name, p in PROFILE.items() if p.portable)
@@ -75,22 +79,50 @@ DEFAULT_BERT_FORMAT = "onnx"
 #: The TensorRT execution accelerator's parameters that the onnxruntime backend reads
 #: (triton-inference-server/onnxruntime_backend, r24.10, src/onnxruntime.cc), of which
 #: `configs.tensorrt_optimization` writes some.
-TENSORRT_KEYS = ("precision_mode", "max_workspace_size_bytes", "trt_max_partition_iterations", "trt_min_subgraph_size",
-                 "int8_calibration_table_name", "int8_use_native_calibration_table", "trt_dla_enable", "trt_dla_core",
-                 "trt_engine_cache_enable", "trt_engine_cache_path", "trt_engine_cache_prefix", "trt_dump_subgraphs",
-                 "trt_force_sequential_engine_build", "trt_context_memory_sharing_enable",
-                 "trt_layer_norm_fp32_fallback", "trt_timing_cache_enable", "trt_timing_cache_path",
-                 "trt_force_timing_cache", "trt_detailed_build_log", "trt_build_heuristics_enable",
-                 "trt_sparsity_enable", "trt_builder_optimization_level", "trt_auxiliary_streams",
-                 "trt_tactic_sources", "trt_extra_plugin_lib_paths", "trt_profile_min_shapes",
-                 "trt_profile_max_shapes", "trt_profile_opt_shapes", "trt_cuda_graph_enable")
+TENSORRT_KEYS = (
+    "precision_mode",
+    "max_workspace_size_bytes",
+    "trt_max_partition_iterations",
+    "trt_min_subgraph_size",
+    "int8_calibration_table_name",
+    "int8_use_native_calibration_table",
+    "trt_dla_enable",
+    "trt_dla_core",
+    "trt_engine_cache_enable",
+    "trt_engine_cache_path",
+    "trt_engine_cache_prefix",
+    "trt_dump_subgraphs",
+    "trt_force_sequential_engine_build",
+    "trt_context_memory_sharing_enable",
+    "trt_layer_norm_fp32_fallback",
+    "trt_timing_cache_enable",
+    "trt_timing_cache_path",
+    "trt_force_timing_cache",
+    "trt_detailed_build_log",
+    "trt_build_heuristics_enable",
+    "trt_sparsity_enable",
+    "trt_builder_optimization_level",
+    "trt_auxiliary_streams",
+    "trt_tactic_sources",
+    "trt_extra_plugin_lib_paths",
+    "trt_profile_min_shapes",
+    "trt_profile_max_shapes",
+    "trt_profile_opt_shapes",
+    "trt_cuda_graph_enable",
+)
 DEFAULT_TENSORRT_CACHE = "/tmp/readability-triton-trt"
 #: Version folder of every model.
 VERSION = "1"
 #: Dynamic-batching queue delay (microseconds) of each step on a GPU instance, where larger
 #: batches pay: how long a step waits for more requests before it runs what it has.
-QUEUE_DELAY_US = {C.VALIDATE: 500, C.PREPROCESS: 1000, C.FEATURIZE: 1000, C.BERT: 2000, C.FOREST: 500,
-                  C.POSTPROCESS: 500}
+QUEUE_DELAY_US = {
+    C.VALIDATE: 500,
+    C.PREPROCESS: 1000,
+    C.FEATURIZE: 1000,
+    C.BERT: 2000,
+    C.FOREST: 500,
+    C.POSTPROCESS: 500,
+}
 
 
 def queue_delay_us(model: str, kind: str | None) -> int:
@@ -110,8 +142,14 @@ def queue_delay_us(model: str, kind: str | None) -> int:
 #: step under 10 ms per request. No step has a `max_queue_size`: Triton 2.51 refuses that
 #: synchronously, and combined with gRPC cancellations it left ensemble requests in flight
 #: for good (triton.admission).
-QUEUE_TIMEOUT_S = {C.VALIDATE: 30.0, C.FEATURIZE: 30.0, C.FOREST: 30.0, C.PREPROCESS: 30.0, C.BERT: 60.0,
-                   C.POSTPROCESS: 30.0}
+QUEUE_TIMEOUT_S = {
+    C.VALIDATE: 30.0,
+    C.FEATURIZE: 30.0,
+    C.FOREST: 30.0,
+    C.PREPROCESS: 30.0,
+    C.BERT: 60.0,
+    C.POSTPROCESS: 30.0,
+}
 #: The steps whose answers Triton's response cache keeps with `assemble --response-cache`
 #: (`serve --cache-size`): bert, where the time goes. A request of texts seen before skips
 #: it. Not the ensemble itself: Triton keys a cached answer by the inputs alone, not by the
@@ -126,8 +164,12 @@ DEFAULT_MAX_QUEUE_SECONDS = 10.0
 #: ... or while this many requests wait there, whatever they carry.
 DEFAULT_MAX_PENDING_REQUESTS = 64
 #: Python backend file of each Python model, per profile (folder under backends/).
-PYTHON_BACKENDS = {C.VALIDATE: "validate", C.PREPROCESS: "preprocess", C.FEATURIZE: "featurize",
-                   C.POSTPROCESS: "postprocess"}
+PYTHON_BACKENDS = {
+    C.VALIDATE: "validate",
+    C.PREPROCESS: "preprocess",
+    C.FEATURIZE: "featurize",
+    C.POSTPROCESS: "postprocess",
+}
 PORTABLE_BACKENDS = {C.BERT: "bert_portable", C.FOREST: "forest_portable"}
 
 

@@ -22,6 +22,7 @@ Facts (NVIDIA's release notes and this project's checks, `../shared/design.md`):
   `algo` -> `layout`, `threads_per_tree` -> `chunk_size`); the old ones warn, then go.
   Of these the configs here set only the first.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,8 +48,10 @@ def parse(version: str) -> tuple[int, int]:
         raise ReleaseError(f"Triton release {version!r}: give the container tag's YY.MM, e.g. 24.10 or 26.08")
     parsed = (int(match.group(1)), int(match.group(2)))
     if parsed < parse_known(OLDEST):
-        raise ReleaseError(f"Triton release {version}: the oldest release supported is {OLDEST} "
-                           f"(Treelite 4 checkpoints in FIL, the python backend's BYTES handling)")
+        raise ReleaseError(
+            f"Triton release {version}: the oldest release supported is {OLDEST} "
+            f"(Treelite 4 checkpoints in FIL, the python backend's BYTES handling)"
+        )
     return parsed
 
 
@@ -135,13 +138,15 @@ class Release:
 def release(version: str = TESTED) -> Release:
     """What this project knows of Triton release `version` (YY.MM, 24.10 or later)."""
     v = parse(version)
-    return Release(version=f"{v[0]:02d}.{v[1]:02d}",
-                   python="3.12" if v >= (24, 12) else "3.10",
-                   ubuntu="24.04" if v >= (24, 12) else "22.04",
-                   cuda_major=13 if v >= (25, 8) else 12,
-                   stub_numpy2=v >= (24, 11),
-                   fil_is_classifier=v >= (25, 9),
-                   parallel_ensemble=v >= (26, 2))
+    return Release(
+        version=f"{v[0]:02d}.{v[1]:02d}",
+        python="3.12" if v >= (24, 12) else "3.10",
+        ubuntu="24.04" if v >= (24, 12) else "22.04",
+        cuda_major=13 if v >= (25, 8) else 12,
+        stub_numpy2=v >= (24, 11),
+        fil_is_classifier=v >= (25, 9),
+        parallel_ensemble=v >= (26, 2),
+    )
 
 
 #: The README's compatibility table: known versions only ("" where not checked).
@@ -160,14 +165,19 @@ TABLE = (
 
 
 def markdown_table() -> str:
-    rows = ["| release | Python | CUDA | libtorch | ONNX Runtime | FIL's Treelite | extras (gpu profile) | "
-            "what the image installs (gpu profile) | notes |", "|---|---|---|---|---|---|---|---|---|"]
+    rows = [
+        "| release | Python | CUDA | libtorch | ONNX Runtime | FIL's Treelite | extras (gpu profile) | "
+        "what the image installs (gpu profile) | notes |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for version, python, cuda, torch, ort, treelite, notes in TABLE:
         r = release(version)
         assert r.python == python and str(r.cuda_major) == cuda.split(".")[0], version  # table and rules agree
         pins = ", ".join(f"`{p}`" for p in r.requirements("gpu") + r.optional("gpu"))
-        rows.append(f"| {version} | {python} | {cuda} | {torch or '–'} | {ort or '–'} | {treelite or '–'} | "
-                    f"`serve,{r.gpu_extra}` | {pins} | {notes} |")
+        rows.append(
+            f"| {version} | {python} | {cuda} | {torch or '–'} | {ort or '–'} | {treelite or '–'} | "
+            f"`serve,{r.gpu_extra}` | {pins} | {notes} |"
+        )
     return "\n".join(rows)
 
 
@@ -192,8 +202,15 @@ def stub_libpython(stub: str) -> tuple[str | None, bool]:
     return match.group(1), match.group(2) != "not"
 
 
-def problems(r: Release, profile: str, python: str, numpy_version: str | None, cupy: str | None,
-             stub: tuple[str | None, bool] = ("", True), stub_path: str = IMAGE_STUB) -> list[str]:
+def problems(
+    r: Release,
+    profile: str,
+    python: str,
+    numpy_version: str | None,
+    cupy: str | None,
+    stub: tuple[str | None, bool] = ("", True),
+    stub_path: str = IMAGE_STUB,
+) -> list[str]:
     """Why a Python with these packages cannot host `profile`'s Python models under release
     `r` (empty: it can). `cupy`: the CuPy distribution installed (cupy-cuda12x, ...), if any.
     `stub`: `stub_libpython` of the image's stub: it must link this Python's libpython, and
@@ -201,19 +218,26 @@ def problems(r: Release, profile: str, python: str, numpy_version: str | None, c
     out = []
     stub_python, found = stub
     if stub_python is None:
-        out.append(f"no python-backend stub linking a libpython at {stub_path}: build FROM a tritonserver image "
-                   "(BASE_IMAGE)")
+        out.append(
+            f"no python-backend stub linking a libpython at {stub_path}: build FROM a tritonserver image (BASE_IMAGE)"
+        )
     elif stub_python and stub_python != python:
-        out.append(f"python3 is {python}, but the image's python-backend stub links libpython{stub_python}: "
-                   f"install the packages into Python {stub_python}")
+        out.append(
+            f"python3 is {python}, but the image's python-backend stub links libpython{stub_python}: "
+            f"install the packages into Python {stub_python}"
+        )
     elif stub_python and not found:
-        out.append(f"the image's python-backend stub links libpython{stub_python}, which the loader does not find "
-                   f"(install the shared libpython{stub_python})")
+        out.append(
+            f"the image's python-backend stub links libpython{stub_python}, which the loader does not find "
+            f"(install the shared libpython{stub_python})"
+        )
     if numpy_version is None:
         out.append("numpy is not installed")
     elif int(numpy_version.split(".")[0]) >= 2 and not r.stub_numpy2:
-        out.append(f"numpy {numpy_version}: Triton {r.version}'s stub (pybind11 2.10) crashes on BYTES inputs "
-                   f"with numpy 2; install {r.numpy}")
+        out.append(
+            f"numpy {numpy_version}: Triton {r.version}'s stub (pybind11 2.10) crashes on BYTES inputs "
+            f"with numpy 2; install {r.numpy}"
+        )
     if profile == "gpu":
         wanted = f"cupy-cuda{r.cuda_major}x"
         if cupy is None:
@@ -236,8 +260,15 @@ def check_image(version: str, profile: str, stub_path: str = IMAGE_STUB) -> list
             return None
 
     cupy = next((name for name in ("cupy-cuda12x", "cupy-cuda13x", "cupy-cuda11x") if installed(name)), None)
-    return problems(release(version), profile, "%d.%d" % sys.version_info[:2], installed("numpy"), cupy,
-                    stub_libpython(stub_path), stub_path)
+    return problems(
+        release(version),
+        profile,
+        "%d.%d" % sys.version_info[:2],
+        installed("numpy"),
+        cupy,
+        stub_libpython(stub_path),
+        stub_path,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

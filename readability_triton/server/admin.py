@@ -1,6 +1,7 @@
 """The key of tritonserver's restricted APIs: where it comes from, the flags that close
 the APIs to clients without it, and the headers that open them.
 """
+
 from __future__ import annotations
 
 import os
@@ -34,8 +35,9 @@ def admin_key_from_environment() -> str:
         except OSError as err:
             raise ServerError(f"${ADMIN_KEY_ENV}_FILE: cannot read {path} ({err.strerror})") from None
     if key and not all(c.isalnum() or c in "-_.~" for c in key):
-        raise ServerError(f"${ADMIN_KEY_ENV} may hold only letters, digits and -_.~ (it goes into a header "
-                          "and a command line)")
+        raise ServerError(
+            f"${ADMIN_KEY_ENV} may hold only letters, digits and -_.~ (it goes into a header and a command line)"
+        )
     return key or secrets.token_urlsafe(24)
 
 

@@ -1,6 +1,7 @@
 """Which backends a server has, and the repository it can serve: `servable` says what runs
 where, and where the server has no FIL backend serves a view of the repository whose forest
 runs as the portable profile's Python model."""
+
 from __future__ import annotations
 
 import os
@@ -43,8 +44,9 @@ def python_forest_view(repo: str, out: str) -> str:
     os.makedirs(folder)
     with open(os.path.join(out, C.FOREST, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(render_config(C.FOREST, "portable", n_features=n_features))
-    shutil.copyfile(os.path.join(backends_root(), PORTABLE_BACKENDS[C.FOREST], "model.py"),
-                    os.path.join(folder, "model.py"))
+    shutil.copyfile(
+        os.path.join(backends_root(), PORTABLE_BACKENDS[C.FOREST], "model.py"), os.path.join(folder, "model.py")
+    )
     source = os.path.join(repo, C.FOREST, VERSION)
     for name in os.listdir(source):
         os.symlink(os.path.abspath(os.path.join(source, name)), os.path.join(folder, name))
@@ -66,12 +68,16 @@ def servable(server, repo: str, say=lambda message: None) -> str:
     if missing.get(C.FOREST) == "fil":
         missing.pop(C.FOREST)
         repo = python_forest_view(repo, tempfile.mkdtemp(prefix="readability-triton-view-"))
-        say("this tritonserver has no FIL backend: the forest runs as a Python model (Treelite's GTIL on the same "
-            "checkpoint.tl), as in the portable profile")
+        say(
+            "this tritonserver has no FIL backend: the forest runs as a Python model (Treelite's GTIL on the same "
+            "checkpoint.tl), as in the portable profile"
+        )
         needed = backends_needed(repo)
     if missing:
-        raise ValueError(f"this tritonserver has no backend for {', '.join(f'{m} ({b})' for m, b in missing.items())} "
-                         f"(in {server.backend_dir}): build Triton's own with `make native-backends`, serve an NGC "
-                         "image's tritonserver with --tritonserver, or assemble --profile portable")
+        raise ValueError(
+            f"this tritonserver has no backend for {', '.join(f'{m} ({b})' for m, b in missing.items())} "
+            f"(in {server.backend_dir}): build Triton's own with `make native-backends`, serve an NGC "
+            "image's tritonserver with --tritonserver, or assemble --profile portable"
+        )
     say("backends: " + ", ".join(f"{m} on {b}" for m, b in needed.items() if b))
     return repo

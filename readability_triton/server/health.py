@@ -33,6 +33,7 @@ repository) is the one repair.
 - ready: the server runs, no repair is under way, no stub is dead, and the last canary
   that came back was right. Busy is ready.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -100,8 +101,9 @@ def classify(message: str) -> str:
     return "down"
 
 
-def check(url: str, protocol: str = "http", timeout: float = 10.0, canary: Canary | None = None,
-          model: str = C.ENSEMBLE) -> Probe:
+def check(
+    url: str, protocol: str = "http", timeout: float = 10.0, canary: Canary | None = None, model: str = C.ENSEMBLE
+) -> Probe:
     """One canary inference through `model` at `url`: "ok" when the outputs are finite and,
     given a `canary`, equal to its expected answers."""
 
@@ -119,8 +121,11 @@ def check(url: str, protocol: str = "http", timeout: float = 10.0, canary: Canar
         return Probe(classify(message), message, time.perf_counter() - started, dead_stubs=dead_stub_models(message))
     seconds = time.perf_counter() - started
     outputs = {name: float(values[0]) for name, values in got.items()}
-    problem = canary.judge(outputs) if canary else next(
-        (f"the canary's {n} is {v}" for n, v in outputs.items() if not math.isfinite(v)), None)
+    problem = (
+        canary.judge(outputs)
+        if canary
+        else next((f"the canary's {n} is {v}" for n, v in outputs.items() if not math.isfinite(v)), None)
+    )
     if problem:
         return Probe("wrong", problem, seconds, outputs)
     shown = ", ".join(f"{n} {v:.4f}" for n, v in outputs.items())
@@ -135,10 +140,20 @@ class Supervisor:
     `probe_timeout` s: under load the canary waits behind real work). `log(message)` gets
     one line per event; `events` keeps (time, kind, message) for callers and tests."""
 
-    def __init__(self, server, interval: float = 5.0, canary: Canary | None = None, protocol: str = "grpc",
-                 probe_timeout: float = 60.0, stall_timeout: float = 120.0, drain_timeout: float = 10.0,
-                 start_timeout: float = 300.0, log: Callable[[str], None] | None = None,
-                 hold: Callable[[], None] | None = None, release: Callable[[], None] | None = None):
+    def __init__(
+        self,
+        server,
+        interval: float = 5.0,
+        canary: Canary | None = None,
+        protocol: str = "grpc",
+        probe_timeout: float = 60.0,
+        stall_timeout: float = 120.0,
+        drain_timeout: float = 10.0,
+        start_timeout: float = 300.0,
+        log: Callable[[str], None] | None = None,
+        hold: Callable[[], None] | None = None,
+        release: Callable[[], None] | None = None,
+    ):
         self.server = server
         self.interval = interval
         self.canary = canary
@@ -185,10 +200,17 @@ class Supervisor:
             problem = f"the python-backend stub of {', '.join(gone)} is gone"
         live = phase != "failed" and (running or phase in ("starting", "repairing", "stopping"))
         ready = phase == "serving" and running and not problem and (probe is None or probe.kind in ("ok", "busy"))
-        return {"live": live, "ready": ready, "phase": phase, "problem": problem or None,
-                "canary": None if probe is None else {"kind": probe.kind, "message": probe.message,
-                                                      "seconds": round(probe.seconds, 3)},
-                "restarts": self.restarts, "pid": self.server.process.pid if self.server.process else None}
+        return {
+            "live": live,
+            "ready": ready,
+            "phase": phase,
+            "problem": problem or None,
+            "canary": None
+            if probe is None
+            else {"kind": probe.kind, "message": probe.message, "seconds": round(probe.seconds, 3)},
+            "restarts": self.restarts,
+            "pid": self.server.process.pid if self.server.process else None,
+        }
 
     def _set(self, phase: str | None = None, problem: str | None = None) -> None:
         with self._lock:
@@ -261,17 +283,19 @@ class Supervisor:
         process = self.server.process
         reap_zombies(keep=(process.pid,) if process is not None else ())
         if process is not None and process.poll() is not None:
-            return self.repair(f"tritonserver (pid {process.pid}) exited with status {process.returncode}",
-                               drain=False)
+            return self.repair(f"tritonserver (pid {process.pid}) exited with status {process.returncode}", drain=False)
         dead = self.dead_stubs()
         if dead:
-
-            return self.repair(f"the python-backend stub of {', '.join(dead)} is gone (Triton does not restart it; "
-                               "every request to it fails)", abandon=[instance_model(i) for i in dead])
+            return self.repair(
+                f"the python-backend stub of {', '.join(dead)} is gone (Triton does not restart it; "
+                "every request to it fails)",
+                abandon=[instance_model(i) for i in dead],
+            )
         stalled = self.stalled()
         if stalled:
-            return self.repair(f"{', '.join(stalled)} has requests queued and finished nothing for "
-                               f"{self.stall_timeout:g} s")
+            return self.repair(
+                f"{', '.join(stalled)} has requests queued and finished nothing for {self.stall_timeout:g} s"
+            )
         probe = self._probe_in_background()
         if probe is None:
             return None
@@ -322,8 +346,11 @@ class Supervisor:
             self._set(problem=f"after a restart the canary still fails: {again.message}")
             self._next_repair = time.monotonic() + self._backoff
             self._backoff = min(2 * self._backoff, 300.0)
-        self._event(kind, f"tritonserver restarted (pid {self.server.pid}) in {time.perf_counter() - started:.1f} s; "
-                          f"canary: {again.message}")
+        self._event(
+            kind,
+            f"tritonserver restarted (pid {self.server.pid}) in {time.perf_counter() - started:.1f} s; "
+            f"canary: {again.message}",
+        )
         return "restart"
 
     def poke(self) -> None:

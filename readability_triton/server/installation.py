@@ -13,6 +13,7 @@ in. Outside a container the wheel's server needs (checked on this project's mach
 - this Python's `bin` first on `PATH`, so the stub runs the models with this
   environment's packages.
 """
+
 from __future__ import annotations
 
 import os
@@ -43,10 +44,12 @@ def stub_numpy_problem() -> str | None:
     except metadata.PackageNotFoundError:
         return "NumPy is not installed in this environment (the python backend's stub needs it)"
     if int(version.split(".")[0]) >= 2:
-        return (f"NumPy {version} is installed, but the python-backend stub of the tritonserver in the "
-                f"nvidia-pytriton wheel (Triton {WHEEL_TRITON}, pybind11 2.10) reads text tensors with NumPy 1.x "
-                "only (with NumPy 2 every text request crashes the stub): pip install 'numpy<2', or "
-                "install with the constraints in constraints/cpu.txt")
+        return (
+            f"NumPy {version} is installed, but the python-backend stub of the tritonserver in the "
+            f"nvidia-pytriton wheel (Triton {WHEEL_TRITON}, pybind11 2.10) reads text tensors with NumPy 1.x "
+            "only (with NumPy 2 every text request crashes the stub): pip install 'numpy<2', or "
+            "install with the constraints in constraints/cpu.txt"
+        )
     return None
 
 
@@ -56,8 +59,10 @@ def triton_home() -> str:
 
     spec = importlib.util.find_spec("pytriton")
     if spec is None or not spec.submodule_search_locations:
-        raise ServerError("the nvidia-pytriton wheel is not installed (it carries tritonserver): "
-                          "pip install 'readability-triton[server]'")
+        raise ServerError(
+            "the nvidia-pytriton wheel is not installed (it carries tritonserver): "
+            "pip install 'readability-triton[server]'"
+        )
     home = os.path.join(list(spec.submodule_search_locations)[0], "tritonserver")
     if not os.path.isfile(os.path.join(home, "bin", "tritonserver")):
         raise ServerError(f"{home}: no bin/tritonserver in the nvidia-pytriton wheel")
@@ -69,7 +74,8 @@ def _python_libdir() -> str:
         raise ServerError(
             f"{sys.executable} was built without a shared libpython, which the python backend's stub "
             "must load: use a Python built with --enable-shared (Debian/Ubuntu's, pyenv with "
-            "PYTHON_CONFIGURE_OPTS=--enable-shared, conda)")
+            "PYTHON_CONFIGURE_OPTS=--enable-shared, conda)"
+        )
     return sysconfig.get_config_var("LIBDIR")
 
 
@@ -81,8 +87,9 @@ def native_backends() -> str | None:
     """The folder `make native-backends` built (PyTorch and ONNX Runtime backends for the
     wheel's Triton 2.51), or None: $READABILITY_TRITON_NATIVE_BACKENDS, else
     ~/.cache/readability-triton/native-backends."""
-    path = os.environ.get(NATIVE_BACKENDS_ENV) or os.path.join(os.path.expanduser("~"), ".cache",
-                                                               "readability-triton", "native-backends")
+    path = os.environ.get(NATIVE_BACKENDS_ENV) or os.path.join(
+        os.path.expanduser("~"), ".cache", "readability-triton", "native-backends"
+    )
     return path if os.path.isfile(os.path.join(path, ".complete")) else None
 
 
@@ -105,8 +112,9 @@ def prepare_backends(directory: str, native: str | None = None) -> str:
     stub = os.path.join(home, "python_backend_stubs", version, "triton_python_backend_stub")
     if not os.path.isfile(stub):
         available = sorted(os.listdir(os.path.join(home, "python_backend_stubs")))
-        raise ServerError(f"the nvidia-pytriton wheel has no python backend stub for Python {version} "
-                          f"(it has {', '.join(available)})")
+        raise ServerError(
+            f"the nvidia-pytriton wheel has no python backend stub for Python {version} (it has {', '.join(available)})"
+        )
     target = os.path.join(directory, "python")
     os.makedirs(target, exist_ok=True)
     sources = {
@@ -138,7 +146,6 @@ def server_environment(base: dict | None = None, home: str = "") -> dict:
         libs = [os.path.join(home, "lib")]
     else:
         libs = [os.path.normpath(os.path.join(triton_home(), "..", "..", "nvidia_pytriton.libs")), _python_libdir()]
-    env["LD_LIBRARY_PATH"] = os.pathsep.join(libs + [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep)
-                                                     if p])
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(libs + [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p])
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     return env

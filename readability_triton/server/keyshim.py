@@ -28,23 +28,30 @@ SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "keyshim.c")
 
 
 def _cache_dir() -> str:
-    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"),
-                        "readability-triton")
+    return os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "readability-triton"
+    )
 
 
 def build(out: str, compiler: str | None = None) -> str:
     """Compile the shim into `out` (ServerError, with the compiler's words, when it fails)."""
     compiler = compiler or os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
     if not compiler:
-        raise ServerError("no C compiler (cc) to build the shim that keeps the admin key off tritonserver's command "
-                          f"line: install one (apt-get install gcc), or point ${KEYSHIM_ENV} at a built keyshim.so "
-                          f"(cc -shared -fPIC -O2 -o keyshim.so {SOURCE} -ldl)")
+        raise ServerError(
+            "no C compiler (cc) to build the shim that keeps the admin key off tritonserver's command "
+            f"line: install one (apt-get install gcc), or point ${KEYSHIM_ENV} at a built keyshim.so "
+            f"(cc -shared -fPIC -O2 -o keyshim.so {SOURCE} -ldl)"
+        )
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=os.path.dirname(os.path.abspath(out)), suffix=".so")
     os.close(handle)
     try:
-        done = subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", temporary, SOURCE, "-ldl"],
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [compiler, "-shared", "-fPIC", "-O2", "-o", temporary, SOURCE, "-ldl"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if done.returncode != 0:
             raise ServerError(f"building the admin-key shim with {compiler} failed: {done.stderr.strip()[-800:]}")
         os.chmod(temporary, 0o755)

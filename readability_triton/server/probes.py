@@ -19,16 +19,32 @@ from typing import Callable
 _METRICS = (
     ("accepted", "readability_front_accepted_total", "counter", "Inference requests accepted by the front door"),
     ("answered", "readability_front_answered_total", "counter", "Accepted requests tritonserver answered"),
-    ("dropped_before_compute", "readability_front_dropped_total", "counter",
-     "Accepted requests whose client left before they were sent on (never computed)"),
-    ("abandoned_after_send", "readability_front_abandoned_total", "counter",
-     "Requests whose client left after they were sent on (computed, answer dropped)"),
-    ("expired", "readability_front_expired_total", "counter",
-     "Accepted requests refused after waiting twice the stated wait"),
+    (
+        "dropped_before_compute",
+        "readability_front_dropped_total",
+        "counter",
+        "Accepted requests whose client left before they were sent on (never computed)",
+    ),
+    (
+        "abandoned_after_send",
+        "readability_front_abandoned_total",
+        "counter",
+        "Requests whose client left after they were sent on (computed, answer dropped)",
+    ),
+    (
+        "expired",
+        "readability_front_expired_total",
+        "counter",
+        "Accepted requests refused after waiting twice the stated wait",
+    ),
     ("texts_waiting", "readability_front_texts_waiting", "gauge", "Texts waiting at the front door"),
     ("texts_inside", "readability_front_texts_inside", "gauge", "Texts sent on to tritonserver, not answered yet"),
-    ("rate_texts_per_s", "readability_front_rate_texts_per_second", "gauge",
-     "Texts the pipeline lately finished per busy second"),
+    (
+        "rate_texts_per_s",
+        "readability_front_rate_texts_per_second",
+        "gauge",
+        "Texts the pipeline lately finished per busy second",
+    ),
 )
 
 
@@ -52,7 +68,7 @@ def health_endpoint(port: int, status: Callable[[], dict], address: str = "127.0
     `.shutdown()`."""
 
     class Handler(BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802 - the http.server API
+        def do_GET(self):
             path = self.path.rstrip("/")
             now = status()
             content = "text/plain; charset=utf-8"

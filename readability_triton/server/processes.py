@@ -2,6 +2,7 @@
 backend's stubs and the model instance each serves, a process group's members, and the
 reaping of orphans adopted as a subreaper (or as PID 1 in a container).
 """
+
 from __future__ import annotations
 
 import os

@@ -66,7 +66,8 @@ def check_repository(repository: str) -> None:
             f"{repository} holds no '{C.ENSEMBLE}' ensemble ({C.ENSEMBLE}/config.pbtxt"
             + (f"; it holds {', '.join(found[:8])}" if found else "; it is empty")
             + "): assemble one with `readability-triton assemble --profile portable --artifacts SET --out "
-            f"{repository}`, or mount an assembled repository there")
+            f"{repository}`, or mount an assembled repository there"
+        )
 
 
 class Service:
@@ -95,21 +96,39 @@ class Service:
         o = self.options
         check_repository(o.repository)
         become_subreaper()  # adopt what a dying tritonserver leaves (its stubs) to end and reap it
-        server = self.server = TritonServer(o.repository, metrics_port=o.metrics_port, log_file=o.log_file,
-                                            drain_timeout=o.drain_timeout, address="127.0.0.1",
-                                            metrics_address=o.address, home=o.tritonserver, cache_size=o.cache_size)
+        server = self.server = TritonServer(
+            o.repository,
+            metrics_port=o.metrics_port,
+            log_file=o.log_file,
+            drain_timeout=o.drain_timeout,
+            address="127.0.0.1",
+            metrics_address=o.address,
+            home=o.tritonserver,
+            cache_size=o.cache_size,
+        )
         served = servable(server, o.repository, self.say)
         server.repository = served
         canary = Canary.load(o.repository)
-        supervisor = self.supervisor = Supervisor(server, interval=o.health_interval or 1.0, canary=canary,
-                                                  stall_timeout=o.stall_timeout, log=self.say)
-        door = self.door = FrontDoor(server.http_url, server.grpc_url, address=o.address, http_port=o.http_port,
-                                     grpc_port=o.grpc_port, max_wait=o.max_wait,
-                                     max_request_bytes=o.max_request_bytes, client_header=o.client_header,
-                                     log=self.say, on_dead_stub=supervisor.poke if o.health_interval > 0 else None)
+        supervisor = self.supervisor = Supervisor(
+            server, interval=o.health_interval or 1.0, canary=canary, stall_timeout=o.stall_timeout, log=self.say
+        )
+        door = self.door = FrontDoor(
+            server.http_url,
+            server.grpc_url,
+            address=o.address,
+            http_port=o.http_port,
+            grpc_port=o.grpc_port,
+            max_wait=o.max_wait,
+            max_request_bytes=o.max_request_bytes,
+            client_header=o.client_header,
+            log=self.say,
+            on_dead_stub=supervisor.poke if o.health_interval > 0 else None,
+        )
         supervisor.hold, supervisor.release = door.pause, door.resume
-        previous = {sig: signal.signal(sig, lambda signum, _frame: self.stopping.append(signum))
-                    for sig in (signal.SIGINT, signal.SIGTERM)}
+        previous = {
+            sig: signal.signal(sig, lambda signum, _frame: self.stopping.append(signum))
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
         watcher = threading.Thread(target=supervisor.run, daemon=True, name="supervisor")
         probes = None
         drained: dict = {}
@@ -129,8 +148,10 @@ class Service:
         finally:
             supervisor.stop()
             if self.stopping:
-                self.say(f"stopping: refusing new requests and letting the accepted ones finish (at most "
-                         f"{o.drain_timeout:g} s), then stopping tritonserver")
+                self.say(
+                    f"stopping: refusing new requests and letting the accepted ones finish (at most "
+                    f"{o.drain_timeout:g} s), then stopping tritonserver"
+                )
                 drained = door.drain(o.drain_timeout)
             if watcher.is_alive():
                 watcher.join(timeout=60)  # a repair in progress finishes first
@@ -147,17 +168,26 @@ class Service:
     def _announce(self, no_canary: bool, probes: bool) -> None:
         o, server = self.options, self.server
         assert server is not None
-        self.say(f"serving {o.repository} on {o.address}: http {o.http_port}, grpc {o.grpc_port} (the front door: "
-                 f"an accepted request is answered within about {o.max_wait:g} s, bodies up to "
-                 f"{o.max_request_bytes} bytes), metrics {o.metrics_port}; tritonserver (pid {server.pid}) on "
-                 f"127.0.0.1 only; Ctrl-C stops it")
-        self.say(f"the model-repository, logging, trace and shared-memory APIs need the header '{ADMIN_HEADER}' with "
-                 f"the key in ${ADMIN_KEY_ENV}" + ("" if os.environ.get(ADMIN_KEY_ENV) or
-                                                   os.environ.get(ADMIN_KEY_ENV + "_FILE") else
-                                                   " (none set: a key was generated for this run)"))
+        self.say(
+            f"serving {o.repository} on {o.address}: http {o.http_port}, grpc {o.grpc_port} (the front door: "
+            f"an accepted request is answered within about {o.max_wait:g} s, bodies up to "
+            f"{o.max_request_bytes} bytes), metrics {o.metrics_port}; tritonserver (pid {server.pid}) on "
+            f"127.0.0.1 only; Ctrl-C stops it"
+        )
+        self.say(
+            f"the model-repository, logging, trace and shared-memory APIs need the header '{ADMIN_HEADER}' with "
+            f"the key in ${ADMIN_KEY_ENV}"
+            + (
+                ""
+                if os.environ.get(ADMIN_KEY_ENV) or os.environ.get(ADMIN_KEY_ENV + "_FILE")
+                else " (none set: a key was generated for this run)"
+            )
+        )
         if no_canary:
-            self.say("the repository holds no recorded canary (assemble it again with this version): the health "
-                     "check can only see that SCORE is finite, not that it is right")
+            self.say(
+                "the repository holds no recorded canary (assemble it again with this version): the health "
+                "check can only see that SCORE is finite, not that it is right"
+            )
         if probes:
             self.say(f"GET /livez, /readyz, /healthz and /metrics on port {o.health_port}")
 
@@ -172,14 +202,25 @@ class Service:
         if not self.stopping:
             raise ServerError(f"tritonserver exited on its own with status {code}")
         if drained and not drained.get("drained"):
-            self.say(f"the drain timeout passed with {drained.get('waiting')} texts waiting and "
-                     f"{drained.get('inside')} inside tritonserver")
+            self.say(
+                f"the drain timeout passed with {drained.get('waiting')} texts waiting and "
+                f"{drained.get('inside')} inside tritonserver"
+            )
         if report.get("leaked"):
-            self.say("every step finished its requests, but the ensemble still held requests tritonserver 2.51 lost "
-                     "track of: it was ended at once instead of after its exit timeout")
+            self.say(
+                "every step finished its requests, but the ensemble still held requests tritonserver 2.51 lost "
+                "track of: it was ended at once instead of after its exit timeout"
+            )
         ok = bool(report.get("drained")) and drained.get("drained", True)
-        detail = "" if report.get("drained") else " (not drained: " + (
-            report.get("error") or f"still loaded after the drain timeout: {', '.join(report.get('still_loaded', []))}"
-        ) + ")"
+        detail = (
+            ""
+            if report.get("drained")
+            else " (not drained: "
+            + (
+                report.get("error")
+                or f"still loaded after the drain timeout: {', '.join(report.get('still_loaded', []))}"
+            )
+            + ")"
+        )
         self.say(f"tritonserver stopped (status {code}){detail}")
         return 0 if ok else 1

@@ -3,8 +3,8 @@
 ensembles) or an installed one, with the backends and environment `installation` prepares.
 
 The server binds to 127.0.0.1 only and is stopped by PID. It runs with explicit model
-control (every model loaded at start), so that the models can be unloaded and reloaded
-while it runs:
+control (every model loaded at start), so that the models can be unloaded while it runs
+(`control.ModelControl`):
 
 - `stop()` drains before it signals: it unloads the ensemble (new requests are refused
   with NOT_FOUND, the ones in flight finish), then the other models, and only then sends
@@ -13,6 +13,7 @@ while it runs:
   stops cleanly. After the process exits, the python backend's `/dev/shm` segments of
   this server (named with a prefix of its own) are removed if any are left.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -32,9 +33,10 @@ from typing import Any
 
 from .. import threads
 from ..errors import ServerError
-from ..stub.admission import METRICS_URL_ENV, pending_requests
+from ..stub.admission import METRICS_URL_ENV
 from . import keyshim
-from .admin import ADMIN_KEY_ENV, admin_headers, admin_key_from_environment, restricted_api_args
+from .admin import ADMIN_KEY_ENV, admin_key_from_environment, restricted_api_args
+from .control import ModelControl
 from .installation import (
     TRITON_HOME_ENV,
     native_backends,
@@ -69,8 +71,9 @@ READY_BEFORE_DRAIN_S = 10.0
 #: model receives is 256 texts of MAX_TEXT_BYTES (100,000): 25.6 MB, plus its outputs.
 DEFAULT_SHM_REGION_LIMIT = 64 << 20
 
+
 @dataclass
-class TritonServer:
+class TritonServer(ModelControl):
     """One tritonserver process on 127.0.0.1; a context manager that stops it by PID."""
 
     repository: str
@@ -113,9 +116,12 @@ class TritonServer:
         if not self.backend_dir and self.home:
             self.backend_dir = os.path.join(self.home, "backends")
         elif not self.backend_dir:
-            self.backend_dir = os.path.join(os.path.expanduser("~"), ".cache", "readability-triton",
-                                            f"backends-py{sys.version_info.major}{sys.version_info.minor}"
-                                            + ("-native" if self.native else ""))
+            self.backend_dir = os.path.join(
+                os.path.expanduser("~"),
+                ".cache",
+                "readability-triton",
+                f"backends-py{sys.version_info.major}{sys.version_info.minor}" + ("-native" if self.native else ""),
+            )
         self.shm_prefix = self.shm_prefix or f"readability-triton-{os.getpid()}-{next(_instances)}-"
         self.admin_key = self.admin_key or admin_key_from_environment()
         self.metrics_address = self.metrics_address or self.address
@@ -135,20 +141,37 @@ class TritonServer:
     def command(self) -> list[str]:
         return [
             os.path.join(self.home or triton_home(), "bin", "tritonserver"),
-            "--model-repository", os.path.abspath(self.repository),
-            "--backend-directory", os.path.abspath(self.backend_dir),
-            "--http-address", self.address, "--http-port", str(self.http_port),
-            "--grpc-address", self.address, "--grpc-port", str(self.grpc_port),
-            "--metrics-address", self.metrics_address, "--metrics-port", str(self.metrics_port),
+            "--model-repository",
+            os.path.abspath(self.repository),
+            "--backend-directory",
+            os.path.abspath(self.backend_dir),
+            "--http-address",
+            self.address,
+            "--http-port",
+            str(self.http_port),
+            "--grpc-address",
+            self.address,
+            "--grpc-port",
+            str(self.grpc_port),
+            "--metrics-address",
+            self.metrics_address,
+            "--metrics-port",
+            str(self.metrics_port),
             # GPU metrics from an installed tritonserver (an NGC image on a GPU); the wheel's
             # on these CPU machines has none to give
-            "--allow-gpu-metrics", "true" if self.home else "false",
+            "--allow-gpu-metrics",
+            "true" if self.home else "false",
             # the p50/p90/p99 latency summaries the Grafana dashboard and the HPA read
             "--metrics-config=summary_latencies=true",
             "--disable-auto-complete-config",
-            "--model-control-mode", "explicit", "--load-model", "*",
-            "--backend-config", f"python,shm-region-prefix-name={self.shm_prefix}",
-            "--exit-timeout-secs", str(self.exit_timeout),
+            "--model-control-mode",
+            "explicit",
+            "--load-model",
+            "*",
+            "--backend-config",
+            f"python,shm-region-prefix-name={self.shm_prefix}",
+            "--exit-timeout-secs",
+            str(self.exit_timeout),
             *self.cache_args(),
             *self.extra_args,
         ]
@@ -163,8 +186,12 @@ class TritonServer:
         caches/ or the installation's)."""
         if not self.cache_size:
             return []
-        return ["--cache-config", f"local,size={self.cache_size}",
-                "--cache-directory", os.path.join(self.home or triton_home(), "caches")]
+        return [
+            "--cache-config",
+            f"local,size={self.cache_size}",
+            "--cache-directory",
+            os.path.join(self.home or triton_home(), "caches"),
+        ]
 
     def start(self, timeout: float = 180.0) -> "TritonServer":
         if not os.path.isdir(self.repository):
@@ -172,10 +199,12 @@ class TritonServer:
         for what, path in (("model repository", self.repository), ("backend folder", self.backend_dir)):
             unsafe = sorted(set(_SHELL_UNSAFE.findall(os.path.abspath(path))))
             if unsafe:
-                raise ServerError(f"the {what} path {os.path.abspath(path)!r} holds {' '.join(map(repr, unsafe))}: the "
-                                  "python backend starts its stubs through a shell (`bash -c \"exec <stub> <model.py> "
-                                  "...\"`), where such a path breaks the command and tritonserver then waits for "
-                                  "ever; move or link it to a path of letters, digits and -_./+@%:,=")
+                raise ServerError(
+                    f"the {what} path {os.path.abspath(path)!r} holds {' '.join(map(repr, unsafe))}: the "
+                    'python backend starts its stubs through a shell (`bash -c "exec <stub> <model.py> '
+                    '..."`), where such a path breaks the command and tritonserver then waits for '
+                    "ever; move or link it to a path of letters, digits and -_./+@%:,="
+                )
         problem = None if self.home else stub_numpy_problem()  # an image's stub: `releases check`
         if problem:
             raise ServerError(problem)
@@ -199,8 +228,15 @@ class TritonServer:
         # which holds for every file tritonserver writes, does not cut the log short.
         try:
             self.process = subprocess.Popen(
-                self.command(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, preexec_fn=limits, pass_fds=(secret_fd,))  # noqa: PLW1509 - rlimit only
+                self.command(),
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                preexec_fn=limits,  # noqa: PLW1509 - setrlimit and a signal disposition only
+                pass_fds=(secret_fd,),
+            )
         finally:
             os.close(secret_fd)
         threading.Thread(target=self._forward_log, args=(self.process,), daemon=True).start()
@@ -253,141 +289,15 @@ class TritonServer:
         while time.monotonic() < deadline:
             if self.running.poll() is not None:
                 hint = f" (its log, {self.log_file}, ends:\n{self.log_tail(15)})" if self.log_file else ""
-                raise ServerError(f"tritonserver exited with status {self.running.returncode} before it was "
-                                  f"ready; a model failed to load or a port is taken{hint}")
+                raise ServerError(
+                    f"tritonserver exited with status {self.running.returncode} before it was "
+                    f"ready; a model failed to load or a port is taken{hint}"
+                )
             if self.ready():
                 return
             time.sleep(0.25)
         self.stop(drain=False)
         raise ServerError(f"tritonserver was not ready after {timeout:.0f} s")
-
-    # -- model control (the repository extension) ---------------------------------
-
-    def _call(self, what: str, call, timeout: float = 60.0):
-        """`call(client, headers)` with tritonclient's HTTP client of this server, `headers`
-        opening the restricted APIs (the admin key); its errors as ServerError."""
-        try:
-            import tritonclient.http as http
-            from tritonclient.utils import InferenceServerException
-        except ImportError as err:
-            raise ServerError(f"{what}: model control needs tritonclient ({err}): pip install "
-                              "'readability-triton[client]'") from None
-        client = None
-        try:
-            client = http.InferenceServerClient(self.http_url, connection_timeout=timeout, network_timeout=timeout)
-            return call(client, admin_headers(self.admin_key))
-        except InferenceServerException as err:
-            raise ServerError(f"{what}: {err.message() or err}") from None
-        except Exception as err:  # noqa: BLE001 - a closed connection (http.client's), a dead server: all the same here
-            raise ServerError(f"{what}: {type(err).__name__}: {err}") from None
-        finally:
-            if client is not None:
-                client.close()
-
-    def model_states(self) -> dict[str, str]:
-        """{model: state} from the repository index (READY, UNLOADING, UNAVAILABLE, ...)."""
-        index = self._call("the repository index", lambda c, h: c.get_model_repository_index(headers=h))
-        return {m["name"]: m.get("state", "") for m in index or []}
-
-    def unload(self, model: str) -> None:
-        self._call(f"unloading {model}", lambda c, h: c.unload_model(model, headers=h))
-
-    def load(self, model: str) -> None:
-        self._call(f"loading {model}", lambda c, h: c.load_model(model, headers=h), timeout=300)
-
-    def _wait_unloaded(self, models, deadline: float) -> list[str]:
-        """Wait until none of `models` is READY or UNLOADING; the ones still there."""
-        pending = list(models)
-        while pending and self.running.poll() is None:
-            try:
-                states = self.model_states()
-            except ServerError:
-                break
-            pending = [m for m in pending if states.get(m) in ("READY", "UNLOADING")]
-            if not pending or time.monotonic() >= deadline:
-                break
-            time.sleep(0.1)
-        return pending
-
-    def ensemble_steps(self, ensemble: str = "readability") -> list[str]:
-        """The composing models of `ensemble`, in the order its config lists its steps
-        (a topological order: each step after the steps whose outputs it reads)."""
-        config = self._call(f"{ensemble}'s config", lambda c, h: c.get_model_config(ensemble), timeout=10)
-        steps = [step["model_name"] for step in config.get("ensemble_scheduling", {}).get("step", [])]
-        return list(dict.fromkeys(steps))
-
-    def execution_counts(self) -> dict[str, int]:
-        """{model: executions so far} from the statistics extension (it moves when an
-        execute has finished)."""
-        stats = self._call("the statistics", lambda c, h: c.get_inference_statistics(), timeout=10)
-        return {m["name"]: int(m.get("execution_count", 0)) for m in stats.get("model_stats", [])}
-
-    def pending_requests(self) -> dict[str, int]:
-        """{model: requests waiting in its queue} from the metrics endpoint."""
-
-        try:
-            with urllib.request.urlopen(self.metrics_url, timeout=5) as reply:
-                return pending_requests(reply.read().decode("utf-8", "replace"))
-        except (urllib.error.URLError, OSError) as err:
-            raise ServerError(f"{self.metrics_url}: {err}") from None
-
-    def _idle(self, steps, quiet: float = 2.0, deadline: float = 0.0) -> bool:
-        """Whether no step has a request queued and none has finished an execute for
-        `quiet` seconds (checked until `deadline`)."""
-        try:
-            before = self.execution_counts()
-            time.sleep(min(quiet, max(0.0, deadline - time.monotonic())))
-            pending = self.pending_requests()
-            return self.execution_counts() == before and not any(pending.get(m, 0) for m in steps)
-        except ServerError:
-            return False
-
-    def drain(self, timeout: float | None = None, ensemble: str = "readability", abandon=()) -> dict:
-        """Stop taking work and let the requests in flight finish, at most `timeout` s: unload
-        the ensemble (new requests are refused with NOT_FOUND "has no available versions");
-        once its requests in flight are answered it unloads, and then its steps are unloaded.
-        An instance whose stub died never finishes unloading on Triton 2.51.
-
-        Triton 2.51 can also lose track of requests (a gRPC cancellation racing with the
-        answer: server#8078/#8220, fixed in 25.04 and 25.06); the ensemble then never
-        unloads, although nothing is left to do. When the ensemble has not unloaded and its
-        steps stay idle, the steps are unloaded one by one in the ensemble's order, each
-        once it has answered what it holds (a step goes only after every step that feeds it,
-        so no request in flight finds its next step gone), and `leaked` says that only such
-        lost requests remained. The models in `abandon` (a dead stub's) are not waited for."""
-        timeout = self.drain_timeout if timeout is None else timeout
-        started = time.monotonic()
-        deadline = started + timeout
-        report: dict[str, Any] = {"drained": False}
-        try:
-            states = self.model_states()
-            steps = self.ensemble_steps(ensemble) if states.get(ensemble) == "READY" else []
-            others = [m for m in steps if m != ensemble] + sorted(m for m in states if m not in steps + [ensemble])
-            if states.get(ensemble) == "READY":
-                self.unload(ensemble)
-            leftover = [ensemble] if ensemble in states else []
-            while leftover and time.monotonic() < deadline:
-                leftover = self._wait_unloaded(leftover, min(deadline, time.monotonic() + 1.0))
-                if leftover and self._idle(others, deadline=deadline):
-                    leftover = self._wait_unloaded(leftover, time.monotonic())
-                    break
-            stuck: list[str] = []
-            loaded = [m for m in others if self.model_states().get(m) in ("READY", "UNLOADING") and m not in abandon]
-            if not leftover:  # nothing in flight: unload the steps together
-                for model in loaded:
-                    self.unload(model)
-                stuck = self._wait_unloaded(loaded, deadline)
-            else:  # in the ensemble's order, each once it has answered what it holds
-                for model in loaded:
-                    self.unload(model)
-                    stuck += self._wait_unloaded([model], deadline)
-                leftover = self._wait_unloaded(leftover, time.monotonic())
-        except ServerError as err:
-            report["error"] = str(err)
-            return report
-        report.update(drained=not stuck, still_loaded=stuck + leftover, leaked=bool(leftover and not stuck),
-                      seconds=round(time.monotonic() - started, 2))
-        return report
 
     def leftover_shm(self) -> list[str]:
         """This server's python-backend segments still in /dev/shm."""
@@ -396,8 +306,9 @@ class TritonServer:
         except OSError:
             return []
 
-    def stop(self, timeout: float | None = None, drain: bool = True, drain_timeout: float | None = None,
-             abandon=()) -> int | None:
+    def stop(
+        self, timeout: float | None = None, drain: bool = True, drain_timeout: float | None = None, abandon=()
+    ) -> int | None:
         """Drain (see `drain`; at most `drain_timeout` s, default the server's), SIGTERM the
         server (by PID), SIGKILL it if it has not exited `timeout` s later (default: its exit
         timeout + 10 s), end its whole process group (the python-backend stubs: a stub of a
@@ -414,8 +325,10 @@ class TritonServer:
             if drain and self.ready(timeout=READY_BEFORE_DRAIN_S):
                 report = self.drain(drain_timeout, abandon=abandon)
             elif drain:
-                report["error"] = (f"it did not answer /v2/health/ready within {READY_BEFORE_DRAIN_S:g} s, so it was "
-                                   "stopped without a drain")
+                report["error"] = (
+                    f"it did not answer /v2/health/ready within {READY_BEFORE_DRAIN_S:g} s, so it was "
+                    "stopped without a drain"
+                )
             if not report.get("drained") and process.poll() is not None:  # it died meanwhile (2.51 can: cancellations)
                 report["error"] = f"it died during the stop, {exit_words(process.returncode)}"
             # Requests Triton lost (see `drain`) or a dead stub's model never unload: tritonserver would wait its
@@ -447,4 +360,3 @@ class TritonServer:
 
     def __exit__(self, *exc) -> None:
         self.stop()
-

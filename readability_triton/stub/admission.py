@@ -32,6 +32,7 @@ so that no request waits for the reading. Where the endpoint cannot be read (met
 port), the gate stays open and says so once in the log; `serve` tells the stubs where its
 metrics are (`READABILITY_TRITON_METRICS_URL`).
 """
+
 from __future__ import annotations
 
 import collections
@@ -51,14 +52,20 @@ RETRY_AFTER_FAILURE = 5.0
 #: The span (seconds) over which the recent queue wait is measured.
 WINDOW = 3.0
 
-_SAMPLE = re.compile(r'^(nv_inference_pending_request_count|nv_inference_queue_duration_us|'
-                     r'nv_inference_request_success)\{model="([^"]+)",version="[^"]*"\} ([0-9.e+]+)$', re.MULTILINE)
+_SAMPLE = re.compile(
+    r"^(nv_inference_pending_request_count|nv_inference_queue_duration_us|"
+    r'nv_inference_request_success)\{model="([^"]+)",version="[^"]*"\} ([0-9.e+]+)$',
+    re.MULTILINE,
+)
 
 
 def read_metrics(metrics_text: str) -> dict[str, dict[str, float]]:
     """{model: {"pending": n, "queue_us": total, "success": total}} from Triton's metrics text."""
-    names = {"nv_inference_pending_request_count": "pending", "nv_inference_queue_duration_us": "queue_us",
-             "nv_inference_request_success": "success"}
+    names = {
+        "nv_inference_pending_request_count": "pending",
+        "nv_inference_queue_duration_us": "queue_us",
+        "nv_inference_request_success": "success",
+    }
     out: dict[str, dict[str, float]] = {}
     for metric, model, value in _SAMPLE.findall(metrics_text):
         out.setdefault(model, {})[names[metric]] = float(value)
@@ -71,7 +78,7 @@ def pending_requests(metrics_text: str) -> dict[str, int]:
 
 
 def _fetch(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=0.5) as reply:  # noqa: S310 - a local, configured URL
+    with urllib.request.urlopen(url, timeout=0.5) as reply:
         return reply.read().decode("utf-8", "replace")
 
 
@@ -80,10 +87,18 @@ class Admission:
     of `models` and none of them has lately made requests wait `max_queue_s` or more; else
     why the caller should refuse new work (0 turns a bound off)."""
 
-    def __init__(self, max_pending: int, max_queue_s: float, models: Iterable[str], url: str | None = None,
-                 refresh: float = 0.05, fetch: Callable[[str], str] = _fetch,
-                 clock: Callable[[], float] = time.monotonic, log: Callable[[str], None] | None = None,
-                 background: bool = False):
+    def __init__(
+        self,
+        max_pending: int,
+        max_queue_s: float,
+        models: Iterable[str],
+        url: str | None = None,
+        refresh: float = 0.05,
+        fetch: Callable[[str], str] = _fetch,
+        clock: Callable[[], float] = time.monotonic,
+        log: Callable[[str], None] | None = None,
+        background: bool = False,
+    ):
         self.max_pending, self.max_queue_s = max_pending, max_queue_s
         self.models = tuple(models)
         self.url = url or os.environ.get(METRICS_URL_ENV) or DEFAULT_METRICS_URL
@@ -104,8 +119,10 @@ class Admission:
     def _judge(self, metrics: dict[str, dict[str, float]], now: float) -> str | None:
         waiting = int(sum(metrics.get(m, {}).get("pending", 0) for m in self.models))
         if self.max_pending and waiting >= self.max_pending:
-            return (f"busy: {waiting} requests are waiting inside the pipeline (the limit is {self.max_pending}, "
-                    "parameter MAX_PENDING_REQUESTS); retry in a moment")
+            return (
+                f"busy: {waiting} requests are waiting inside the pipeline (the limit is {self.max_pending}, "
+                "parameter MAX_PENDING_REQUESTS); retry in a moment"
+            )
         worst, where = 0.0, ""
         for model in self.models:
             m = metrics.get(model, {})
@@ -129,8 +146,10 @@ class Admission:
             if wait > worst:
                 worst, where = wait, model
         if self.max_queue_s and worst >= self.max_queue_s:
-            return (f"busy: requests wait {worst:.1f} s in the queue of {where} (the limit is {self.max_queue_s:g} s, "
-                    "parameter MAX_QUEUE_SECONDS); retry in a moment")
+            return (
+                f"busy: requests wait {worst:.1f} s in the queue of {where} (the limit is {self.max_queue_s:g} s, "
+                "parameter MAX_QUEUE_SECONDS); retry in a moment"
+            )
         return None
 
     def busy(self) -> str | None:
@@ -164,8 +183,10 @@ class Admission:
             metrics = read_metrics(self._fetch(self.url))
         except OSError as err:
             if not self._failed:
-                self._log(f"cannot read the server's metrics at {self.url} ({err}): load shedding is off "
-                          f"until they can be read (set {METRICS_URL_ENV} to the metrics endpoint)")
+                self._log(
+                    f"cannot read the server's metrics at {self.url} ({err}): load shedding is off "
+                    f"until they can be read (set {METRICS_URL_ENV} to the metrics endpoint)"
+                )
             self._failed, self._verdict = True, None
             return None
         if self._failed:

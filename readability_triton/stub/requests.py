@@ -3,6 +3,7 @@
 (shapes, batch sizes and, where asked, finiteness), each bad request set aside with its own
 reason; the good ones concatenated for one vectorized pass.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -44,9 +45,13 @@ class Batch:
         return self.items[start:stop]
 
 
-def read_text_requests(pb_utils, requests, name: str = contracts.TEXT,
-                       max_text_bytes: int = contracts.DEFAULT_MAX_TEXT_BYTES,
-                       require_words: bool = False) -> Batch:
+def read_text_requests(
+    pb_utils,
+    requests,
+    name: str = contracts.TEXT,
+    max_text_bytes: int = contracts.DEFAULT_MAX_TEXT_BYTES,
+    require_words: bool = False,
+) -> Batch:
     """Collect the `TEXT` rows of every request; bad requests are set aside with a reason.
 
     A request fails alone when its input is missing, is not a [batch, 1] BYTES tensor,
@@ -63,8 +68,11 @@ def read_text_requests(pb_utils, requests, name: str = contracts.TEXT,
             continue
         array = tensor.as_numpy()  # BYTES tensors always live on the CPU
         if array.dtype != np.object_ or array.ndim != 2 or array.shape[1] != 1:
-            batch.fail(index, f"input {name} must be a [batch, 1] BYTES tensor, got "
-                              f"dtype {array.dtype} and shape {list(array.shape)}")
+            batch.fail(
+                index,
+                f"input {name} must be a [batch, 1] BYTES tensor, got "
+                f"dtype {array.dtype} and shape {list(array.shape)}",
+            )
             continue
         rows = [row if isinstance(row, bytes) else str(row).encode("utf-8") for row in array[:, 0]]
         problem = validation.size_and_encoding(rows, max_text_bytes, where=" of the request")
@@ -102,9 +110,15 @@ def _host(array) -> np.ndarray:
     return array.get() if hasattr(array, "get") else np.asarray(array)
 
 
-def read_array_requests(pb_utils, requests, names: Sequence[str], xp,
-                        dims: dict[str, tuple[int, ...]], finite: bool = False,
-                        arrivals: dict[str, dict[str, int]] | None = None) -> Batch:
+def read_array_requests(
+    pb_utils,
+    requests,
+    names: Sequence[str],
+    xp,
+    dims: dict[str, tuple[int, ...]],
+    finite: bool = False,
+    arrivals: dict[str, dict[str, int]] | None = None,
+) -> Batch:
     """Collect numeric inputs of every request and concatenate each along the batch axis
     (`Batch.items` maps each name to the joined array). A request fails alone when an
     input is missing, has the wrong shape, its inputs' batch sizes differ or (with
@@ -124,8 +138,10 @@ def read_array_requests(pb_utils, requests, names: Sequence[str], xp,
                 arrivals[name]["cpu" if tensor.is_cpu() else "gpu"] += 1
             array = input_array(tensor, xp)
             if tuple(array.shape[1:]) != tuple(dims[name]) or array.ndim != 1 + len(dims[name]):
-                batch.fail(index, f"input {name} must have shape [batch, "
-                                  f"{', '.join(map(str, dims[name]))}], got {list(array.shape)}")
+                batch.fail(
+                    index,
+                    f"input {name} must have shape [batch, {', '.join(map(str, dims[name]))}], got {list(array.shape)}",
+                )
                 break
             arrays[name] = array
         else:
@@ -151,8 +167,11 @@ def read_array_requests(pb_utils, requests, names: Sequence[str], xp,
                 bad = np.flatnonzero(~ok[start:stop])
                 if bad.size:
                     keep[start:stop] = False
-                    batch.fail(index, f"row {int(bad[0])} of the request holds NaN or infinity in "
-                                      f"{' or '.join(names)}; the scores must be finite")
+                    batch.fail(
+                        index,
+                        f"row {int(bad[0])} of the request holds NaN or infinity in "
+                        f"{' or '.join(names)}; the scores must be finite",
+                    )
                 start = stop
             index_array = xp.asarray(np.flatnonzero(keep))
             joined = {name: array[index_array] for name, array in joined.items()}

@@ -4,6 +4,7 @@ DLPack on a GPU one), and the errors: a `RequestError` is the client's (INVALID_
 only then is the batch retried request by request to find whose); anything else is
 INTERNAL for every request of the pass, with the traceback in the server log.
 """
+
 from __future__ import annotations
 
 import traceback
@@ -48,22 +49,27 @@ def one_line(exc: BaseException) -> str:
 
 
 def _internal(exc: BaseException) -> tuple[str, str]:
-    return (f"internal error: {type(exc).__name__}: {one_line(exc)} (the server log has the traceback)",
-            "INTERNAL")
+    return (f"internal error: {type(exc).__name__}: {one_line(exc)} (the server log has the traceback)", "INTERNAL")
 
 
 def split(batch: Batch, outputs: dict[str, Any]) -> list[dict[str, Any] | tuple[str, str]]:
     """Per request: its rows of every output, or its error."""
-    return [batch.errors[index] if rows is None else {name: array[rows] for name, array in outputs.items()}
-            for index, rows in batch.spans()]
+    return [
+        batch.errors[index] if rows is None else {name: array[rows] for name, array in outputs.items()}
+        for index, rows in batch.spans()
+    ]
 
 
 def respond(pb_utils, results: list[dict[str, Any] | tuple[str, str]]) -> list:
     """One response per request from what `split` (or the retry) gives it."""
-    return [error_response(pb_utils, result) if isinstance(result, tuple) else
-            pb_utils.InferenceResponse(output_tensors=[output_tensor(pb_utils, name, array)
-                                                       for name, array in result.items()])
-            for result in results]
+    return [
+        error_response(pb_utils, result)
+        if isinstance(result, tuple)
+        else pb_utils.InferenceResponse(
+            output_tensors=[output_tensor(pb_utils, name, array) for name, array in result.items()]
+        )
+        for result in results
+    ]
 
 
 def run_batch(pb_utils, batch: Batch, compute: Callable[[Any], dict[str, Any]], logger=None) -> list:
@@ -81,8 +87,10 @@ def run_batch(pb_utils, batch: Batch, compute: Callable[[Any], dict[str, Any]], 
         return respond(pb_utils, split(batch, compute(batch.items)))
     except RequestError as exc:
         if logger is not None:
-            logger.log_warn(f"a request of the batch ({batch.n_requests} requests) was refused ({one_line(exc)}); "
-                            "running them one by one to find which")
+            logger.log_warn(
+                f"a request of the batch ({batch.n_requests} requests) was refused ({one_line(exc)}); "
+                "running them one by one to find which"
+            )
     except Exception as exc:  # noqa: BLE001 - the server's fault: INTERNAL for the pass
         if logger is not None:
             logger.log_error(f"the batched pass over {batch.n_requests} requests failed:\n{traceback.format_exc()}")

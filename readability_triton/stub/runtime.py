@@ -16,6 +16,7 @@ runner in `initialize`, and hand the whole list of requests of an `execute` call
 `pb_utils` (the `triton_python_backend_utils` module, real or the test stub) is passed
 in, so this module imports nothing Triton-specific and is testable on its own.
 """
+
 from __future__ import annotations
 
 import json
@@ -56,8 +57,10 @@ def checked_artifacts(args: dict, names) -> tuple[str, layout.Manifest | None]:
     folder = version_dir(args)
     for name in names:
         if not os.path.isfile(os.path.join(folder, name)):
-            raise FileNotFoundError(f"{args.get('model_name', 'model')}: no {name} in {folder}; assemble the "
-                                    "repository with `readability-triton assemble`")
+            raise FileNotFoundError(
+                f"{args.get('model_name', 'model')}: no {name} in {folder}; assemble the "
+                "repository with `readability-triton assemble`"
+            )
     if not os.path.isfile(os.path.join(folder, layout.MANIFEST)):
         return folder, None
     found = layout.load_manifest(folder)
@@ -132,8 +135,11 @@ class PythonModel:
         self.folder = version_dir(args)
         self.require_words, self.finite = require_words, finite
         # The ordering input (contracts.AFTER) only sequences the ensemble's steps: not read.
-        self.inputs = [(spec["name"], spec["data_type"], tuple(int(d) for d in spec.get("dims", [])))
-                       for spec in self.config.get("input", []) if spec["name"] != contracts.AFTER]
+        self.inputs = [
+            (spec["name"], spec["data_type"], tuple(int(d) for d in spec.get("dims", [])))
+            for spec in self.config.get("input", [])
+            if spec["name"] != contracts.AFTER
+        ]
         self.output_names = [spec["name"] for spec in self.config.get("output", [])]
         self.text_input = len(self.inputs) == 1 and self.inputs[0][1] == "TYPE_STRING"
         self.max_text_bytes = self.int_parameter(contracts.MAX_TEXT_BYTES, contracts.DEFAULT_MAX_TEXT_BYTES)
@@ -147,17 +153,28 @@ class PythonModel:
         self.xp = self.device.array_module()
         #: Where each numeric input arrived, counted per request: {name: {"cpu": n, "gpu": m}}
         #: (`is_cpu()`), so that a test can show no step's output went through the host.
-        self.arrivals: dict[str, dict[str, int]] = {name: {"cpu": 0, "gpu": 0} for name, kind, _ in self.inputs
-                                                    if kind != "TYPE_STRING"}
-        self._arrivals_file = (os.path.join(os.environ[ARRIVALS_ENV], f"{self.name}.json")
-                               if os.environ.get(ARRIVALS_ENV) else None)
+        self.arrivals: dict[str, dict[str, int]] = {
+            name: {"cpu": 0, "gpu": 0} for name, kind, _ in self.inputs if kind != "TYPE_STRING"
+        }
+        self._arrivals_file = (
+            os.path.join(os.environ[ARRIVALS_ENV], f"{self.name}.json") if os.environ.get(ARRIVALS_ENV) else None
+        )
         #: The entrance's load shedding (parameter MAX_PENDING_REQUESTS; see triton.admission).
         pending = self.int_parameter(contracts.MAX_PENDING_REQUESTS, 0, minimum=0)
         queue_s = self.float_parameter(contracts.MAX_QUEUE_SECONDS, 0.0)
-        self.admission = Admission(pending, queue_s, [m for m in contracts.STEP_MODELS if m != self.name],
-                                   url=self.params.get(contracts.METRICS_URL) or None,
-                                   log=lambda message: self.log(message, warn=True), refresh=0.1,
-                                   background=True) if pending or queue_s else None
+        self.admission = (
+            Admission(
+                pending,
+                queue_s,
+                [m for m in contracts.STEP_MODELS if m != self.name],
+                url=self.params.get(contracts.METRICS_URL) or None,
+                log=lambda message: self.log(message, warn=True),
+                refresh=0.1,
+                background=True,
+            )
+            if pending or queue_s
+            else None
+        )
 
     # -- initialize-time helpers ---------------------------------------------------
     def int_parameter(self, name: str, default: int, minimum: int = 1) -> int:
@@ -183,8 +200,10 @@ class PythonModel:
             if name not in declared:
                 raise ValueError(f"{self.name}: the config has no tensor {name}")
             if declared[name] != tuple(want):
-                raise ValueError(f"{self.name}: {name} has dims {list(declared[name])} but {why} gives "
-                                 f"{list(want)}: fix config.pbtxt or re-render it with `readability-triton assemble`")
+                raise ValueError(
+                    f"{self.name}: {name} has dims {list(declared[name])} but {why} gives "
+                    f"{list(want)}: fix config.pbtxt or re-render it with `readability-triton assemble`"
+                )
 
     def expect_inputs(self, names) -> None:
         """ValueError unless the config's inputs are `names`, in this order (the order the
@@ -209,8 +228,9 @@ class PythonModel:
     def _outputs(self, result) -> dict[str, Any]:
         arrays = result if isinstance(result, tuple) else (result,)
         if len(arrays) != len(self.output_names):
-            raise RuntimeError(f"{self.name}: the runner returned {len(arrays)} arrays for the outputs "
-                               f"{', '.join(self.output_names)}")
+            raise RuntimeError(
+                f"{self.name}: the runner returned {len(arrays)} arrays for the outputs {', '.join(self.output_names)}"
+            )
         return dict(zip(self.output_names, arrays))
 
     def _report_arrivals(self, first: bool) -> None:
@@ -233,8 +253,14 @@ class PythonModel:
             return run_batch(pb, batch, lambda texts: self._outputs(runner(texts)), logger=pb.Logger)
         names = [name for name, _, _ in self.inputs]
         first = not any(sum(c.values()) for c in self.arrivals.values())
-        batch = read_array_requests(pb, requests, names, self.xp, {name: dims for name, _, dims in self.inputs},
-                                    finite=self.finite, arrivals=self.arrivals)
+        batch = read_array_requests(
+            pb,
+            requests,
+            names,
+            self.xp,
+            {name: dims for name, _, dims in self.inputs},
+            finite=self.finite,
+            arrivals=self.arrivals,
+        )
         self._report_arrivals(first)
-        return run_batch(pb, batch, lambda arrays: self._outputs(runner(*[arrays[n] for n in names])),
-                         logger=pb.Logger)
+        return run_batch(pb, batch, lambda arrays: self._outputs(runner(*[arrays[n] for n in names])), logger=pb.Logger)

@@ -8,9 +8,9 @@ GPU (cuDF + CuPy, exact by routing), and its runner.
 - `cudf_engine.py`: the only code that imports cuDF;
 - `runner.py`: `TokenizerRunner`, what `preprocess` and the in-process pipeline run.
 """
+
 from .arrays import add_special_tokens, pad_rows
 from .files import load_backend, load_vocab, save_tokenizer_files
 from .wordpiece import WordPieceTokenizer
 
-__all__ = ["WordPieceTokenizer", "add_special_tokens", "load_backend", "load_vocab",
-           "pad_rows", "save_tokenizer_files"]
+__all__ = ["WordPieceTokenizer", "add_special_tokens", "load_backend", "load_vocab", "pad_rows", "save_tokenizer_files"]

@@ -31,6 +31,7 @@ the CPU path), so Hugging Face's 100-character limit holds.
 The loop runs over WordPiece steps (at most the longest word's number of pieces), never
 over texts; each step is a handful of array operations over all words still being matched.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -45,8 +46,7 @@ _BMP = 0x10000
 
 
 def _is_cjk(cp: int) -> bool:
-    return (0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0xF900 <= cp <= 0xFAFF
-            or 0x2E80 <= cp <= 0x2FDF)
+    return 0x4E00 <= cp <= 0x9FFF or 0x3400 <= cp <= 0x4DBF or 0xF900 <= cp <= 0xFAFF or 0x2E80 <= cp <= 0x2FDF
 
 
 def character_tables(do_lower: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -65,14 +65,19 @@ def character_tables(do_lower: bool) -> tuple[np.ndarray, np.ndarray]:
             kind[cp] = _SPACE
         elif cp == 0 or cp == 0xFFFD or category in ("Cc", "Cf"):
             kind[cp] = _REMOVE
-        elif (33 <= cp <= 47 or 58 <= cp <= 64 or 91 <= cp <= 96 or 123 <= cp <= 126
-              or category.startswith("P") or _is_cjk(cp)):
+        elif (
+            33 <= cp <= 47
+            or 58 <= cp <= 64
+            or 91 <= cp <= 96
+            or 123 <= cp <= 126
+            or category.startswith("P")
+            or _is_cjk(cp)
+        ):
             kind[cp] = _PUNCT
         elif do_lower and category == "Mn":
             kind[cp] = _REMOVE  # a combining accent on its own: stripped
         elif do_lower:
-            folded = "".join(c for c in unicodedata.normalize("NFD", char.lower())
-                             if unicodedata.category(c) != "Mn")
+            folded = "".join(c for c in unicodedata.normalize("NFD", char.lower()) if unicodedata.category(c) != "Mn")
             if folded != char and len(folded) == 1 and ord(folded) < 128:
                 kind[cp] = _REPLACE
                 replacement[cp] = ord(folded)
@@ -114,14 +119,16 @@ class ArrayEngine:
             hashes = np.array([h for h, _, _ in group], dtype=np.uint64)
             if np.unique(hashes).size != hashes.size:
                 raise ValueError("two vocabulary pieces share a 64-bit hash")  # the CPU path then
-            self._tables[continuation] = (xp.asarray(hashes), xp.asarray(np.array([i for _, i, _ in group],
-                                                                                  dtype=np.int64)))
+            self._tables[continuation] = (
+                xp.asarray(hashes),
+                xp.asarray(np.array([i for _, i, _ in group], dtype=np.int64)),
+            )
         # Every entry's bytes, padded, by token id: the check of each chosen piece.
         pieces = np.zeros((len(vocabulary), self.max_piece), dtype=np.uint8)
         lengths = np.zeros(len(vocabulary), dtype=np.int64)
         for group in entries.values():
             for _, token_id, piece in group:
-                pieces[token_id, :len(piece)] = np.frombuffer(piece, dtype=np.uint8)
+                pieces[token_id, : len(piece)] = np.frombuffer(piece, dtype=np.uint8)
                 lengths[token_id] = len(piece)
         self._pieces, self._piece_lengths = xp.asarray(pieces), xp.asarray(lengths)
         self._rerouted = np.zeros(0, dtype=np.int64)
@@ -142,8 +149,13 @@ class ArrayEngine:
         size = xp.where(b0 < 0x80, 1, xp.where(b0 < 0xE0, 2, xp.where(b0 < 0xF0, 3, 4)))
         b1 = b[xp.clip(lead + 1, 0, n - 1)] & 0x3F
         b2 = b[xp.clip(lead + 2, 0, n - 1)] & 0x3F
-        cp = xp.where(size == 1, b0, xp.where(size == 2, ((b0 & 0x1F) << 6) | b1,
-                                              xp.where(size == 3, ((b0 & 0x0F) << 12) | (b1 << 6) | b2, _BMP)))
+        cp = xp.where(
+            size == 1,
+            b0,
+            xp.where(
+                size == 2, ((b0 & 0x1F) << 6) | b1, xp.where(size == 3, ((b0 & 0x0F) << 12) | (b1 << 6) | b2, _BMP)
+            ),
+        )
         inside = cp < _BMP
         kind = xp.where(inside, kinds[xp.where(inside, cp, 0)], _WORD).astype(xp.uint8)
         # Per byte: the kind of its character; whether it is the character's first / last byte.
@@ -242,8 +254,11 @@ class ArrayEngine:
         at = xp.concatenate(piece_pos) if piece_pos else xp.zeros(0, dtype=xp.int64)
         self._check(text, at, token_ids, row[words])
         # A word that failed anywhere is one [UNK]; else its pieces in order.
-        pieces_per_word = (xp.bincount(words, minlength=n_words).astype(xp.int64) if words.shape[0]
-                           else xp.zeros(n_words, dtype=xp.int64))
+        pieces_per_word = (
+            xp.bincount(words, minlength=n_words).astype(xp.int64)
+            if words.shape[0]
+            else xp.zeros(n_words, dtype=xp.int64)
+        )
         count = xp.where(failed, 1, pieces_per_word)
         offset = xp.cumsum(count) - count
         values = xp.full(int(count.sum()), self.unk_id, dtype=xp.int64)

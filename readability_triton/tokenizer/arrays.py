@@ -3,6 +3,7 @@ truncated to `max_length`, padded with `[PAD]`, and the attention mask. `pad_row
 the CPU path's rows with NumPy; `add_special_tokens` does it on NumPy or CuPy for the GPU
 path's ragged ids, without a host synchronisation.
 """
+
 from __future__ import annotations
 
 import itertools

@@ -27,6 +27,7 @@ lookup, split on ' ') and `cpp/src/text/normalize.cu` + `detail/codepoint_metada
 (the per-code-point table), rapidsai/cudf PR 17600 (new WordPiece API), PR 18334
 (SubwordTokenizer deprecated) and PR 19498 (removed in 25.10).
 """
+
 from __future__ import annotations
 
 import re

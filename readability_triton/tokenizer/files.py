@@ -6,6 +6,7 @@ Hugging Face builds from them (and refuses files that transformers 4 and 5 would
 differently); `save_tokenizer_files(source, directory)` writes them for the `preprocess`
 model.
 """
+
 from __future__ import annotations
 
 import json
@@ -63,8 +64,9 @@ def load_vocab(path: str) -> dict[str, int]:
 
 
 def _special_names(config: dict, special_map: dict) -> dict[str, str]:
-    return {key: _token_name(config.get(key, special_map.get(key)), default)
-            for key, default in SPECIAL_DEFAULTS.items()}
+    return {
+        key: _token_name(config.get(key, special_map.get(key)), default) for key, default in SPECIAL_DEFAULTS.items()
+    }
 
 
 def _check_tokenizer_json(backend, config: dict, special: dict[str, str], where: str) -> None:
@@ -76,21 +78,29 @@ def _check_tokenizer_json(backend, config: dict, special: dict[str, str], where:
     tokenizer.json and rebuilt the normalizer when tokenizer_config.json (or its
     defaults) disagreed. Where the two files agree, all of them give the same tokens.
     """
+
     def refuse(what: str) -> None:
-        raise ValueError(f"{where}: {what}; Hugging Face's BertTokenizer would not follow {TOKENIZER_JSON} "
-                         "there: re-save the tokenizer (save_pretrained) so that the files agree")
+        raise ValueError(
+            f"{where}: {what}; Hugging Face's BertTokenizer would not follow {TOKENIZER_JSON} "
+            "there: re-save the tokenizer (save_pretrained) so that the files agree"
+        )
 
     normalizer = backend.normalizer
     if type(normalizer).__name__ != "BertNormalizer":
         refuse(f"{TOKENIZER_JSON} has a {type(normalizer).__name__} normalizer, not BertNormalizer")
     expected = {"do_lower_case": True, "strip_accents": None, "tokenize_chinese_chars": True}
-    for key, attribute in (("do_lower_case", "lowercase"), ("strip_accents", "strip_accents"),
-                           ("tokenize_chinese_chars", "handle_chinese_chars")):
+    for key, attribute in (
+        ("do_lower_case", "lowercase"),
+        ("strip_accents", "strip_accents"),
+        ("tokenize_chinese_chars", "handle_chinese_chars"),
+    ):
         want = config.get(key, expected[key])
         if want != getattr(normalizer, attribute):
             source = f"{TOKENIZER_CONFIG} has" if key in config else "the default (no key in tokenizer_config.json) is"
-            refuse(f"{source} {key}={want!r} but {TOKENIZER_JSON}'s normalizer has "
-                   f"{attribute}={getattr(normalizer, attribute)!r}")
+            refuse(
+                f"{source} {key}={want!r} but {TOKENIZER_JSON}'s normalizer has "
+                f"{attribute}={getattr(normalizer, attribute)!r}"
+            )
     if not normalizer.clean_text:
         refuse(f"{TOKENIZER_JSON}'s normalizer has clean_text=false")
     if type(backend.pre_tokenizer).__name__ != "BertPreTokenizer":
@@ -99,8 +109,10 @@ def _check_tokenizer_json(backend, config: dict, special: dict[str, str], where:
     if type(model).__name__ != "WordPiece":
         refuse(f"{TOKENIZER_JSON} has a {type(model).__name__} model, not WordPiece")
     if model.max_input_chars_per_word != _MAX_INPUT_CHARS_PER_WORD:
-        refuse(f"{TOKENIZER_JSON} has max_input_chars_per_word={model.max_input_chars_per_word}, "
-               f"not {_MAX_INPUT_CHARS_PER_WORD}")
+        refuse(
+            f"{TOKENIZER_JSON} has max_input_chars_per_word={model.max_input_chars_per_word}, "
+            f"not {_MAX_INPUT_CHARS_PER_WORD}"
+        )
     if model.continuing_subword_prefix != "##":
         refuse(f"{TOKENIZER_JSON} has the subword prefix {model.continuing_subword_prefix!r}, not '##'")
     if model.unk_token != special["unk_token"]:
@@ -141,18 +153,23 @@ def load_backend(directory: str):
         if os.path.isfile(vocab_path):
             vocab = load_vocab(vocab_path)
             if vocab != backend.get_vocab(with_added_tokens=False):
-                raise ValueError(f"{directory}: {VOCAB_TXT} and {TOKENIZER_JSON} hold different vocabularies; "
-                                 "they must come from the same tokenizer")
+                raise ValueError(
+                    f"{directory}: {VOCAB_TXT} and {TOKENIZER_JSON} hold different vocabularies; "
+                    "they must come from the same tokenizer"
+                )
         return backend, special
     if not os.path.isfile(vocab_path):
-        raise ValueError(f"{directory}: no {VOCAB_TXT} (nor {TOKENIZER_JSON}); the preprocess model needs the "
-                         "BERT tokenizer files in its version folder")
+        raise ValueError(
+            f"{directory}: no {VOCAB_TXT} (nor {TOKENIZER_JSON}); the preprocess model needs the "
+            "BERT tokenizer files in its version folder"
+        )
     vocab = load_vocab(vocab_path)
     for key in ("unk_token", "cls_token", "sep_token", "pad_token"):
         if special[key] not in vocab:
             raise ValueError(f"{vocab_path}: no {special[key]} token ({key}); is this a BERT vocabulary?")
-    backend = Tokenizer(WordPiece(vocab, unk_token=special["unk_token"],
-                                  max_input_chars_per_word=_MAX_INPUT_CHARS_PER_WORD))
+    backend = Tokenizer(
+        WordPiece(vocab, unk_token=special["unk_token"], max_input_chars_per_word=_MAX_INPUT_CHARS_PER_WORD)
+    )
     backend.normalizer = normalizers.BertNormalizer(
         clean_text=True,
         handle_chinese_chars=bool(config.get("tokenize_chinese_chars", True)),
@@ -166,8 +183,12 @@ def load_backend(directory: str):
         pair=f"{cls}:0 $A:0 {sep}:0 $B:1 {sep}:1",
         special_tokens=[(cls, vocab[cls]), (sep, vocab[sep])],
     )
-    backend.add_special_tokens([AddedToken(special[key], special=True, normalized=False)
-                                for key in ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")])
+    backend.add_special_tokens(
+        [
+            AddedToken(special[key], special=True, normalized=False)
+            for key in ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
+        ]
+    )
     return backend, special
 
 
@@ -209,8 +230,10 @@ def save_tokenizer_files(source, directory: str) -> list[str]:
         vocab = backend.get_vocab(with_added_tokens=False)
         tokens = sorted(vocab, key=vocab.__getitem__)
         if [vocab[t] for t in tokens] != list(range(len(tokens))) or any("\n" in t for t in tokens):
-            raise ValueError(f"{directory}: the tokenizer's vocabulary ids are not 0..{len(tokens) - 1}; "
-                             f"it cannot be written as {VOCAB_TXT}")
+            raise ValueError(
+                f"{directory}: the tokenizer's vocabulary ids are not 0..{len(tokens) - 1}; "
+                f"it cannot be written as {VOCAB_TXT}"
+            )
         with open(vocab_path, "w", encoding="utf-8", newline="\n") as handle:
             handle.write("".join(t + "\n" for t in tokens))
     load_backend(directory)  # check that it loads (and that the files agree)

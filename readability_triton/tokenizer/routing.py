@@ -15,6 +15,7 @@ Routed to the CPU path:
   when the path is built, any other on first sight) by normalizing `x<c>x` both ways and
   comparing the words (`calibrate_codepoints`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -28,6 +29,7 @@ from ..texts import as_list, as_utf8
 from .arrays import add_special_tokens
 
 log = logging.getLogger(__name__)
+
 
 def device_incompatibility(backend) -> str | None:
     """Why cuDF's normalizer + WordPiece cannot reproduce `backend` at all (None: it can,
@@ -75,9 +77,11 @@ def decode_non_ascii(buf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     b1 = buf.take(lead + 1, mode="clip").astype(np.int64) & 0x3F
     b2 = buf.take(lead + 2, mode="clip").astype(np.int64) & 0x3F
     b3 = buf.take(lead + 3, mode="clip").astype(np.int64) & 0x3F
-    cps = np.where(b0 < 0xE0, ((b0 & 0x1F) << 6) | b1,
-                   np.where(b0 < 0xF0, ((b0 & 0x0F) << 12) | (b1 << 6) | b2,
-                            ((b0 & 0x07) << 18) | (b1 << 12) | (b2 << 6) | b3))
+    cps = np.where(
+        b0 < 0xE0,
+        ((b0 & 0x1F) << 6) | b1,
+        np.where(b0 < 0xF0, ((b0 & 0x0F) << 12) | (b1 << 6) | b2, ((b0 & 0x07) << 18) | (b1 << 12) | (b2 << 6) | b3),
+    )
     return cps, lead
 
 
@@ -96,12 +100,12 @@ def _split_groups(words: Iterable[str]) -> list[list[str]]:
 
 def _nfd_reorders(char: str) -> bool:
     """Whether NFD could move a mark of `char` that is not removed (canonical reordering)."""
-    return any(unicodedata.combining(d) and unicodedata.category(d) != "Mn"
-               for d in unicodedata.normalize("NFD", char))
+    return any(unicodedata.combining(d) and unicodedata.category(d) != "Mn" for d in unicodedata.normalize("NFD", char))
 
 
 def reference_words(backend) -> Callable[[str], list[str]]:
     """Hugging Face's words of a text: `backend`'s normalizer, then its pre-tokenizer."""
+
     def words(text: str) -> list[str]:
         normalized = backend.normalizer.normalize_str(text)
         return [word for word, _ in backend.pre_tokenizer.pre_tokenize_str(normalized)]
@@ -109,8 +113,9 @@ def reference_words(backend) -> Callable[[str], list[str]]:
     return words
 
 
-def calibrate_codepoints(codepoints, reference_words: Callable[[str], list[str]],
-                         device_normalize: Callable[[str], str], chunk: int = 20000) -> np.ndarray:
+def calibrate_codepoints(
+    codepoints, reference_words: Callable[[str], list[str]], device_normalize: Callable[[str], str], chunk: int = 20000
+) -> np.ndarray:
     """Which code points the device normalizer handles exactly as the reference.
 
     For each code point c, the probe `x<c>x` is split into words by the reference
@@ -124,7 +129,7 @@ def calibrate_codepoints(codepoints, reference_words: Callable[[str], list[str]]
     codepoints = np.asarray(codepoints, dtype=np.int64)
     safe = np.zeros(codepoints.shape[0], dtype=bool)
     for begin in range(0, codepoints.shape[0], chunk):
-        part = codepoints[begin:begin + chunk]
+        part = codepoints[begin : begin + chunk]
         chars = [chr(int(c)) for c in part]
         text = f" {_MARKER} ".join(f"x{ch}x" for ch in chars)
         reference = _split_groups(reference_words(text))
@@ -133,9 +138,11 @@ def calibrate_codepoints(codepoints, reference_words: Callable[[str], list[str]]
             continue  # a probe ate the marker: leave the whole chunk on the CPU path
         for i, ch in enumerate(chars):
             ref = reference[i]
-            safe[begin + i] = (ref == device[i]
-                               and len("".join(ref).encode("utf-8")) - 2 <= len(ch.encode("utf-8"))
-                               and not _nfd_reorders(ch))
+            safe[begin + i] = (
+                ref == device[i]
+                and len("".join(ref).encode("utf-8")) - 2 <= len(ch.encode("utf-8"))
+                and not _nfd_reorders(ch)
+            )
     return safe
 
 
@@ -164,8 +171,9 @@ class DevicePath:
         self.cls_id, self.sep_id = int(empty[0]), int(empty[1])
         self.max_run = min(int(backend.model.max_input_chars_per_word), int(engine.max_word_bytes) - 1)
         self._long_run = re.compile(rb"[^ \t\n\r]{%d,}" % (self.max_run + 1))
-        added = sorted({t.content.encode("utf-8") for t in backend.get_added_tokens_decoder().values()},
-                       key=len, reverse=True)
+        added = sorted(
+            {t.content.encode("utf-8") for t in backend.get_added_tokens_decoder().values()}, key=len, reverse=True
+        )
         self._added = re.compile(b"|".join(map(re.escape, added))) if added else None
         self._state = np.zeros(0x110000, dtype=np.int8)
         self._state[0xD800:0xE000] = _UNSAFE
@@ -183,11 +191,13 @@ class DevicePath:
         if codepoints.size == 0:
             return
         try:
-            safe = calibrate_codepoints(codepoints, reference_words(self.tokenizer.backend),
-                                        self.engine.normalize_text)
+            safe = calibrate_codepoints(codepoints, reference_words(self.tokenizer.backend), self.engine.normalize_text)
         except Exception as exc:  # noqa: BLE001 - keep serving: these go to the CPU path
-            log.warning("checking %d code points against cuDF failed (%s); texts with them use the CPU path",
-                        codepoints.size, exc)
+            log.warning(
+                "checking %d code points against cuDF failed (%s); texts with them use the CPU path",
+                codepoints.size,
+                exc,
+            )
             safe = np.zeros(codepoints.shape[0], dtype=bool)
         self._state[codepoints] = np.where(safe, _SAFE, _UNSAFE)
 
@@ -204,8 +214,10 @@ class DevicePath:
     def describe(self) -> str:
         unsafe = self.unsafe_codepoints()
         shown = ", ".join(f"U+{int(c):04X}" for c in unsafe[:12]) + (", ..." if unsafe.size > 12 else "")
-        return (f"{self.safe_codepoints().size} code points checked equal to Hugging Face, "
-                f"{unsafe.size} differ and route their texts to the CPU path" + (f" ({shown})" if shown else ""))
+        return (
+            f"{self.safe_codepoints().size} code points checked equal to Hugging Face, "
+            f"{unsafe.size} differ and route their texts to the CPU path" + (f" ({shown})" if shown else "")
+        )
 
     def route(self, data: bytes, starts: np.ndarray) -> np.ndarray:
         """Boolean per string: True where the engine cannot match the CPU path."""
@@ -252,8 +264,7 @@ class DevicePath:
             ids, mask = xp.asarray(ids), xp.asarray(mask)
         else:
             values, counts = self.engine.wordpiece(data, starts, max_words=length - 2)
-            ids, mask = add_special_tokens(values, counts, length, self.cls_id, self.sep_id,
-                                           self.tokenizer.pad_id, xp)
+            ids, mask = add_special_tokens(values, counts, length, self.cls_id, self.sep_id, self.tokenizer.pad_id, xp)
             take_rerouted = getattr(self.engine, "take_rerouted", None)  # rows the engine doubts
             if take_rerouted is not None:
                 doubted = take_rerouted()

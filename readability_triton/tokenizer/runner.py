@@ -1,4 +1,5 @@
 """`TokenizerRunner`: an artifact set's WordPiece tokenizer at a fixed sequence length."""
+
 from __future__ import annotations
 
 import os
@@ -17,8 +18,9 @@ class TokenizerRunner:
     def __init__(self, tokenizer: WordPieceTokenizer, device: Device | str | None = None):
         self.tokenizer = tokenizer
         self.device = as_device(device)
-        self.on_gpu, self.reason = (self.tokenizer.gpu_support(self.device.device_id) if self.device.is_gpu
-                                    else (False, "a CPU instance"))
+        self.on_gpu, self.reason = (
+            self.tokenizer.gpu_support(self.device.device_id) if self.device.is_gpu else (False, "a CPU instance")
+        )
 
     @classmethod
     def from_folder(cls, folder: str, max_length: int, device: Device | str | None = None) -> "TokenizerRunner":
@@ -27,8 +29,10 @@ class TokenizerRunner:
         if os.path.isfile(os.path.join(folder, MANIFEST)):
             built = load_manifest(folder).max_length
             if built != max_length:
-                raise ValueError(f"the artifacts in {folder} were built for max_length {built} (manifest.json), "
-                                 f"not {max_length}; re-assemble the repository")
+                raise ValueError(
+                    f"the artifacts in {folder} were built for max_length {built} (manifest.json), "
+                    f"not {max_length}; re-assemble the repository"
+                )
         try:
             tokenizer = WordPieceTokenizer.from_directory(folder, max_length)
         except ValueError as err:

@@ -20,6 +20,7 @@ Two paths, one result:
   can reproduce, `encode(..., xp=cupy)` tokenizes on the CPU, uploads the result and logs
   the reason once.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -68,8 +69,13 @@ def _device_request(xp, device) -> tuple[bool, int | None]:
 class WordPieceTokenizer:
     """BERT WordPiece tokenization to fixed-length int64 arrays (see the module docstring)."""
 
-    def __init__(self, backend, max_length: int = contracts.DEFAULT_MAX_LENGTH,
-                 special_tokens: dict[str, str] | None = None, directory: str | None = None):
+    def __init__(
+        self,
+        backend,
+        max_length: int = contracts.DEFAULT_MAX_LENGTH,
+        special_tokens: dict[str, str] | None = None,
+        directory: str | None = None,
+    ):
         from tokenizers import Tokenizer
 
         self.max_length = contracts.check_max_length(max_length)
@@ -114,15 +120,18 @@ class WordPieceTokenizer:
             xp = device.array_module()  # bound to that GPU
         elif xp is None:
             try:
-                import cupy as xp
+                import cupy
             except ImportError as exc:
-                raise RuntimeError("GPU tokenization was requested but CuPy is not importable: install "
-                                   "readability-triton[gpu] or encode on the CPU") from exc
+                raise RuntimeError(
+                    "GPU tokenization was requested but CuPy is not importable: install "
+                    "readability-triton[gpu] or encode on the CPU"
+                ) from exc
+            xp = cupy
         if device_id is None:
             device_id = int(xp.cuda.runtime.getDevice())
         path = self.device_path(device_id)
         select = getattr(xp.cuda, "Device", None)
-        with (select(device_id) if select is not None else contextlib.nullcontext()):
+        with select(device_id) if select is not None else contextlib.nullcontext():
             if path is None:
                 ids, mask = self.encode_cpu(texts)
                 return xp.asarray(ids), xp.asarray(mask)
@@ -162,16 +171,17 @@ class WordPieceTokenizer:
                 path, reason = self._array_path(device_id, why)
             else:
                 try:
-                    engine = cudf_engine.CudfEngine(device_vocabulary(self.backend),
-                                                    do_lower=bool(self.backend.normalizer.lowercase),
-                                                    device_id=device_id)
+                    engine = cudf_engine.CudfEngine(
+                        device_vocabulary(self.backend),
+                        do_lower=bool(self.backend.normalizer.lowercase),
+                        device_id=device_id,
+                    )
                     path = DevicePath(self, engine, cudf_engine.cupy_module())
                     reason = f"{why}; {path.describe()}"
                 except Exception as exc:  # noqa: BLE001 - any failure means: use the CPU path
                     path, reason = None, f"building the cuDF tokenizer failed ({type(exc).__name__}: {exc})"
         if path is None:
-            log.warning("GPU %d: WordPiece on the CPU (tokenizers), results uploaded to the GPU: %s",
-                        device_id, reason)
+            log.warning("GPU %d: WordPiece on the CPU (tokenizers), results uploaded to the GPU: %s", device_id, reason)
         self._device_paths[device_id] = path
         self._device_reasons[device_id] = reason
         return path
@@ -185,9 +195,13 @@ class WordPieceTokenizer:
             return None, f"{why_not_cudf}; CuPy is not importable either ({exc})"
         try:
             select = getattr(getattr(cupy, "cuda", None), "Device", None)
-            with (select(device_id) if select is not None else contextlib.nullcontext()):
-                engine = ArrayEngine(device_vocabulary(self.backend), bool(self.backend.normalizer.lowercase),
-                                     unk_token=self.backend.model.unk_token, xp=cupy)
+            with select(device_id) if select is not None else contextlib.nullcontext():
+                engine = ArrayEngine(
+                    device_vocabulary(self.backend),
+                    bool(self.backend.normalizer.lowercase),
+                    unk_token=self.backend.model.unk_token,
+                    xp=cupy,
+                )
                 path = DevicePath(self, engine, cupy)
         except Exception as exc:  # noqa: BLE001 - any failure means: use the CPU path
             return None, f"{why_not_cudf}; building the CuPy WordPiece failed ({type(exc).__name__}: {exc})"

@@ -22,6 +22,7 @@ reports `is_cpu() == False` and a CUDA DLPack device, and refuses `as_numpy()` e
 the real module does, so tests can show that a model never reads a GPU tensor through
 the host.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -40,15 +41,17 @@ def _real_helpers_path() -> str:
         return override
     spec = importlib.util.find_spec("pytriton")
     if spec is None or not spec.submodule_search_locations:
-        raise ImportError("the pb_utils stub needs the nvidia-pytriton wheel (it reads the real "
-                          "triton_python_backend_utils.py from it): pip install -e '.[test]'")
+        raise ImportError(
+            "the pb_utils stub needs the nvidia-pytriton wheel (it reads the real "
+            "triton_python_backend_utils.py from it): pip install -e '.[test]'"
+        )
     root = list(spec.submodule_search_locations)[0]
     return os.path.join(root, "tritonserver", "backends", "python", "triton_python_backend_utils.py")
 
 
 # The real pure-Python half of the module, executed here.
 with open(_real_helpers_path(), encoding="utf-8") as _f:
-    exec(compile(_f.read(), _real_helpers_path(), "exec"), globals())  # noqa: S102
+    exec(compile(_f.read(), _real_helpers_path(), "exec"), globals())
 
 
 class TritonModelException(Exception):
@@ -104,9 +107,15 @@ class _DLDataType(ctypes.Structure):
 
 
 class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", _DLDevice),
+        ("ndim", ctypes.c_int32),
+        ("dtype", _DLDataType),
+        ("shape", ctypes.POINTER(ctypes.c_int64)),
+        ("strides", ctypes.POINTER(ctypes.c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
 
 
 _capsule_pointer = ctypes.pythonapi.PyCapsule_GetPointer
@@ -122,9 +131,14 @@ def _dltensor(capsule) -> dict:
     tensor = _DLTensor.from_address(pointer)
     shape = [tensor.shape[i] for i in range(tensor.ndim)]
     strides = [tensor.strides[i] for i in range(tensor.ndim)] if tensor.strides else None
-    return {"data": (tensor.data or 0) + tensor.byte_offset, "device": (tensor.device.device_type,
-            tensor.device.device_id), "shape": shape, "strides": strides,
-            "dtype": (tensor.dtype.code, tensor.dtype.bits), "struct": tensor}
+    return {
+        "data": (tensor.data or 0) + tensor.byte_offset,
+        "device": (tensor.device.device_type, tensor.device.device_id),
+        "shape": shape,
+        "strides": strides,
+        "dtype": (tensor.dtype.code, tensor.dtype.bits),
+        "struct": tensor,
+    }
 
 
 def _mark_cuda(capsule, device_id: int = 0):
@@ -136,9 +150,20 @@ def _mark_cuda(capsule, device_id: int = 0):
     return capsule
 
 
-_DL_NUMPY = {(0, 8): np.int8, (0, 16): np.int16, (0, 32): np.int32, (0, 64): np.int64, (1, 8): np.uint8,
-             (1, 16): np.uint16, (1, 32): np.uint32, (1, 64): np.uint64, (2, 16): np.float16,
-             (2, 32): np.float32, (2, 64): np.float64, (6, 8): np.bool_}
+_DL_NUMPY = {
+    (0, 8): np.int8,
+    (0, 16): np.int16,
+    (0, 32): np.int32,
+    (0, 64): np.int64,
+    (1, 8): np.uint8,
+    (1, 16): np.uint16,
+    (1, 32): np.uint32,
+    (1, 64): np.uint64,
+    (2, 16): np.float16,
+    (2, 32): np.float32,
+    (2, 64): np.float64,
+    (6, 8): np.bool_,
+}
 
 
 def _host_array(info: dict, owner) -> np.ndarray:
@@ -191,8 +216,10 @@ class Tensor:
         if type(obj).__name__ == "PyCapsule":
             return Tensor._from_capsule(name, obj, obj)
         if not (hasattr(obj, "__dlpack__") and hasattr(obj, "__dlpack_device__")):
-            raise TritonModelException("Provided tensor is not supported. Tensor must be a DLPack capsule or have "
-                                       "`__dlpack__` and `__dlpack_device__` attributes")
+            raise TritonModelException(
+                "Provided tensor is not supported. Tensor must be a DLPack capsule or have "
+                "`__dlpack__` and `__dlpack_device__` attributes"
+            )
         device_type = int(obj.__dlpack_device__()[0])
         if device_type == _KDL_CUDA:
             stream, synchronize = _proxy_stream()
@@ -218,8 +245,10 @@ class Tensor:
             for dim, stride in zip(reversed(shape[1:]), reversed(strides[1:])):
                 if dim != 1:
                     if stride != expected:
-                        raise TritonModelException("DLPack tensor is not contiguous. Only contiguous DLPack "
-                                                   "tensors that are stored in C-Order are supported.")
+                        raise TritonModelException(
+                            "DLPack tensor is not contiguous. Only contiguous DLPack "
+                            "tensors that are stored in C-Order are supported."
+                        )
                     expected *= dim
         device_type, device_id = info["device"]
         tensor = Tensor.__new__(Tensor)
@@ -281,8 +310,14 @@ class Tensor:
 class InferenceRequest:
     """The parts of a request the models read (built by tests with input tensors)."""
 
-    def __init__(self, inputs=(), requested_output_names=(), request_id: str = "", model_name: str = "",
-                 parameters: dict | None = None):
+    def __init__(
+        self,
+        inputs=(),
+        requested_output_names=(),
+        request_id: str = "",
+        model_name: str = "",
+        parameters: dict | None = None,
+    ):
         self._inputs = list(inputs)
         self._requested = list(requested_output_names)
         self._request_id = request_id
