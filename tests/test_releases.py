@@ -118,7 +118,7 @@ def test_the_module_refuses_with_a_message():
 
 
 def test_the_readme_table_is_the_one_the_rules_give():
-    with open(os.path.join(ROOT, "README.md"), encoding="utf-8") as handle:
+    with open(os.path.join(ROOT, "docs", "releases.md"), encoding="utf-8") as handle:
         assert releases.markdown_table() in handle.read()
 
 
