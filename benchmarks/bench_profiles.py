@@ -28,7 +28,6 @@ import argparse
 import contextlib
 import json
 import os
-import shutil
 import statistics
 import sys
 import tempfile
@@ -38,7 +37,7 @@ from readability_triton.artifacts.corpus import default_texts
 from readability_triton.client import bench
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs
-from readability_triton.server.backends import servable
+from readability_triton.server.backends import check_servable
 from readability_triton.server.installation import native_backends
 from readability_triton.server.tritonserver import TritonServer
 from readability_triton.threads import PLAN_ENV
@@ -101,8 +100,7 @@ def main(argv=None) -> int:
             logs = args.logs or tmp
             os.makedirs(logs, exist_ok=True)
             server = TritonServer(repo, log_file=os.path.join(logs, f"{os.path.basename(repo)}.log"))
-            served = servable(server, repo)
-            server.repository = served
+            check_servable(server, repo)
             print(
                 f"{name}: served bert {repository.served_bert(repo)}; in process {pipeline.bert.describe()}",
                 file=sys.stderr,
@@ -110,8 +108,6 @@ def main(argv=None) -> int:
             )
             server.start(timeout=300)
             stack.callback(server.stop)
-            if served != repo:
-                stack.callback(shutil.rmtree, served, True)
             live.append((name, server, pipeline))
             order.append(name)
         os.environ[PLAN_ENV] = "on"

@@ -24,9 +24,15 @@ def parse(text: str) -> model_config_pb2.ModelConfig:
     return text_format.Parse(text, model_config_pb2.ModelConfig())
 
 
+def full_dims(config: model_config_pb2.ModelConfig, tensor) -> tuple[int, ...]:
+    """A tensor's shape with its batch dimension: implicit (-1) where the model batches,
+    in its dims where it does not (FIL, `configs.fil_io`)."""
+    return ((-1,) if config.max_batch_size else ()) + tuple(tensor.dims)
+
+
 def check_against_contract(config: model_config_pb2.ModelConfig, contract: C.ModelContract) -> None:
     def as_tuples(tensors):
-        return [(t.name, DataType.Name(t.data_type), tuple(t.dims)) for t in tensors]
+        return [(t.name, DataType.Name(t.data_type), full_dims(config, t)[1:]) for t in tensors]
 
     assert as_tuples(config.input) == [(s.name, s.data_type, s.dims) for s in contract.inputs]
     assert as_tuples(config.output) == [(s.name, s.data_type, s.dims) for s in contract.outputs]
@@ -79,12 +85,19 @@ def test_profile_configs(profile, max_length, bert_format):
     contracts = C.contracts(max_length)
     for model, config in rendered.items():
         check_against_contract(config, contracts[model])
-        assert config.max_batch_size == C.MAX_BATCH_SIZE[model] > 0
         if model == C.ENSEMBLE:
-            assert config.platform == "ensemble"
+            assert config.platform == "ensemble" and config.max_batch_size == C.MAX_BATCH_SIZE[model] > 0
             continue
-        # every step batches dynamically and runs on the device the profile says
-        assert config.HasField("dynamic_batching")
+        if config.backend == "fil":  # non-batching: its [N] answer reported as [N, 1] (configs.fil_io)
+            assert config.max_batch_size == 0 and not config.HasField("dynamic_batching")
+            assert [tuple(t.dims) for t in config.input] == [(-1, C.N_FEATURES)]
+            ((output),) = config.output
+            assert tuple(output.dims) == (-1, 1) and tuple(output.reshape.shape) == (-1,)
+        else:
+            # every other step batches dynamically
+            assert config.max_batch_size == C.MAX_BATCH_SIZE[model] > 0
+            assert config.HasField("dynamic_batching")
+        # ... and runs on the device the profile says
         (group,) = config.instance_group
         assert group.count >= 1
         assert Kind.Name(group.kind) == profiles.placement(model, profile).kind
@@ -136,11 +149,11 @@ def test_ensemble_graph(profile):
     steps = ensemble.ensemble_scheduling.step
     assert {s.model_name for s in steps} == set(C.STEP_MODELS)
 
-    def spec(tensors, name):
+    def spec(config, tensors, name):
         (match,) = [t for t in tensors if t.name == name]
-        return match.data_type, tuple(match.dims)
+        return match.data_type, full_dims(config, match)
 
-    produced = {t.name: spec(ensemble.input, t.name) for t in ensemble.input}
+    produced = {t.name: spec(ensemble, ensemble.input, t.name) for t in ensemble.input}
     producers = {name: "<input>" for name in produced}
     consumed = set()
     # Steps may be listed in any order; resolve them in dependency order.
@@ -153,18 +166,22 @@ def test_ensemble_graph(profile):
             assert set(step.input_map) == {t.name for t in step_config.input}
             assert set(step.output_map) == {t.name for t in step_config.output}
             for model_input, tensor in step.input_map.items():
-                assert produced[tensor] == spec(step_config.input, model_input), (step.model_name, model_input)
+                assert produced[tensor] == spec(step_config, step_config.input, model_input), (
+                    step.model_name,
+                    model_input,
+                )
                 consumed.add(tensor)
             for model_output, tensor in step.output_map.items():
                 assert tensor not in producers, f"{tensor} produced twice ({producers[tensor]}, {step.model_name})"
                 producers[tensor] = step.model_name
-                produced[tensor] = spec(step_config.output, model_output)
-            assert step_config.max_batch_size >= ensemble.max_batch_size
+                produced[tensor] = spec(step_config, step_config.output, model_output)
+            # the ensemble's batch size fits every batching step (a non-batching one takes any)
+            assert step_config.max_batch_size == 0 or step_config.max_batch_size >= ensemble.max_batch_size
             pending.remove(step)
     step_inputs = {tensor for step in steps for tensor in step.input_map.values()}
     for output in ensemble.output:
         assert output.name in produced and producers[output.name] != "<input>"
-        assert produced[output.name] == (output.data_type, tuple(output.dims))
+        assert produced[output.name] == (output.data_type, full_dims(ensemble, output))
         assert output.name not in step_inputs, (
             f"ensemble output {output.name} is also an input of a step: a client asking for some outputs "
             "only would have it pruned from under that step (server#7482)"

@@ -1,14 +1,15 @@
-"""Integration: the seeds' own routes, served for real: the `cpu` profile's bert on Triton's
-own ONNX Runtime backend (`onnxruntime_onnx`, model.onnx) and PyTorch backend
-(`pytorch_libtorch`, model.pt), built by `make native-backends` from the r24.10 sources and
-loaded by the test server (Triton 2.51) beside the python backend. The other steps are the
-Python models; the forest, which needs RAPIDS' FIL (not built here), runs as the Python
-model of the portable profile on the same checkpoint.tl (what `serve` does).
+"""Integration: the seeds' own CPU pipeline, served for real on Triton's own backends: the
+`cpu` profile's bert on the ONNX Runtime backend (`onnxruntime_onnx`, model.onnx) or the
+PyTorch backend (`pytorch_libtorch`, model.pt), and its forest on the FIL backend (`fil`,
+KIND_CPU, the Treelite checkpoint), all built by `make native-backends` from the r24.10
+sources and loaded by the test server (Triton 2.51) beside the python backend, which runs
+the other steps.
 
 Each route answers what `portable` answers (ONNX Runtime / torch.jit in a Python model,
 Treelite's GTIL), within 1e-5: every output selection over tritonclient HTTP, gRPC and curl
-with KServe v2 JSON, bad requests beside good ones, a request of 64 texts. Loading the cpu
-profile's configs is the check that every key in them is one the backend accepts.
+with KServe v2 JSON, bad requests beside good ones, a request of 64 texts, 16 clients of
+saturating load. Loading the cpu profile's configs is the check that every key in them is
+one the backend accepts. `serve` of the same repository heals a kill -9 of tritonserver.
 Skipped, saying why, where the backends were not built.
 """
 
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import types
 
 import numpy as np
 import pytest
@@ -30,8 +32,6 @@ from served import (
 
 from readability_triton import contracts as C
 from readability_triton.repository import assemble as repository
-from readability_triton.repository import configs
-from readability_triton.server.backends import python_forest_view
 from readability_triton.server.installation import native_backends
 
 pytestmark = pytest.mark.integration
@@ -52,6 +52,8 @@ def native():
             "Triton's native backends are not built (`make native-backends` builds them from "
             "../shared/third_party, or says why it cannot)"
         )
+    if not os.path.isdir(os.path.join(path, "backends", "fil")):
+        pytest.skip("the FIL backend is not built (`make native-backends` says why it skipped it)")
     return path
 
 
@@ -66,8 +68,7 @@ def served(request, native, tiny_artifacts, tmp_path_factory):
     root = tmp_path_factory.mktemp(f"native-{request.param}")
     repo = str(root / "repository")
     repository.assemble(tiny_artifacts, repo, "cpu", bert_format=request.param)
-    view = python_forest_view(repo, str(root / "view"))
-    server = start_server(view, str(root / "server.log"), native=native)
+    server = start_server(repo, str(root / "server.log"), native=native)
     yield request.param, server
     assert server.stop() == 0
 
@@ -77,19 +78,23 @@ def _log(server) -> str:
         return handle.read()
 
 
-def test_bert_is_served_by_tritons_own_backend_with_every_key_accepted(served):
+def test_bert_and_forest_are_served_by_tritons_own_backends_with_every_key_accepted(served):
     fmt, server = served
     import json
     import urllib.request
 
-    with urllib.request.urlopen(f"http://{server.http_url}/v2/models/{C.BERT}/config") as reply:
-        config = json.loads(reply.read())
-    assert config["platform"] == PLATFORMS[fmt], config
+    def config(model):
+        with urllib.request.urlopen(f"http://{server.http_url}/v2/models/{model}/config") as reply:
+            return json.loads(reply.read())
+
+    assert config(C.BERT)["platform"] == PLATFORMS[fmt]
+    forest = config(C.FOREST)
+    assert forest["backend"] == "fil" and forest["instance_group"][0]["kind"] == "KIND_CPU", forest
     score_texts(server, "grpc", TEXTS)
     log = _log(server)
     library = {"onnx": "libtriton_onnxruntime.so", "torchscript": "libtriton_pytorch.so"}[fmt]
-    assert library in log, log[-2000:]
-    for sign in ("nknown parameter", "unrecognized", "is ignored", "not supported"):
+    assert library in log and "libtriton_fil.so" in log and "TRITONBACKEND_Initialize: fil" in log, log[-2000:]
+    for sign in ("nknown parameter", "unrecognized", "is ignored", "not supported", "newer Treelite version"):
         assert sign not in log, sign
 
 
@@ -125,10 +130,81 @@ def test_a_request_of_64_texts(served, portable, client):
     np.testing.assert_allclose(np.asarray(got, np.float32).reshape(-1), np.resize(portable[C.SCORE], n), atol=1e-5)
 
 
-def test_the_view_serves_the_forest_from_the_same_checkpoint(served):
+def test_sixteen_clients_of_saturating_load_get_no_errors(served, portable):
     _, server = served
-    forest = os.path.join(server.repository, C.FOREST, "1", "checkpoint.tl")
-    assert os.path.islink(forest) and os.path.realpath(forest).endswith(
-        os.path.join("repository", C.FOREST, "1", "checkpoint.tl")
+    from readability_triton.client.load import closed_loop, mixed_worker
+
+    texts = TEXTS * 8
+    work, close = mixed_worker(
+        server.grpc_url,
+        "grpc",
+        texts,
+        np.resize(portable[C.SCORE], len(texts)),
+        [],
+        bad_every=0,
+        tolerance=1e-5,
+        sizes=(1, 8),
     )
-    assert configs.read_config(os.path.join(server.repository, C.FOREST, "config.pbtxt")).backend == "python"
+    try:
+        outcomes = closed_loop(work, 16, 15.0)
+    finally:
+        close()
+    failed = [o.error for o in outcomes if not o.ok]
+    assert outcomes and not failed and not any(o.wrong for o in outcomes), failed[:3]
+
+
+def test_serve_heals_a_killed_tritonserver(native, tiny_artifacts, tmp_path):
+    """`serve` of the all-native cpu repository (its front door, the FIL forest): kill -9 of
+    tritonserver is seen and repaired, and the scores come back the same."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from readability_triton.client.honest import Target
+    from readability_triton.server.tritonserver import free_port
+
+    repo = str(tmp_path / "repository")
+    repository.assemble(tiny_artifacts, repo, "cpu")
+    ports = {name: free_port() for name in ("http", "grpc", "metrics", "health")}
+    log = open(tmp_path / "serve.log", "ab")
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "readability_triton.cli",
+            "serve",
+            "--repository",
+            repo,
+            "--health-interval",
+            "1",
+            *[arg for name, port in ports.items() for arg in (f"--{name}-port", str(port))],
+            "--log-file",
+            str(tmp_path / "tritonserver.log"),
+        ],
+        stdout=log,
+        stderr=log,
+        env={**os.environ, "READABILITY_TRITON_NATIVE_BACKENDS": native},
+        start_new_session=True,
+    )
+    target = Target(
+        f"127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['grpc']}", f"127.0.0.1:{ports['health']}", process=process
+    )
+    try:
+        target.wait_ready(240)
+        front = types.SimpleNamespace(http_url=target.http, grpc_url=target.grpc)
+        before = score_texts(front, "grpc", TEXTS)
+        pid = int(target.status()["pid"])
+        os.kill(pid, signal.SIGKILL)
+        killed = time.monotonic()
+        while not (target.ready() and int(target.status().get("pid") or 0) not in (0, pid)):
+            assert time.monotonic() - killed < 60 and process.poll() is None, (tmp_path / "serve.log").read_text()
+            time.sleep(0.2)
+        assert target.status()["restarts"] == 1
+        after = score_texts(front, "grpc", TEXTS)
+        for name in C.OUTPUTS:
+            np.testing.assert_array_equal(after[name], before[name])
+        assert "exited" in (tmp_path / "serve.log").read_text()
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=90) == 0

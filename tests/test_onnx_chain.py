@@ -3,7 +3,8 @@
 A Hugging Face BERT regression checkpoint (tiny, built here) -> `export-bert --format
 onnx` -> `train-forest` into the same folder -> `assemble --profile portable` (bert as a
 Python model running ONNX Runtime) or `--profile cpu` (the seeds' route: bert on Triton's
-own onnxruntime backend, `platform: "onnxruntime_onnx"`, built by `make native-backends`)
+own onnxruntime backend, `platform: "onnxruntime_onnx"`, and the forest on FIL, built by
+`make native-backends`)
 -> the server -> tritonclient over HTTP and gRPC: BERT_SCORE equals eager PyTorch on
 Hugging Face's own tokens within 1e-4, and SCORE is the 0.5/0.5 blend of the two branch
 scores.
@@ -26,7 +27,6 @@ from readability_triton.bert.checkpoint import write_tokenizer
 from readability_triton.cli import main
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs
-from readability_triton.server.backends import python_forest_view
 
 pytestmark = pytest.mark.integration
 
@@ -46,8 +46,8 @@ def chain(request, tmp_path_factory):
     from readability_triton.server.installation import native_backends
 
     native = native_backends()
-    if request.param == "cpu" and native is None:
-        pytest.skip("Triton's ONNX Runtime backend is not built (make native-backends)")
+    if request.param == "cpu" and (native is None or not os.path.isdir(os.path.join(native, "backends", "fil"))):
+        pytest.skip("Triton's ONNX Runtime and FIL backends are not built (make native-backends)")
     from transformers import BertConfig, BertForSequenceClassification
 
     root = tmp_path_factory.mktemp("onnx-chain")
@@ -112,9 +112,7 @@ def chain(request, tmp_path_factory):
     assert (repo / "bert" / "1" / "model.onnx").is_file() and not (repo / "bert" / "1" / "model.pt").exists()
     if request.param == "cpu":
         assert configs.read_config(str(repo / "bert" / "config.pbtxt")).platform == "onnxruntime_onnx"
-        server = start_server(
-            python_forest_view(str(repo), str(root / "view")), str(root / "server.log"), native=native
-        )
+        server = start_server(str(repo), str(root / "server.log"), native=native)
     else:
         server = start_server(str(repo), str(root / "server.log"), str(root / "backends"))
     yield server, model, artifacts

@@ -33,7 +33,8 @@ def test_assembled_repository_is_complete(tiny_artifacts, tmp_path, profile):
     for model in C.ALL_MODELS:
         config = parse(out / model / "config.pbtxt")
         assert [t.name for t in config.input] == [s.name for s in contracts[model].inputs]
-        assert [tuple(t.dims) for t in config.output] == [s.dims for s in contracts[model].outputs]
+        batch = () if config.max_batch_size else (-1,)  # FIL carries its batch dimension itself
+        assert [tuple(t.dims) for t in config.output] == [batch + s.dims for s in contracts[model].outputs]
         version = out / model / "1"
         python = profiles.backend_file(model, profile)
         assert (version / "model.py").is_file() == (python is not None)
@@ -91,7 +92,8 @@ def test_native_artifacts_load_like_their_backends(tiny_artifacts, tmp_path, ber
     forest = parse(out / "forest" / "config.pbtxt")
     assert forest.backend == "fil" and forest.parameters["model_type"].string_value == "treelite_checkpoint"
     model = treelite.Model.deserialize(str(out / "forest" / "1" / "checkpoint.tl"))
-    assert model.num_feature == forest.input[0].dims[0] == C.N_FEATURES
+    assert forest.max_batch_size == 0 and forest.input[0].dims[0] == -1  # non-batching (configs.fil_io)
+    assert model.num_feature == forest.input[0].dims[1] == C.N_FEATURES
     header = json.loads(model.dump_as_json(pretty_print=False))
     assert header["num_target"] == 1 and header["num_class"] == [1], "a single-output regressor"
     assert treelite.gtil.predict(model, np.zeros((2, C.N_FEATURES), np.float32)).size == 2

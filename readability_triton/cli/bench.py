@@ -13,7 +13,7 @@ from ..data import read_table
 from ..errors import CommandError
 from ..pipeline import Pipeline
 from ..repository.assemble import repository_pipeline, served_bert
-from ..server.backends import servable
+from ..server.backends import check_servable
 from ..server.health import check
 from ..server.tritonserver import TritonServer
 from ..texts import as_utf8
@@ -120,7 +120,7 @@ def cmd_bench(args) -> int:
         raise CommandError(
             "--artifacts goes with --url: with --repository the in-process row runs the repository's own artifacts"
         )
-    server, view = None, args.repository
+    server = None
     try:
         if args.repository:
             pipeline = repository_pipeline(args.repository)
@@ -130,9 +130,7 @@ def cmd_bench(args) -> int:
                 cache_size=args.cache_size,
             )
             try:
-                server.repository = view = servable(
-                    server, args.repository, lambda line: print(line, file=sys.stderr, flush=True)
-                )
+                check_servable(server, args.repository, lambda line: print(line, file=sys.stderr, flush=True))
             except ValueError as err:
                 raise CommandError(str(err)) from None
             print(f"starting tritonserver on {args.repository} (log {server.log_file})", file=sys.stderr, flush=True)
@@ -185,10 +183,6 @@ def cmd_bench(args) -> int:
     finally:
         if server is not None:
             server.stop()
-            if view != args.repository:
-                import shutil
-
-                shutil.rmtree(view, ignore_errors=True)
     print(
         f"\nbench: {args.protocol} at {url}, {len(texts)} distinct texts, {args.duration:g} s per row, "
         f"{os.cpu_count()} CPUs\n"

@@ -12,7 +12,7 @@ from ..client.readability import ReadabilityClient, parse_outputs
 from ..data import COMMONLIT_CSV, read_table
 from ..errors import CommandError
 from ..repository.assemble import assemble, served_bert
-from ..server.backends import servable
+from ..server.backends import check_servable
 from ..server.installation import native_backends
 from ..server.tritonserver import TritonServer
 from .common import progress
@@ -171,10 +171,9 @@ def cmd_demo(args) -> int:
     open(log_file, "w").close()
     server = TritonServer(args.repository, log_file=log_file)
     try:
-        served = servable(server, args.repository, lambda line: print(line, file=sys.stderr, flush=True))
+        check_servable(server, args.repository, lambda line: print(line, file=sys.stderr, flush=True))
     except ValueError as err:
         raise CommandError(str(err)) from None
-    server.repository = served
     print(
         f"profile {profile}: bert {served_bert(args.repository)}; starting tritonserver on 127.0.0.1 (http "
         f"{server.http_port}, grpc {server.grpc_port}); log: {log_file}",
@@ -189,10 +188,6 @@ def cmd_demo(args) -> int:
             scores = [client.score([text])[0] for text in DEMO_TEXTS]
     finally:
         code = server.stop()
-        if served != args.repository:
-            import shutil
-
-            shutil.rmtree(served, ignore_errors=True)
     print(
         f"\nScores from the 'readability' ensemble ({args.protocol}, profile {profile}, one request per text; "
         "higher = easier, CommonLit scale):\n"

@@ -16,7 +16,6 @@ flight, is unloaded and stopped, and what it left behind is removed.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import threading
 import time
@@ -28,7 +27,7 @@ from ..frontdoor.door import DEFAULT_MAX_REQUEST_BYTES
 from ..frontdoor.front import FrontDoor
 from ..repository.canary import Canary
 from .admin import ADMIN_HEADER, ADMIN_KEY_ENV
-from .backends import servable
+from .backends import check_servable
 from .health import Supervisor
 from .probes import health_endpoint
 from .processes import become_subreaper
@@ -106,8 +105,7 @@ class Service:
             home=o.tritonserver,
             cache_size=o.cache_size,
         )
-        served = servable(server, o.repository, self.say)
-        server.repository = served
+        check_servable(server, o.repository, self.say)
         canary = Canary.load(o.repository)
         supervisor = self.supervisor = Supervisor(
             server, interval=o.health_interval or 1.0, canary=canary, stall_timeout=o.stall_timeout, log=self.say
@@ -161,8 +159,6 @@ class Service:
                 probes.shutdown()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-            if served != o.repository:
-                shutil.rmtree(served, ignore_errors=True)
         return self._report(code, drained)
 
     def _announce(self, no_canary: bool, probes: bool) -> None:
