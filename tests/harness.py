@@ -25,24 +25,11 @@ from readability_triton.texts import to_rows
 _counter = itertools.count()
 
 
-@functools.lru_cache(maxsize=None)
 def model_config_pb2():
-    """Triton's ModelConfig proto module, from tritonclient. Where `tritonclient.grpc` cannot
-    be imported (its `__init__` needs rapidjson and raises RuntimeError without it: the GPU
-    kit's machine), the generated file is loaded on its own: it needs only protobuf."""
-    try:
-        from tritonclient.grpc import model_config_pb2 as module
-
-        return module
-    except Exception:  # noqa: BLE001 - RuntimeError from a missing rapidjson, not only ImportError
-        spec = importlib.util.find_spec("tritonclient")
-        if spec is None or not spec.submodule_search_locations:
-            raise ImportError("Triton's model_config proto needs the tritonclient wheel (and protobuf)") from None
-        path = os.path.join(list(spec.submodule_search_locations)[0], "grpc", "model_config_pb2.py")
-        loader = importlib.util.spec_from_file_location("_triton_model_config_pb2", path)
-        module = importlib.util.module_from_spec(loader)
-        loader.loader.exec_module(module)
-        return module
+    """Triton's ModelConfig proto module, as the configs are built with it (from tritonclient,
+    or its generated file alone where `tritonclient.grpc` cannot be imported: the GPU kit's
+    machine has no rapidjson)."""
+    return configs.model_config_module()
 
 
 def parse_config(path: str):

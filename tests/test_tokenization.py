@@ -376,6 +376,23 @@ def test_device_incompatibility(vocab_dir):
     assert "pre-tokenizer" in routing.device_incompatibility(other)
 
 
+def test_a_required_gpu_tokenizer_raises_instead_of_falling_back(vocab_dir, monkeypatch):
+    """READABILITY_TRITON_REQUIRE_GPU_TOKENIZER=1 (the GPU kit sets it): where the GPU path
+    would hand a GPU request to the CPU path, it raises, saying why."""
+    from tokenizers import pre_tokenizers
+
+    def unfit():  # a pre-tokenizer the GPU path cannot reproduce: it falls back on any machine
+        tok = WordPieceTokenizer.from_directory(vocab_dir, 16)  # its own: _tokenizer's are shared
+        tok.backend.pre_tokenizer = pre_tokenizers.Whitespace()
+        return tok
+
+    monkeypatch.delenv(wordpiece.REQUIRE_GPU_ENV, raising=False)
+    assert unfit().device_path(0) is None  # the CPU path, with a warning
+    monkeypatch.setenv(wordpiece.REQUIRE_GPU_ENV, "1")
+    with pytest.raises(RuntimeError, match="WordPiece would run on the CPU.*pre-tokenizer"):
+        unfit().gpu_support(0)
+
+
 # ------------------------------------------------------------- GPU == CPU
 
 
@@ -386,6 +403,7 @@ def test_gpu_equals_cpu(vocab_dir, commonlit, max_length):
 
     tok = WordPieceTokenizer.from_directory(vocab_dir, max_length)
     ok, reason = tok.gpu_support(cupy.cuda.Device().id)
+    assert ok, f"the GPU path fell back to the CPU: {reason}"
     texts = EDGE_CASES + long_texts(commonlit) + commonlit.texts
     ids, mask = tok.encode(texts, xp=cupy)
     assert isinstance(ids, cupy.ndarray) and isinstance(mask, cupy.ndarray)

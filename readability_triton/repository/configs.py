@@ -14,7 +14,10 @@ identical.
 
 from __future__ import annotations
 
+import functools
+import importlib.util
 import os
+import sys
 
 from .. import contracts as C
 from ..errors import AssemblyError
@@ -32,17 +35,52 @@ from .profiles import (
 )
 
 
+@functools.lru_cache(maxsize=None)
+def model_config_module():
+    """Triton's generated ModelConfig module, tritonclient's copy. Where `tritonclient.grpc`
+    does not import, whatever the error (its `__init__` raises RuntimeError without
+    rapidjson), the generated file is loaded on its own: it needs only protobuf."""
+    try:
+        from tritonclient.grpc import model_config_pb2
+
+        return model_config_pb2
+    except Exception as exc:  # noqa: BLE001 - RuntimeError, VersionError, ...: try the file alone
+        package = importlib.util.find_spec("tritonclient")
+        if package is None or not package.submodule_search_locations:
+            raise AssemblyError(
+                f"configs are built as Triton's ModelConfig proto, which comes with tritonclient ({exc}): "
+                "pip install 'readability-triton[client]'"
+            ) from None
+        first = exc
+    path = os.path.join(list(package.submodule_search_locations)[0], "grpc", "model_config_pb2.py")
+    already = sys.modules.get("tritonclient.grpc.model_config_pb2")  # imported before tritonclient.grpc failed
+    if already is not None:
+        return already
+    try:
+        spec = importlib.util.spec_from_file_location("_triton_model_config_pb2", path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"no module at {path}")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - e.g. protobuf's VersionError: name both failures
+        raise AssemblyError(
+            f"configs are built as Triton's ModelConfig proto: importing tritonclient.grpc failed "
+            f"({type(first).__name__}: {first}) and so did loading {path} alone ({type(exc).__name__}: {exc}); "
+            "install a tritonclient and the protobuf it was generated with: pip install 'readability-triton[client]'"
+        ) from None
+    return module
+
+
 def _proto():
-    """Triton's ModelConfig proto (tritonclient's copy) and protobuf's text and JSON formats."""
+    """Triton's ModelConfig proto (`model_config_module`) and protobuf's text and JSON formats."""
     try:
         from google.protobuf import json_format, text_format
-        from tritonclient.grpc import model_config_pb2
     except ImportError as exc:
         raise AssemblyError(
-            f"configs are built as Triton's ModelConfig proto, which comes with tritonclient ({exc}): "
+            f"configs are built as Triton's ModelConfig proto, which needs protobuf ({exc}): "
             "pip install 'readability-triton[client]'"
         ) from None
-    return model_config_pb2, json_format, text_format
+    return model_config_module(), json_format, text_format
 
 
 def _tensor(spec: C.TensorSpec) -> dict:
@@ -72,7 +110,7 @@ _HEADERS = {
     "over MAX_TEXT_BYTES, a text without words); passes TEXT on as VALID_TEXT.",
     C.PREPROCESS: "BERT WordPiece tokenization: TEXT -> INPUT_IDS, ATTENTION_MASK (CuPy/cuDF on a GPU "
     "instance, the tokenizers library on a CPU one).",
-    C.FEATURIZE: "The 207 readability features of ../shared/spec/features.md (CuPy on a GPU instance, "
+    C.FEATURIZE: "The 207 readability features of docs/features.md (CuPy on a GPU instance, "
     "NumPy on a CPU one).",
     C.POSTPROCESS: "SCORE = weighted mean of the branch scores (BERT_WEIGHT, FOREST_WEIGHT); also emits "
     "BERT_SCORE and FOREST_SCORE, so every ensemble output is a leaf.",

@@ -18,7 +18,7 @@ Two paths, one result:
   cannot match to the CPU path and writes their rows into the device result. Where CuPy
   is missing, or the tokenizer is not a BERT WordPiece pipeline the GPU path
   can reproduce, `encode(..., xp=cupy)` tokenizes on the CPU, uploads the result and logs
-  the reason once.
+  the reason once; with READABILITY_TRITON_REQUIRE_GPU_TOKENIZER=1 it raises instead.
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ from .files import SPECIAL_DEFAULTS, load_backend
 from .routing import DevicePath, device_incompatibility, device_vocabulary
 
 log = logging.getLogger(__name__)
+#: Set to 1 (the GPU kit does), a GPU request the GPU path cannot serve raises instead of
+#: falling back to the CPU path.
+REQUIRE_GPU_ENV = "READABILITY_TRITON_REQUIRE_GPU_TOKENIZER"
 
 
 # ------------------------------------------------------------- array assembly
@@ -181,6 +184,11 @@ class WordPieceTokenizer:
                 except Exception as exc:  # noqa: BLE001 - any failure means: use the CPU path
                     path, reason = None, f"building the cuDF tokenizer failed ({type(exc).__name__}: {exc})"
         if path is None:
+            if os.environ.get(REQUIRE_GPU_ENV) == "1":
+                raise RuntimeError(
+                    f"GPU {device_id}: WordPiece would run on the CPU, and {REQUIRE_GPU_ENV}=1 requires the GPU "
+                    f"path: {reason}"
+                )
             log.warning("GPU %d: WordPiece on the CPU (tokenizers), results uploaded to the GPU: %s", device_id, reason)
         self._device_paths[device_id] = path
         self._device_reasons[device_id] = reason

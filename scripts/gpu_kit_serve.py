@@ -1,0 +1,247 @@
+"""Phases 2a and 2 of the GPU kit: the carried numpy 1.x and CuPy 13 for the stub of the
+pytriton wheel's tritonserver (2a: unpacked, imported with the machine's torch, one kernel
+compiled), then that server on the `portable-gpu` repository (2)."""
+
+from __future__ import annotations
+
+import glob
+import importlib
+import json
+import os
+import shutil
+import sys
+import tarfile
+import tempfile
+import time
+
+from gpu_kit_common import CARRY, ROOT, SITE, TEXTS, Deadline, out_dir, run_for, say
+
+#: Set to 1, the GPU tokenizer raises where it would fall back to the CPU path
+#: (readability_triton.tokenizer.wordpiece): in the kit, a fallback is a failure.
+REQUIRE_GPU_TOKENIZER = "READABILITY_TRITON_REQUIRE_GPU_TOKENIZER"
+#: What phase 2 counts in the server log; the last two fail it (the second is what a GPU
+#: preprocess instance logs when it tokenizes on the CPU).
+LOG_COUNTED = ("Forcing CPU only", "CUDA IPC", "first inputs arrived", "not healthy", "tokenizes on the CPU")
+LOG_PROBLEMS = LOG_COUNTED[-2:]
+
+
+def extract(archive: str, into: str) -> None:
+    with tarfile.open(archive) as tar:
+        if hasattr(tarfile, "data_filter"):  # Python 3.12+ (and 3.10/3.11 security releases)
+            tar.extractall(into, filter="data")
+        else:
+            tar.extractall(into)
+
+
+def cuda_library_dirs(roots=None) -> list[str]:
+    """The folders holding NVRTC and the CUDA runtime: the NVIDIA wheels' `nvidia/*/lib`
+    (CUDA 13 puts them all in nvidia/cu13/lib) under `roots` (default sys.path), else a
+    CUDA toolkit's lib64. CuPy 13 finds libnvrtc.so.13 only through the loader's path."""
+    found: list[str] = []
+    for root in sys.path if roots is None else roots:
+        for lib in sorted(glob.glob(os.path.join(root or ".", "nvidia", "*", "lib"))):
+            if glob.glob(os.path.join(lib, "libnvrtc.so*")) or glob.glob(os.path.join(lib, "libcudart.so*")):
+                if os.path.realpath(lib) not in found:
+                    found.append(os.path.realpath(lib))
+    if not any(glob.glob(os.path.join(lib, "libnvrtc.so*")) for lib in found):
+        for toolkit in (os.environ.get("CUDA_PATH"), os.environ.get("CUDA_HOME"), "/usr/local/cuda"):
+            lib = os.path.join(toolkit or "", "lib64")
+            if toolkit and glob.glob(os.path.join(lib, "libnvrtc.so*")):
+                found.append(os.path.realpath(lib))
+                break
+    return found
+
+
+def stub_env(base=None, roots=None, site: bool = True) -> dict:
+    """The environment of phase 2's server, and so of its stubs (2a checks the same): the
+    carried numpy and CuPy first on PYTHONPATH (unless not `site`), then the checkout; NVRTC
+    and the CUDA runtime on LD_LIBRARY_PATH; the GPU tokenizer's CPU fallback refused."""
+
+    def joined(first, rest):
+        return os.pathsep.join(list(first) + [p for p in rest.split(os.pathsep) if p and p not in first])
+
+    env = dict(os.environ if base is None else base)
+    env["PYTHONPATH"] = joined([SITE, ROOT] if site else [ROOT], env.get("PYTHONPATH", ""))
+    env["LD_LIBRARY_PATH"] = joined(cuda_library_dirs(roots), env.get("LD_LIBRARY_PATH", ""))
+    env[REQUIRE_GPU_TOKENIZER] = "1"
+    return env
+
+
+#: Run with the stub's environment: the carried numpy and CuPy, one kernel compiled through
+#: NVRTC before torch is imported (torch would load NVRTC itself), then torch reads the
+#: result through DLPack. Prints {"numpy", "cupy", "kernel", "torch", "problems"} as JSON.
+_SITE_CHECK = """
+import json, os, sys
+site, gpu = os.path.realpath(sys.argv[1]), sys.argv[2] == "gpu"
+def carried(module):
+    return os.path.realpath(module.__file__).startswith(site + os.sep)
+out, problems = {}, []
+import numpy
+out["numpy"] = {"version": numpy.__version__, "carried": carried(numpy)}
+if not numpy.__version__.startswith("1."):
+    problems.append(f"numpy {numpy.__version__}: the stub needs numpy < 2")
+try:
+    import cupy
+except ImportError as exc:
+    cupy, out["cupy"] = None, f"missing ({exc})"
+    if gpu:
+        problems.append(f"no CuPy: {exc}")
+if cupy is not None:
+    out["cupy"] = {"version": cupy.__version__, "carried": carried(cupy)}
+if gpu:
+    for name in ("numpy", "cupy"):
+        if not isinstance(out[name], dict) or not out[name]["carried"]:
+            problems.append(f"{name} is not the carried one in {site}")
+if gpu and cupy is not None:
+    kernel = cupy.ElementwiseKernel("float32 x", "float32 y", "y = 2.0f * x + 1.0f", "readability_kit_phase_2a")
+    y = kernel(cupy.arange(1024, dtype=cupy.float32))
+    right = bool((cupy.asnumpy(y) == 2 * numpy.arange(1024, dtype=numpy.float32) + 1).all())
+    out["kernel"] = {"right": right, "nvrtc": list(cupy.cuda.nvrtc.getVersion())}
+    if not right:
+        problems.append("the compiled kernel computed a wrong result")
+import torch
+out["torch"] = {"version": torch.__version__, "cuda": torch.cuda.is_available()}
+if gpu and cupy is not None:
+    out["torch"]["dlpack"] = bool(torch.equal(torch.from_dlpack(y)[:3].cpu(), torch.tensor([1.0, 3.0, 5.0])))
+    if not out["torch"]["dlpack"]:
+        problems.append("torch read the CuPy array wrongly through DLPack")
+out["problems"] = problems
+print(json.dumps(out))
+"""
+
+
+def phase2a(result: dict, dry: bool, deadline: Deadline) -> None:
+    """Unpack numpy 1.x and CuPy 13 into SITE, and import them as the stub will (in a dry
+    run: unpack, then import this Python's numpy and torch)."""
+    archive = os.path.join(CARRY, "p2a", "site.tar.xz")
+    if not os.path.isfile(archive):
+        raise FileNotFoundError(f"no {archive}: run `python scripts/gpu_kit.py prepare` here and carry .gpu-check/p2a")
+    began = time.time()
+    os.makedirs(SITE, exist_ok=True)
+    extract(archive, SITE)
+    result.update(dry_run=dry, site=SITE, entries=sorted(os.listdir(SITE)), unpack_s=round(time.time() - began, 1))
+    env = stub_env(site=not dry)  # a dry run imports this Python's own: the site is built for the machine's
+    env["CUPY_CACHE_DIR"] = tempfile.mkdtemp(prefix="kit-cupy-cache-")  # compile for real, not from a cache
+    check = run_for(
+        [sys.executable, "-c", _SITE_CHECK, SITE, "cpu" if dry else "gpu"],
+        deadline.share("2a", "imports and a kernel"),
+        env=env,
+    )
+    result["ld_library_path"] = env["LD_LIBRARY_PATH"]
+    if check.returncode != 0:
+        result.update(ok=False, error=f"the import check failed (exit {check.returncode}): {check.stderr[-1500:]}")
+    else:
+        result["imports"] = json.loads(check.stdout.strip().splitlines()[-1])
+        result["ok"] = not result["imports"]["problems"]
+        if result["imports"]["problems"]:
+            result["error"] = "; ".join(result["imports"]["problems"])
+    say(f"== phase 2a: {result.get('imports') or result.get('error')}")
+
+
+def _post(url: str, body: dict, timeout: float) -> dict:
+    import urllib.request
+
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as reply:
+        return json.loads(reply.read())
+
+
+def _infer(http: str, texts, timeout: float = 60.0) -> dict:
+    body = {"inputs": [{"name": "TEXT", "datatype": "BYTES", "shape": [len(texts), 1], "data": list(texts)}]}
+    answer = _post(f"http://{http}/v2/models/readability/infer", body, timeout)
+    return {o["name"]: [float(v) for v in o["data"]] for o in answer["outputs"]}
+
+
+def _throughput(http: str, clients: int, seconds: float) -> dict:
+    """`clients` closed loops of one-text KServe JSON requests (urllib: nothing to install on
+    the GPU machine) on the package's one closed loop."""
+    from readability_triton.client import load
+
+    def work(client: int, i: int):
+        began = time.perf_counter()
+        try:
+            _infer(http, [TEXTS[(client + i) % len(TEXTS)]])
+        except Exception as exc:  # noqa: BLE001 - counted as an error
+            return load.Outcome(began, time.perf_counter() - began, "good", False, str(exc)[:200])
+        return load.Outcome(began, time.perf_counter() - began, "good", True)
+
+    outcomes = load.closed_loop(work, clients, seconds)
+    ok = [o for o in outcomes if o.ok]
+    p50 = load.percentiles([o.latency for o in ok], (50,))["p50"] if ok else None
+    return {"clients": clients, "texts_per_s": len(ok) / seconds, "p50_ms": p50, "errors": len(outcomes) - len(ok)}
+
+
+def log_counts(text: str) -> dict[str, int]:
+    return {needle: text.count(needle) for needle in LOG_COUNTED}
+
+
+def phase2(result: dict, dry: bool, deadline: Deadline) -> None:
+    """Serve the carried portable-gpu repository (KIND_CPU in a dry run) and compare its
+    scores with the CPU pipeline's; fills `result` (serve.json) as it goes."""
+    from readability_triton.repository import assemble as repository
+    from readability_triton.server.tritonserver import TritonServer
+    from readability_triton.stub.runtime import ARRIVALS_ENV
+
+    result.update(dry_run=dry, profile="portable-gpu" + (" (KIND_CPU: dry run)" if dry else ""))
+    p2b = os.path.join(CARRY, "p2b")
+    with open(os.path.join(p2b, "expected.json"), encoding="utf-8") as handle:
+        expected = json.load(handle)
+    work = tempfile.mkdtemp(prefix="readability-kit-")
+    repo = os.path.join(work, "repository")
+    shutil.copytree(os.path.join(p2b, "repository"), repo)
+    if dry:
+        repository.cpu_dry_run(repo)
+    else:
+        extract(os.path.join(p2b, "tritonserver.tar.xz"), SITE)  # SITE leads sys.path (see gpu_kit.main)
+        importlib.invalidate_caches()
+    arrivals = os.path.join(work, "arrivals")
+    os.makedirs(arrivals)
+    os.environ[ARRIVALS_ENV] = arrivals
+    log = os.path.join(out_dir(), "server.log")
+    server = TritonServer(repo, log_file=log, backend_dir=os.path.join(work, "backends"))
+    try:
+        server.start(timeout=deadline.share("2", "server start"))
+        got = _infer(server.http_url, expected["texts"], deadline.share("2", "scores"))
+        diffs = {
+            name: max(abs(a - b) for a, b in zip(got[name], expected[key]))
+            for name, key in (("SCORE", "score"), ("BERT_SCORE", "bert"), ("FOREST_SCORE", "forest"))
+        }
+        result["max_abs_diff_vs_cpu"] = diffs
+        result["scores_match"] = diffs["FOREST_SCORE"] == 0.0 and diffs["BERT_SCORE"] < 1e-4 and diffs["SCORE"] < 1e-4
+        each = min(5.0, deadline.share("2", "throughput") / 3)
+        if each >= 1:
+            result["throughput"] = [_throughput(server.http_url, c, each) for c in (1, 8, 32)]
+    finally:
+        if server.process is not None:
+            stop = max(10.0, deadline.share("2", "stop"))
+            result["stop_status"] = server.stop(timeout=stop, drain_timeout=min(20.0, stop / 3))
+        want = "cpu" if dry else "gpu"
+        devices = {}
+        for model in ("bert", "forest", "postprocess"):
+            path = os.path.join(arrivals, f"{model}.json")
+            devices[model] = json.load(open(path, encoding="utf-8")) if os.path.isfile(path) else None
+        result["input_devices"] = devices
+        result["inputs_on_expected_device"] = all(
+            d is not None
+            and all(c[want] >= 1 and c["cpu" if want == "gpu" else "gpu"] == 0 for c in d["inputs"].values())
+            for d in devices.values()
+        )
+        text = open(log, encoding="utf-8", errors="replace").read() if os.path.isfile(log) else ""
+        result["log"] = log_counts(text)
+    failed = [
+        f"the log says {needle!r} {result['log'][needle]} time(s)" for needle in LOG_PROBLEMS if result["log"][needle]
+    ]
+    failed += [] if result.get("scores_match") else ["the scores differ from the CPU pipeline's"]
+    failed += [] if result["inputs_on_expected_device"] else [f"not every input arrived on the {want.upper()}"]
+    result["ok"] = not failed
+    if failed:
+        result["error"] = "; ".join(failed)
+    say(
+        f"== phase 2: scores vs the CPU pipeline {result.get('max_abs_diff_vs_cpu')}; inputs on {want}: "
+        f"{result['inputs_on_expected_device']}; log {result['log']}"
+    )
+    for row in result.get("throughput", []):
+        say(
+            f"   {row['clients']:>3} clients: {row['texts_per_s']:.1f} texts/s, p50 {row['p50_ms']} ms, "
+            f"{row['errors']} errors"
+        )
