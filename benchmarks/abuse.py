@@ -2,7 +2,7 @@
 against the default `readability-triton serve` of a repository (a fresh serve per attack,
 so that restarts and memory are each attack's own).
 
-    python benchmarks/abuse.py --repository .cache/demo-repository            # the README's table
+    python benchmarks/abuse.py --repository .cache/demo-repository            # the table in docs/operations.md
     python benchmarks/abuse.py --repository REPO --short --json out.json      # what `make test` runs
 
 Each row: the honest clients' success rate and p99 latency, what the attack got, tritonserver

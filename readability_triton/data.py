@@ -1,4 +1,5 @@
-"""Reading CommonLit-style CSV files (`excerpt`, `target`) with clear errors.
+"""Reading CommonLit-style CSV files (`excerpt`, `target`) with clear errors, and the
+digests that identify a training set (`data_digest`) and its texts (`text_fingerprints`).
 
 Plain `csv` (no pandas) so that serving-side tools need nothing heavy. Every error says
 which file, which column or row, and what to do.
@@ -86,3 +87,28 @@ def read_table(path: str, column: str = "excerpt", target: str | None = None) ->
     if not texts:
         raise DataError(f"{path}: no data rows (only a header)")
     return Table(texts, targets if target else None, path)
+
+
+def data_digest(texts, targets) -> str:
+    """A SHA-256 of the training texts and targets, in order: out-of-fold predictions
+    recorded by different training commands can be combined only when it matches (and so
+    do the folds and the seed)."""
+    import hashlib
+    import json
+
+    digest = hashlib.sha256()
+    for text, target in zip(texts, targets, strict=True):
+        digest.update(
+            json.dumps(
+                [text if isinstance(text, str) else bytes(text).decode("utf-8", "replace"), float(target)]
+            ).encode("utf-8")
+        )
+    return digest.hexdigest()
+
+
+def text_fingerprints(texts) -> list[str]:
+    """A short hash (40 bits) of each text: recorded by the training commands so that
+    `train-blend` can tell texts the models saw from texts they did not."""
+    import hashlib
+
+    return [hashlib.sha256(t.encode("utf-8") if isinstance(t, str) else bytes(t)).hexdigest()[:10] for t in texts]

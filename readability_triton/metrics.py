@@ -1,8 +1,7 @@
-"""Accuracy: RMSE, out-of-fold predictions, and the report `evaluate` prints."""
+"""Accuracy: RMSE, the fitted blend, and the report `evaluate` prints (its picture too).
+The folds and the out-of-fold loop are `folds`'; the data's digests `data`'s."""
 
 from __future__ import annotations
-
-from typing import Callable
 
 import numpy as np
 
@@ -46,74 +45,6 @@ def mean_rmse(target) -> float:
     """The RMSE of the best constant: the targets' own mean."""
     target = np.asarray(target, dtype=np.float64)
     return rmse(np.full(len(target), target.mean() if len(target) else 0.0), target)
-
-
-def data_digest(texts, targets) -> str:
-    """A SHA-256 of the training texts and targets, in order: out-of-fold predictions
-    recorded by different training commands can be combined only when it matches (and so
-    do the folds and the seed)."""
-    import hashlib
-    import json
-
-    digest = hashlib.sha256()
-    for text, target in zip(texts, targets, strict=True):
-        digest.update(
-            json.dumps(
-                [text if isinstance(text, str) else bytes(text).decode("utf-8", "replace"), float(target)]
-            ).encode("utf-8")
-        )
-    return digest.hexdigest()
-
-
-def text_fingerprints(texts) -> list[str]:
-    """A short hash (40 bits) of each text: recorded by the training commands so that
-    `train-blend` can tell texts the models saw from texts they did not."""
-    import hashlib
-
-    return [hashlib.sha256(t.encode("utf-8") if isinstance(t, str) else bytes(t)).hexdigest()[:10] for t in texts]
-
-
-def check_folds(
-    folds: int, n: int | None, *, optional: bool = True, what: str = "--folds", error: type[Exception] = EvaluationError
-) -> int:
-    """`folds` for a K-fold cross-validation over `n` texts (None: not known yet): 2 to `n`,
-    or, where the cross-validation is `optional`, 0 or 1 to leave it out (returned as 0);
-    else `error`."""
-    if optional and folds in (0, 1):
-        return 0
-    if folds < 2 or (n is not None and folds > n):
-        span = f"2 to {n}" if n is not None else "2 or more"
-        raise error(f"{what} {folds}: cross-validation needs {span} folds" + (" (0 leaves it out)" if optional else ""))
-    return folds
-
-
-def fold_splits(n: int, folds: int, seed: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(train, held-out) index arrays of a shuffled K-fold split (scikit-learn's KFold)."""
-    from sklearn.model_selection import KFold
-
-    return list(KFold(folds, shuffle=True, random_state=seed).split(np.zeros(n)))
-
-
-def out_of_fold(
-    targets,
-    folds: int,
-    fit_predict: Callable[[np.ndarray, np.ndarray], np.ndarray],
-    seed: int = 0,
-    progress=None,
-    desc: str = "cross-validation",
-) -> tuple[np.ndarray, list[float]]:
-    """Out-of-fold predictions of a shuffled K-fold split, and the RMSE of each fold:
-    `fit_predict(train, held)` (index arrays) fits on `train` and returns the predictions
-    for `held`. The one K-fold loop of the project (forest, BERT, the demo's head)."""
-    y = np.asarray(targets, dtype=np.float64)
-    check_folds(folds, len(y), optional=False, what="folds")
-    oof = np.zeros(len(y), dtype=np.float64)
-    per_fold = []
-    splits = fold_splits(len(y), folds, seed)
-    for train, held in progress(splits, desc=desc, unit="fold") if progress else splits:
-        oof[held] = np.asarray(fit_predict(train, held), dtype=np.float64).reshape(-1)
-        per_fold.append(rmse(oof[held], y[held]))
-    return oof, per_fold
 
 
 def summarize(targets, predictions: dict[str, np.ndarray]) -> dict:

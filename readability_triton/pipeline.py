@@ -17,7 +17,7 @@ from contextlib import nullcontext
 import numpy as np
 
 from . import contracts
-from .bert.runner import RUNNERS
+from .bert.runner import bert_runner
 from .errors import EvaluationError
 from .features.runner import FeatureRunner
 from .forest.runner import GTILRunner
@@ -88,7 +88,7 @@ class Pipeline:
         runners: dict = {}
         if all(has["forest"]):
             verify_files(folder, manifest, FOREST_FILES)
-            runners["features"] = FeatureRunner.from_folder(folder)
+            runners["features"] = FeatureRunner.from_folder(folder, manifest=manifest)
             runners["forest"] = GTILRunner.from_folder(folder)
             if runners["forest"].n_features != runners["features"].n_features:
                 raise EvaluationError(
@@ -98,8 +98,8 @@ class Pipeline:
         if all(has["bert"]):
             chosen = choose_bert_format(folder, bert_format)
             verify_files(folder, manifest, [BERT_FORMATS[chosen]] + present(folder, TOKENIZER_FILES))
-            runners["tokenizer"] = TokenizerRunner.from_folder(folder, manifest.max_length)
-            runners["bert"] = RUNNERS[chosen].from_folder(folder)
+            runners["tokenizer"] = TokenizerRunner.from_folder(folder, manifest.max_length, manifest=manifest)
+            runners["bert"] = bert_runner(folder, bert_format=chosen)
         weights = weight_pair(bert_weight, forest_weight, EvaluationError) or manifest.blend_weights or (0.5, 0.5)
         return cls(weights=weights, **runners)
 

@@ -62,6 +62,9 @@ class Blender:
         self.weights = (float(bert_weight), float(forest_weight))
         self.xp = xp
 
+    def describe(self) -> str:
+        return f"SCORE = {self.weights[0]:g} BERT + {self.weights[1]:g} forest"
+
     def __call__(self, bert, forest):
         xp = self.xp
         return blend(bert, forest, *self.weights, xp=xp), bert.astype(xp.float32), forest.astype(xp.float32)

@@ -1,5 +1,5 @@
 """The checks every text gets before it is scored, in one place: the ensemble's `validate`
-step runs them on each request (`triton.requests.read_text_requests`), the in-process
+step runs them on each request (`stub.requests.read_text_requests`), the in-process
 pipeline on the texts it is given (`pipeline.Pipeline`). A text fails when it is
 over `max_text_bytes` bytes, is not valid UTF-8, or (`require_words`) holds no word.
 

@@ -159,7 +159,7 @@ def _counters(server) -> dict:
 
 
 def test_what_the_metrics_count_for_refused_requests(server):
-    """Pins what the README's metrics section says Triton 2.51 counts (an upgrade that
+    """Pins what docs/operations.md's metrics section says Triton 2.51 counts (an upgrade that
     changes it fails here, so the docs get updated): the ensemble counts successes
     exactly and each refused request as two failures; a Python model counts the requests
     it refuses as successes; the branches never see a refused request."""

@@ -210,17 +210,19 @@ def test_manifests_agree_with_each_other_and_with_the_image():
     assert "READABILITY_TRITON_ADMIN_KEY" not in dockerfile().split("\nENV ", 1)[1]  # never baked into the image
     assert {m["mountPath"] for m in main["volumeMounts"]} >= {"/models", "/dev/shm", "/tmp"}
     # Service, ServiceMonitor, NetworkPolicy: the container's named ports (the health port
-    # is the kubelet's, not the Service's).
+    # for Prometheus: the front door's metrics; the kubelet's probes need no Service).
     ports = {p["name"]: p["containerPort"] for p in main["ports"]}
     assert ports == {"http": 8000, "grpc": 8001, "metrics": 8002, "health": 8003}
     assert ports["health"] == int(dockerfile_env("READABILITY_TRITON_HEALTH_PORT"))
-    ports.pop("health")
     service = r["Service"]
     assert {p["name"]: p["targetPort"] for p in service["spec"]["ports"]} == {n: n for n in ports}
     assert service["spec"]["selector"].items() <= pod_labels(r).items()
     monitor = r["ServiceMonitor"]
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
-    assert [e["port"] for e in monitor["spec"]["endpoints"]] == ["metrics"]
+    assert [(e["port"], e["path"]) for e in monitor["spec"]["endpoints"]] == [
+        ("metrics", "/metrics"),
+        ("health", "/metrics"),
+    ]
     allowed = {p["port"] for rule in r["NetworkPolicy"]["spec"]["ingress"] for p in rule["ports"]}
     assert allowed == set(ports.values())
     # The HPA scales this Deployment on the metric the adapter rule serves.

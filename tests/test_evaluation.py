@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from harness import check_png, write_csv
 
-from readability_triton import metrics, scoring
+from readability_triton import folds, metrics, scoring
 from readability_triton.cli import main
 from readability_triton.errors import EvaluationError
 from readability_triton.features import Vocabulary, featurize
@@ -113,13 +113,13 @@ def test_out_of_fold_predictions_and_fold_rmses():
         assert not set(train.tolist()) & set(held.tolist())
         return np.full(len(held), y[train].mean())
 
-    oof, per_fold = metrics.out_of_fold(y, 5, fit_predict, seed=0)
+    oof, per_fold = folds.out_of_fold(y, 5, fit_predict, seed=0)
     assert len(per_fold) == 5 and set().union(*seen) == set(range(10))
     for held in seen:  # each text predicted by the mean of the others
         for i in held:
             assert oof[i] == pytest.approx(y[[j for j in range(10) if j not in held]].mean())
     with pytest.raises(EvaluationError, match="2 to 10 folds"):
-        metrics.out_of_fold(y, 11, fit_predict)
+        folds.out_of_fold(y, 11, fit_predict)
 
 
 def test_a_forest_only_set_gives_the_forest_branch(tiny_artifacts, tmp_path):

@@ -1,4 +1,4 @@
-"""Every rule of ../shared/spec/features.md, one test each, against `featurize` (and, where
+"""Every rule of docs/features.md, one test each, against `featurize` (and, where
 it helps, against the plain reference in features/reference.py, which the property tests
 then compare with `featurize` on random text)."""
 

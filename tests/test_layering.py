@@ -4,7 +4,7 @@
 - the serving side (the adapters in backends/ and everything they import) imports no
   training code, and runs with torch, scikit-learn and transformers absent;
 - no two modules import each other, directly or through others (imports inside
-  functions count too), and no two packages either;
+  functions count too), and no two packages either; nor do the scripts under scripts/;
 - no module imports another module's private name;
 - an import inside a function is only there to put off an optional heavy dependency
   (torch, CuPy, cuDF, ONNX Runtime, ...), never to dodge a cycle;
@@ -112,6 +112,47 @@ def test_the_serving_side_imports_no_training_code():
     assert not [m for m in reached if m == f"{PACKAGE}.cli" or m.startswith(f"{PACKAGE}.cli.")]
 
 
+def test_in_stub_code_imports_neither_server_nor_client_code():
+    """What runs inside Triton's python-backend stub (the adapters and `stub/`, and all they
+    import) needs none of the code that manages a server, assembles a repository, stands in
+    front of one or talks to one."""
+    adapters = [m for m in SOURCES if m.startswith("backends.") or m.startswith(f"{PACKAGE}.stub")]
+    outside = ("server", "client", "frontdoor", "repository", "cli")
+    reached = _closure(adapters)
+    assert not [m for m in reached if m.split(".")[1:2] and m.split(".")[1] in outside and m.startswith(PACKAGE)], (
+        sorted(m for m in reached if m.startswith(PACKAGE) and m.split(".")[1] in outside)
+    )
+
+
+def test_no_package_holds_more_than_a_fifth_of_the_library():
+    lines: dict[str, int] = {}
+    for module, path in SOURCES.items():
+        parts = module.split(".")
+        if parts[0] == PACKAGE and len(parts) > 1:
+            key = parts[1] if len(parts) > 2 or path.endswith("__init__.py") else "(top-level modules)"
+            lines[key] = lines.get(key, 0) + sum(1 for _ in open(path, encoding="utf-8"))
+    total = sum(lines.values())
+    assert max(lines.values()) <= 0.2 * total, {k: round(v / total, 3) for k, v in lines.items()}
+
+
+def test_the_cli_holds_no_server_lifecycle():
+    """The CLI parses and calls: no process of its own, no tritonserver started or stopped
+    by hand (`server.serve.Service` and `server.serve.local_server` do it)."""
+    offenders = []
+    for module, path in SOURCES.items():
+        if not module.startswith(f"{PACKAGE}.cli.") and module != f"{PACKAGE}.cli":
+            continue
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] + [getattr(node, "module", None) or ""]
+                if any(n in ("subprocess", "threading", "signal") or n.endswith("tritonserver") for n in names):
+                    offenders.append(f"{module}:{node.lineno} imports {', '.join(n for n in names if n)}")
+            elif isinstance(node, ast.Attribute) and node.attr in ("start", "stop") and isinstance(node.ctx, ast.Load):
+                offenders.append(f"{module}:{node.lineno} calls .{node.attr}")
+    assert not offenders, offenders
+
+
 def test_no_import_cycles():
     """(A package's __init__ importing its own submodules is not a cycle.)"""
     cycles = []
@@ -120,6 +161,44 @@ def test_no_import_cycles():
         if module in reach:
             cycles.append(module)
     assert not cycles, f"modules on an import cycle: {sorted(cycles)}"
+
+
+def _script_imports() -> dict[str, set[str]]:
+    """scripts/*.py: the other scripts each one imports (anywhere in its code), as a script
+    beside it (`import gpu_kit_common`) or through the folder (`from scripts import ...`)."""
+    folder = os.path.join(ROOT, "scripts")
+    names = {name[:-3] for name in os.listdir(folder) if name.endswith(".py")}
+    graph = {}
+    for name in names:
+        found = set()
+        for node in ast.walk(ast.parse(open(os.path.join(folder, f"{name}.py"), encoding="utf-8").read())):
+            if isinstance(node, ast.Import):
+                dotted = [alias.name.split(".") for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                module = (node.module or "").split(".")
+                dotted = [module + [alias.name] for alias in node.names] if module == ["scripts"] else [module]
+            else:
+                continue
+            found |= {parts[1] if parts[0] == "scripts" and len(parts) > 1 else parts[0] for parts in dotted}
+        graph[name] = (found & names) - {name}
+    return graph
+
+
+def test_no_import_cycles_among_the_scripts():
+    graph = _script_imports()
+    assert graph.get("gpu_kit"), "the GPU kit's modules import one another: this test must see them"
+
+    def reach(start):
+        seen, todo = set(), list(graph[start])
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo.extend(graph[name])
+        return seen
+
+    cycles = sorted(name for name in graph if name in reach(name))
+    assert not cycles, f"scripts on an import cycle: {cycles}"
 
 
 def _node(module: str) -> str:

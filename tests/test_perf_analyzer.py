@@ -66,6 +66,8 @@ def test_bench_runs_perf_analyzer_beside_its_own_loop(server, tmp_path):
             "bench",
             "--url",
             server.grpc_url,
+            "--protocol",
+            "grpc",
             "--concurrency",
             "1",
             "--duration",

@@ -1,4 +1,4 @@
-"""What every Python model runs on: reading requests (`triton.requests`), one pass and the
+"""What every Python model runs on: reading requests (`stub.requests`), one pass and the
 responses split back (`triton.responses`), request errors versus the server's."""
 
 from __future__ import annotations

@@ -259,3 +259,32 @@ def test_model_control_failures_are_server_errors(tmp_path):
     nobody = S.TritonServer(str(tmp_path), http_port=S.free_port(), admin_key="k")
     with pytest.raises(S.ServerError):
         nobody.model_states()
+
+
+def test_a_read_only_fil_checkpoint_is_served_from_a_copy(tiny_artifacts, tmp_path, monkeypatch):
+    """FIL r24.10 opens checkpoint.tl read-write: where the repository's copy is not
+    writable (a read-only image or volume), serve hands tritonserver a view whose forest
+    folder is a copy and whose other models are links; none where it is writable, or for a
+    Python forest."""
+    import os
+
+    from readability_triton import contracts as C
+    from readability_triton.repository import assemble as repository
+    from readability_triton.server.backends import writable_forest_view
+
+    cpu, portable = str(tmp_path / "cpu"), str(tmp_path / "portable")
+    repository.assemble(tiny_artifacts, cpu, "cpu")
+    repository.assemble(tiny_artifacts, portable, "portable")
+    assert writable_forest_view(cpu, str(tmp_path / "v0")) is None  # writable: served as it is
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: False if mode == os.W_OK else real_access(path, mode))
+    assert writable_forest_view(portable, str(tmp_path / "v1")) is None  # the Python forest reads it with GTIL
+    view = writable_forest_view(cpu, str(tmp_path / "v2"))
+    assert view == str(tmp_path / "v2") and sorted(os.listdir(view)) == sorted(C.ALL_MODELS)
+    for model in C.ALL_MODELS:
+        assert os.path.islink(os.path.join(view, model)) == (model != C.FOREST)
+    copied = os.path.join(view, C.FOREST, "1", "checkpoint.tl")
+    assert (
+        not os.path.islink(copied)
+        and open(copied, "rb").read() == open(os.path.join(cpu, C.FOREST, "1", "checkpoint.tl"), "rb").read()
+    )

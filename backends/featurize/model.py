@@ -16,7 +16,7 @@ class TritonPythonModel:
     def initialize(self, args):
         self.model = PythonModel(pb_utils, args)
         folder = self.model.artifacts(FeatureRunner.FILES)
-        self.runner = self.model.build(FeatureRunner.from_folder, folder, self.model.device)
+        self.runner = self.model.build(FeatureRunner.from_folder, folder, self.model.device, self.model.manifest)
         self.model.expect_dims({C.FEATURES: (self.runner.n_features,)}, "vocabulary.json")
         self.model.log(self.runner.describe())
 

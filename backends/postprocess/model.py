@@ -18,7 +18,7 @@ class TritonPythonModel:
         self.model = PythonModel(pb_utils, args, finite=True)
         weights = (self.model.float_parameter(C.BERT_WEIGHT, 0.5), self.model.float_parameter(C.FOREST_WEIGHT, 0.5))
         self.runner = Blender(*weights, xp=self.model.xp)
-        self.model.log(f"SCORE = {self.runner.weights[0]:g} BERT + {self.runner.weights[1]:g} forest")
+        self.model.log(self.runner.describe())
 
     def execute(self, requests):
         return self.model.execute(requests, self.runner)

@@ -19,7 +19,9 @@ class TritonPythonModel:
         length = self.model.int_parameter(C.MAX_LENGTH, C.DEFAULT_MAX_LENGTH, minimum=2)
         self.model.expect_dims({C.INPUT_IDS: (length,), C.ATTENTION_MASK: (length,)}, "parameter MAX_LENGTH")
         folder = self.model.artifacts((), optional=TokenizerRunner.FILES)
-        self.runner = self.model.build(TokenizerRunner.from_folder, folder, length, self.model.device)
+        self.runner = self.model.build(
+            TokenizerRunner.from_folder, folder, length, self.model.device, self.model.manifest
+        )
         self.model.log(self.runner.describe(), warn=self.model.device.is_gpu and not self.runner.on_gpu)
 
     def execute(self, requests):

@@ -8,13 +8,13 @@ unchanged: see the ensemble rules at `readability_triton.contracts.PARALLEL_STEP
 import triton_python_backend_utils as pb_utils
 
 from readability_triton.stub.runtime import PythonModel
-from readability_triton.texts import to_rows
+from readability_triton.texts import TextRows
 
 
 class TritonPythonModel:
     def initialize(self, args):
         self.model = PythonModel(pb_utils, args, require_words=True)
-        self.runner = to_rows
+        self.runner = TextRows()
 
     def execute(self, requests):
         return self.model.execute(requests, self.runner)

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..data import data_digest, text_fingerprints
 from ..errors import EvaluationError
 from ..layout import Manifest, load_manifest, update_manifest
-from ..metrics import data_digest, fit_blend, text_fingerprints
+from ..metrics import fit_blend
 from ..pipeline import Pipeline
 
 

@@ -44,6 +44,8 @@ from .verify import (
     verification_inputs,
 )
 
+log = logging.getLogger(__name__)
+
 #: The ONNX opset of the exported graph (ONNX Runtime 1.19.2, in Triton 24.10, reads up to 21).
 ONNX_OPSET = 18
 #: The newest ONNX IR version ONNX Runtime 1.19.2 (Triton 24.10) loads.
@@ -70,7 +72,6 @@ def export_torchscript(
     half: bool = False,
     batch_sizes=VERIFY_BATCH_SIZES,
     seed: int = 0,
-    log=None,
 ) -> dict:
     """Trace `module` (contract above), verify it, and write it to `out_path`.
 
@@ -80,7 +81,6 @@ def export_torchscript(
     the traced module differs by more than the tolerance; the saved file is loaded back
     with `torch.jit.load` and checked again before it replaces `out_path`.
     """
-    log = log or (lambda message: None)
     module = module.eval()
     reference = (reference if reference is not None else module).eval()
     fp32_reference = None
@@ -97,7 +97,7 @@ def export_torchscript(
     traced = trace(module, max_length, vocab_size, ids, seed)
     diffs = compare(traced, reference, max_length, vocab_size, ids, batch_sizes, seed=seed + 1)
     worst = max(diffs.values())
-    log(
+    log.info(
         f"traced in {time.perf_counter() - started:.1f} s; max |traced - eager| = {worst:.3g} "
         f"({'float16' if half else 'float32'}; batch sizes {', '.join(map(str, batch_sizes))})"
     )
@@ -124,11 +124,11 @@ def export_torchscript(
                 for b in batch_sizes
             )
         result["max_abs_diff_vs_float32"] = vs32
-        log(f"float16 module vs the float32 model: max |diff| = {vs32:.3g}")
+        log.info(f"float16 module vs the float32 model: max |diff| = {vs32:.3g}")
     pinned = device_constants(traced)
     result["device_constants"] = pinned
     if pinned:
-        log(
+        log.info(
             f"warning: the traced graph pins a device ({len(pinned)} constants, e.g. {pinned[0]}); "
             "it may only run on the device it was traced on"
         )
@@ -148,7 +148,7 @@ def export_torchscript(
         gpu = compare(on_gpu, gpu_reference, max_length, vocab_size, ids, batch_sizes[:2], seed=seed + 3, device="cuda")
         reference.to("cpu")
         result["cuda_max_abs_diff"] = max(gpu.values())
-        log(f"loaded on the GPU: max |traced - eager| = {result['cuda_max_abs_diff']:.3g}")
+        log.info(f"loaded on the GPU: max |traced - eager| = {result['cuda_max_abs_diff']:.3g}")
     result["bytes"] = os.path.getsize(out_path)
     return result
 
@@ -180,7 +180,6 @@ def export_onnx(
     batch_sizes=VERIFY_BATCH_SIZES,
     seed: int = 0,
     real_inputs=None,
-    log=None,
 ) -> dict:
     """Export `module` (the bert contract) to ONNX with `torch.onnx.export(dynamo=True)`,
     dynamic batch and length dimensions (length 2..max_length: `OnnxRunner` cuts a batch's
@@ -189,7 +188,6 @@ def export_onnx(
     random ids with padding, and on `real_inputs` (ids, mask) when given, padded and trimmed.
     Raises `ExportError`, writing nothing, when they differ by more than 1e-4 (float32)."""
     onnx, onnxruntime = _onnx_tools()
-    log = log or (lambda message: None)
     module = module.eval()
     reference = (reference if reference is not None else module).eval()
     example = verification_inputs(2, max_length, vocab_size, ids, torch.Generator().manual_seed(seed))
@@ -254,7 +252,7 @@ def export_onnx(
                 diff = (got - want.float()).abs().max().item()
                 diffs[name] = diff if math.isfinite(diff) else float("inf")
         worst = max(diffs.values())
-        log(
+        log.info(
             f"exported to ONNX (opset {ONNX_OPSET}) in {time.perf_counter() - started:.1f} s; max |ONNX Runtime - "
             f"eager| = {worst:.3g} (float32; batch sizes {', '.join(diffs)})"
         )
@@ -288,7 +286,6 @@ def export_checkpoint(
     max_length: int = contracts.DEFAULT_MAX_LENGTH,
     half: bool = False,
     tokenizer: str | None = None,
-    log=None,
     format: str = "onnx",
 ) -> dict:
     """`export-bert`: checkpoint folder -> verified `out_path` (ONNX or TorchScript) + tokenizer
@@ -302,7 +299,6 @@ def export_checkpoint(
             "--half exports float16 TorchScript; for FP16 with ONNX, export float32 and let TensorRT "
             "build an FP16 engine (`assemble --tensorrt`)"
         )
-    log = log or (lambda message: None)
     contracts.check_max_length(max_length, "--max-length", BertError)
     model = load_sequence_regressor(checkpoint)
     vocab_size = int(model.config.vocab_size)
@@ -325,7 +321,6 @@ def export_checkpoint(
             ids=ids,
             reference=EagerReference(model),
             real_inputs=real_inputs(tok),
-            log=log,
         )
     else:
         result = export_torchscript(
@@ -336,7 +331,6 @@ def export_checkpoint(
             ids=ids,
             reference=EagerReference(model),
             half=half,
-            log=log,
         )
         result["format"] = "torchscript"
     result["tokenizer_files"] = write_tokenizer(

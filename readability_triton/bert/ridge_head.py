@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DemoError
-from ..metrics import check_folds, mean_rmse, out_of_fold, rmse
+from ..folds import check_folds, out_of_fold
+from ..metrics import mean_rmse, rmse
 
 #: Ridge penalties tried (by generalised cross-validation) for the BERT head.
 RIDGE_ALPHAS = tuple(float(a) for a in np.logspace(-3, 4, 29))

@@ -170,8 +170,8 @@ class OnnxRunner:
             )
         try:
             import onnxruntime
-        except ImportError as exc:
-            raise ValueError(
+        except ImportError as exc:  # an ImportError still: `assemble` then takes the set's recorded canary
+            raise ImportError(
                 f"model.onnx needs ONNX Runtime in this environment ({exc}): pip install 'readability-triton[portable]'"
             ) from None
         self.threads = threads or (os.cpu_count() or 1)
@@ -223,9 +223,6 @@ class OnnxRunner:
         return scores
 
 
-RUNNERS: dict[str, type[OnnxRunner] | type[TorchScriptRunner]] = {"onnx": OnnxRunner, "torchscript": TorchScriptRunner}
-
-
 def bert_runner(
     folder: str, device: Device | str | None = None, bert_format: str | None = None, threads: int = 0, trim: bool = True
 ):
@@ -235,4 +232,4 @@ def bert_runner(
     chosen = choose_bert_format(folder, bert_format)
     if chosen == "onnx":
         return OnnxRunner.from_folder(folder, device, threads, trim)
-    return RUNNERS[chosen].from_folder(folder, device, threads)
+    return TorchScriptRunner.from_folder(folder, device, threads)

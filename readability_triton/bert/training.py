@@ -6,6 +6,7 @@ cross-validation. transformers is imported inside the functions that need it.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import time
@@ -15,9 +16,11 @@ import numpy as np
 import torch
 
 from .. import contracts
+from ..data import data_digest, text_fingerprints
 from ..errors import BertError
+from ..folds import check_folds, out_of_fold
 from ..layout import TRAINING_RECORD
-from ..metrics import check_folds, data_digest, out_of_fold, rmse, text_fingerprints
+from ..metrics import rmse
 from ..progress import no_progress
 from .checkpoint import (
     check_checkpoint_folder,
@@ -26,6 +29,8 @@ from .checkpoint import (
     write_tokenizer,
 )
 from .modules import encode_texts, length_batches
+
+log = logging.getLogger(__name__)
 
 
 def pick_device(name: str = "auto"):
@@ -116,9 +121,7 @@ def _fit(
     progress,
     desc,
     validation=None,
-    log=None,
 ):
-    log = log or (lambda message: None)
     n = len(input_ids)
     steps_per_epoch = math.ceil(n / batch_size)
     total = epochs * steps_per_epoch
@@ -154,7 +157,7 @@ def _fit(
                 val_ids, val_mask, val_y = validation
                 record["val_rmse"] = rmse(predict(model, val_ids, val_mask, batch_size * 2, device), val_y)
             history.append(record)
-            log(
+            log.info(
                 f"{desc} epoch {epoch + 1}/{epochs}: train MSE {record['train_mse']:.4f}"
                 + (f", held-out RMSE {record['val_rmse']:.4f}" if "val_rmse" in record else "")
             )
@@ -180,7 +183,6 @@ def train_bert(
     dropout: float | None = 0.0,
     device: str = "auto",
     progress=None,
-    log=None,
 ) -> dict:
     """`train-bert`: fine-tune `base` as a regressor (linear head, MSE, AdamW with weight
     decay, linear warm-up and decay). With `folds >= 2`, K-fold cross-validation first
@@ -188,7 +190,6 @@ def train_bert(
     trained on all the data. Returns the training record (also written to
     `out/training.json`)."""
     progress = progress or no_progress
-    log = log or (lambda message: None)
     if epochs < 1 or batch_size < 1 or lr <= 0 or weight_decay < 0 or not 0 <= warmup < 1:
         raise BertError(
             "--epochs and --batch-size must be at least 1, --lr positive, --weight-decay >= 0 and --warmup in [0, 1)"
@@ -220,7 +221,7 @@ def train_bert(
         "device": str(torch_device),
         "n_texts": len(texts),
     }
-    log(f"fine-tuning {base} on {len(texts)} texts ({torch_device}, max_length {max_length})")
+    log.info(f"fine-tuning {base} on {len(texts)} texts ({torch_device}, max_length {max_length})")
     record: dict = {"settings": settings, "data_digest": data_digest(texts, y), "texts_seen": text_fingerprints(texts)}
     started = time.perf_counter()
     if folds >= 2:
@@ -245,7 +246,6 @@ def train_bert(
                 progress=progress,
                 desc=f"fold {k + 1}/{folds}",
                 validation=(input_ids[held_t], attention_mask[held_t], y[held]),
-                log=log,
             )
             return predict(model, input_ids[held_t], attention_mask[held_t], batch_size * 2, torch_device)
 
@@ -253,7 +253,7 @@ def train_bert(
         record["fold_rmse"] = fold_rmse
         record["cv_rmse"] = rmse(oof, y)
         record["oof"] = [float(v) for v in oof]
-        log(f"{folds}-fold CV RMSE {record['cv_rmse']:.4f} (folds: {', '.join(f'{r:.4f}' for r in fold_rmse)})")
+        log.info(f"{folds}-fold CV RMSE {record['cv_rmse']:.4f} (folds: {', '.join(f'{r:.4f}' for r in fold_rmse)})")
     model = _new_model(base, seed, dropout, float(y.mean()), torch_device)
     record["history"] = _fit(
         model,
@@ -269,7 +269,6 @@ def train_bert(
         device=torch_device,
         progress=progress,
         desc="all data",
-        log=log,
     )
     record["train_rmse"] = rmse(predict(model, input_ids, attention_mask, batch_size * 2, torch_device), y)
     record["seconds"] = round(time.perf_counter() - started, 1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import sys
 
 from .. import __version__
@@ -31,12 +32,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def configure_logging(command: str) -> None:
+    """The library logs through `logging` (each module's logger); the command line prints
+    its INFO and above on stderr, `serve`'s lines named as serve's."""
+    handler = logging.StreamHandler(sys.stderr)
+    prefix = "readability-triton serve: " if command == "serve" else ""
+    handler.setFormatter(logging.Formatter(prefix + "%(message)s"))
+    root = logging.getLogger(__package__.rpartition(".")[0])
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO)
+    root.propagate = False
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    configure_logging(args.command)
     try:
         return int(args.func(args) or 0)
     except ReadabilityError as err:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -10,14 +11,13 @@ import sys
 from ..artifacts.corpus import default_texts
 from ..client import bench
 from ..data import read_table
-from ..errors import CommandError
+from ..errors import CommandError, ServerError
 from ..pipeline import Pipeline
 from ..repository.assemble import repository_pipeline, served_bert
-from ..server.backends import check_servable
 from ..server.health import check
-from ..server.tritonserver import TritonServer
+from ..server.serve import local_server
 from ..texts import as_utf8
-from .common import progress
+from .common import connection_arguments, progress, server_url
 
 
 def _ints(value: str, what: str) -> tuple[int, ...]:
@@ -43,9 +43,8 @@ def register(subparsers) -> None:
         "itself (--repository).",
     )
     target = p.add_mutually_exclusive_group(required=True)
-    target.add_argument("--url", help="a running server (HOST:PORT of --protocol)")
+    connection_arguments(p, target, "a running server")
     target.add_argument("--repository", metavar="DIR", help="an assembled repository to serve (portable profile)")
-    p.add_argument("--protocol", choices=("http", "grpc"), default="grpc")
     p.add_argument("--concurrency", default="1,4,16", help="concurrent clients, comma-separated (default 1,4,16)")
     p.add_argument("--texts-per-request", default="1", help="texts per request, comma-separated (default 1)")
     p.add_argument("--duration", type=float, default=10.0, help="seconds per row (default 10)")
@@ -120,29 +119,27 @@ def cmd_bench(args) -> int:
         raise CommandError(
             "--artifacts goes with --url: with --repository the in-process row runs the repository's own artifacts"
         )
-    server = None
-    try:
+    with contextlib.ExitStack() as stack:
         if args.repository:
             pipeline = repository_pipeline(args.repository)
-            server = TritonServer(
-                args.repository,
-                log_file=os.path.join(args.repository.rstrip("/") + ".bench.log"),
-                cache_size=args.cache_size,
-            )
-            try:
-                check_servable(server, args.repository, lambda line: print(line, file=sys.stderr, flush=True))
-            except ValueError as err:
-                raise CommandError(str(err)) from None
-            print(f"starting tritonserver on {args.repository} (log {server.log_file})", file=sys.stderr, flush=True)
             print(
                 f"served bert: {served_bert(args.repository)}; in process: {pipeline.bert.describe()}",
                 file=sys.stderr,
                 flush=True,
             )
-            server.start(timeout=300)
+            try:
+                server = stack.enter_context(
+                    local_server(
+                        args.repository,
+                        os.path.join(args.repository.rstrip("/") + ".bench.log"),
+                        cache_size=args.cache_size,
+                    )
+                )
+            except ServerError as err:
+                raise CommandError(str(err)) from None
             url = server.grpc_url if args.protocol == "grpc" else server.http_url
         else:
-            url = args.url
+            url = server_url(args)
             health = check(url, args.protocol, timeout=30.0)
             if not health.ok:
                 raise CommandError(
@@ -180,9 +177,6 @@ def cmd_bench(args) -> int:
         finally:
             if perf_input:
                 os.remove(perf_input)
-    finally:
-        if server is not None:
-            server.stop()
     print(
         f"\nbench: {args.protocol} at {url}, {len(texts)} distinct texts, {args.duration:g} s per row, "
         f"{os.cpu_count()} CPUs\n"

@@ -14,7 +14,7 @@ from ..errors import CommandError
 from ..metrics import plot_predictions, summarize
 from ..pipeline import Pipeline
 from ..scoring import weight_pair
-from .common import data_arguments, progress
+from .common import connection_arguments, data_arguments, progress
 
 
 def register(subparsers) -> None:
@@ -32,9 +32,8 @@ def register(subparsers) -> None:
     )
     source = p.add_mutually_exclusive_group(required=True)
     source.add_argument("--artifacts", metavar="DIR", help="artifact folder (build-demo, train-forest, export-bert)")
-    source.add_argument("--url", help="address of a running server (e.g. 127.0.0.1:8000 for http, :8001 for grpc)")
+    connection_arguments(p, source, "a running server to ask instead of --artifacts")
     data_arguments(p, what="CSV of texts the models were not trained on,")
-    p.add_argument("--protocol", choices=("http", "grpc"), default="http", help="with --url (default: http)")
     p.add_argument(
         "--bert-weight",
         type=float,

@@ -10,12 +10,11 @@ import sys
 from .. import contracts
 from ..client.readability import ReadabilityClient, parse_outputs
 from ..data import COMMONLIT_CSV, read_table
-from ..errors import CommandError
+from ..errors import CommandError, ServerError
 from ..repository.assemble import assemble, served_bert
-from ..server.backends import check_servable
 from ..server.installation import native_backends
-from ..server.tritonserver import TritonServer
-from .common import progress
+from ..server.serve import local_server
+from .common import connection_arguments, progress, protocol_argument, server_url
 from .training import ensure_demo_artifacts
 
 #: Texts of clearly different difficulty, written for this demo.
@@ -50,8 +49,7 @@ def register(subparsers) -> None:
     p.add_argument("--csv", dest="csv_path", metavar="FILE", help="CSV with a text column")
     p.add_argument("--column", default="excerpt", help="text column of --csv (default: excerpt)")
     p.add_argument("--out", metavar="FILE", help="write a CSV with the scores here")
-    p.add_argument("--url", default=None, help="server address (default 127.0.0.1:8000 http, :8001 grpc)")
-    p.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    connection_arguments(p)
     p.add_argument("--batch-size", type=int, default=BATCH_LIMIT, help=f"texts per request (at most {BATCH_LIMIT})")
     p.add_argument(
         "--outputs",
@@ -76,7 +74,7 @@ def register(subparsers) -> None:
         help="training CSV (default: the shared CommonLit data if present, else a generated corpus)",
     )
     p.add_argument("--bert", choices=("minilm", "tiny"), default="minilm")
-    p.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    protocol_argument(p)
     p.set_defaults(func=cmd_demo)
 
 
@@ -109,7 +107,7 @@ def cmd_score(args) -> int:
     except ValueError as err:
         raise CommandError(f"--outputs: {err}") from None
     texts = _read_texts(args)
-    url = args.url or ("127.0.0.1:8000" if args.protocol == "http" else "127.0.0.1:8001")
+    url = server_url(args)
     with ReadabilityClient(url, args.protocol, batch_size=args.batch_size) as client:
         if not client.ready():
             raise CommandError(
@@ -164,30 +162,21 @@ def cmd_demo(args) -> int:
     info = built.manifest.info
     # The CPU profile of a production deployment (bert on Triton's own onnxruntime backend)
     # where `make native-backends` built it here, else portable. Not for speed: on these 2
-    # cores portable, which cuts BERT's padding off, measured faster (README, "Measuring it").
+    # cores portable, which cuts BERT's padding off, measured faster (docs/performance.md).
     profile = "cpu" if native_backends() else "portable"
     assemble(args.artifacts, args.repository, profile, force=True)
     log_file = os.path.abspath(args.repository.rstrip("/") + ".server.log")
     open(log_file, "w").close()
-    server = TritonServer(args.repository, log_file=log_file)
+    print(f"profile {profile}: bert {served_bert(args.repository)}", file=sys.stderr, flush=True)
     try:
-        check_servable(server, args.repository, lambda line: print(line, file=sys.stderr, flush=True))
-    except ValueError as err:
+        with local_server(args.repository, log_file) as server:
+            url = server.http_url if args.protocol == "http" else server.grpc_url
+            with ReadabilityClient(url, args.protocol) as client:
+                client.score([DEMO_TEXTS[0]])  # warm-up: the first request pays one-time costs in each step
+                scores = [client.score([text])[0] for text in DEMO_TEXTS]
+    except ServerError as err:
         raise CommandError(str(err)) from None
-    print(
-        f"profile {profile}: bert {served_bert(args.repository)}; starting tritonserver on 127.0.0.1 (http "
-        f"{server.http_port}, grpc {server.grpc_port}); log: {log_file}",
-        file=sys.stderr,
-        flush=True,
-    )
-    server.start(timeout=300)
-    try:
-        url = server.http_url if args.protocol == "http" else server.grpc_url
-        with ReadabilityClient(url, args.protocol) as client:
-            client.score([DEMO_TEXTS[0]])  # warm-up: the first request pays one-time costs in each step
-            scores = [client.score([text])[0] for text in DEMO_TEXTS]
-    finally:
-        code = server.stop()
+    code = server.last_stop.get("exit_status")
     print(
         f"\nScores from the 'readability' ensemble ({args.protocol}, profile {profile}, one request per text; "
         "higher = easier, CommonLit scale):\n"

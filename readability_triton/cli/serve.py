@@ -15,6 +15,7 @@ from ..repository.profiles import DEFAULT_TENSORRT_CACHE, PROFILES
 from ..scoring import blend_weights
 from ..server.health import check
 from ..server.serve import ServeOptions, Service
+from .common import connection_arguments, server_url
 
 
 def register(subparsers) -> None:
@@ -182,8 +183,7 @@ def register(subparsers) -> None:
         "readiness (GET /livez or /readyz). Exit status 0 (healthy) or 1 (not), with one line "
         "that says why: usable as a Docker HEALTHCHECK or a Kubernetes exec probe.",
     )
-    p.add_argument("--url", default="127.0.0.1:8000", help="server address (default 127.0.0.1:8000)")
-    p.add_argument("--protocol", choices=("http", "grpc"), default="http")
+    connection_arguments(p)
     p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the answer (default 10)")
     p.add_argument(
         "--repository",
@@ -243,9 +243,6 @@ def cmd_assemble(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    def say(message: str) -> None:
-        print(f"readability-triton serve: {message}", file=sys.stderr, flush=True)
-
     options = ServeOptions(
         args.repository,
         http_port=args.http_port,
@@ -265,7 +262,7 @@ def cmd_serve(args) -> int:
         client_header=args.client_header,
     )
     try:
-        return Service(options, say).run()
+        return Service(options).run()
     except (ServerError, ValueError) as err:
         raise CommandError(str(err)) from None
 
@@ -289,7 +286,7 @@ def cmd_health(args) -> int:
     canary = Canary.load(args.repository) if args.repository else None
     if args.repository and canary is None:
         raise CommandError(f"{args.repository}: no recorded canary (readability/1/canary.json); assemble it again")
-    health = check(args.url, args.protocol, args.timeout, canary)
+    health = check(server_url(args), args.protocol, args.timeout, canary)
     if health.ok:
         print(f"healthy: {health.message}")
         return 0

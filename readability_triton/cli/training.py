@@ -18,7 +18,7 @@ from ..errors import CommandError
 from ..forest import training as F
 from ..forest.training import DEFAULTS as FOREST
 from ..layout import BERT_FORMATS
-from .common import data_arguments, log, progress
+from .common import data_arguments, progress
 
 
 def _quiet_transformers() -> None:
@@ -69,7 +69,6 @@ def cmd_train_forest(args) -> int:
         backend=args.backend,
         seed=args.seed,
         progress=progress,
-        log=log,
         n_estimators=args.n_estimators,
         max_depth=args.max_depth,
         max_features=args.max_features,
@@ -111,7 +110,6 @@ def cmd_train_bert(args) -> int:
         dropout=args.dropout,
         device=args.device,
         progress=progress,
-        log=log,
     )
     if "cv_rmse" in record:
         print(f"bert: {args.folds}-fold CV RMSE {record['cv_rmse']:.4f}")
@@ -138,7 +136,6 @@ def cmd_export_bert(args) -> int:
         max_length=args.max_length,
         half=args.half,
         tokenizer=args.tokenizer,
-        log=log,
         format=args.format,
     )
     note = " and manifest.json" if result["manifest"] else f" (no manifest.json: the artifact set names it {name})"
@@ -177,7 +174,7 @@ def ensure_demo_artifacts(out: str, data: str | None = None, bert: str = "minilm
     Returns `artifacts.demo.BuildResult`."""
 
     _quiet_transformers()
-    return build_demo(out, data=data, bert=bert, progress=progress, log=log, **options)
+    return build_demo(out, data=data, bert=bert, progress=progress, **options)
 
 
 def cmd_build_demo(args) -> int:

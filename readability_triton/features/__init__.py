@@ -1,4 +1,4 @@
-"""The 207 readability features of `../shared/spec/features.md`: the vocabulary, one
+"""The 207 readability features of `docs/features.md`: the vocabulary, one
 vectorized featurizer for NumPy and CuPy, and its runner.
 
 - `vocabulary.py`: `Vocabulary`, `build_vocabulary`, `word_counts`, feature names;

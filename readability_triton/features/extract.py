@@ -1,4 +1,4 @@
-"""The 207 readability features of `../shared/spec/features.md`, for NumPy and CuPy.
+"""The 207 readability features of `docs/features.md`, for NumPy and CuPy.
 
 - `featurize(texts, vocabulary, xp=None)`: a float32 array `(len(texts), 7 + 2n)`; `texts`
   are `str` or UTF-8 `bytes` (invalid UTF-8: ValueError naming the text's index); `xp` is

@@ -1,6 +1,6 @@
 """A plain, per-text reference of the readability features, written from the spec only.
 
-`../shared/spec/features.md` is the single definition; this module follows it sentence by
+`docs/features.md` is the single definition; this module follows it sentence by
 sentence, one code point at a time, with no cleverness and no NumPy in the logic (NumPy
 only builds the final float32 row). The vectorized `readability_triton.features` must
 equal it bit for bit; the benchmark measures it as the "plain per-text implementation".

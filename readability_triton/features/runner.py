@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ..device import Device, as_device
-from ..layout import MANIFEST, VOCABULARY, load_manifest
+from ..layout import MANIFEST, VOCABULARY, Manifest, load_manifest
 from .extract import featurize
 from .vocabulary import Vocabulary
 
@@ -22,12 +22,16 @@ class FeatureRunner:
         featurize(["warm up"], self.vocabulary, xp=self.xp)  # build the device tables now
 
     @classmethod
-    def from_folder(cls, folder: str, device: Device | str | None = None) -> "FeatureRunner":
-        """`vocabulary.json` in `folder`; when the folder has a manifest, its feature count
-        must be the vocabulary's."""
+    def from_folder(
+        cls, folder: str, device: Device | str | None = None, manifest: Manifest | None = None
+    ) -> "FeatureRunner":
+        """`vocabulary.json` in `folder`; when the folder has a manifest (`manifest`, where
+        the caller read it already), its feature count must be the vocabulary's."""
         vocabulary = Vocabulary.load(os.path.join(folder, VOCABULARY))
-        if os.path.isfile(os.path.join(folder, MANIFEST)):
-            recorded = load_manifest(folder).n_features
+        if manifest is None and os.path.isfile(os.path.join(folder, MANIFEST)):
+            manifest = load_manifest(folder)
+        if manifest is not None:
+            recorded = manifest.n_features
             if recorded != vocabulary.n_features:
                 raise ValueError(
                     f"manifest.json in {folder} says {recorded} features but {VOCABULARY} gives "

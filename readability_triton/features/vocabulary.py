@@ -1,4 +1,4 @@
-"""The feature vocabulary of `../shared/spec/features.md`: the n most frequent words (top),
+"""The feature vocabulary of `docs/features.md`: the n most frequent words (top),
 the n least frequent others (bottom) and the stop words, fitted on training texts and
 saved as `vocabulary.json`; and the names of the 7 + 2n features.
 """

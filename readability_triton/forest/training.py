@@ -24,6 +24,7 @@ forest's.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from dataclasses import dataclass
@@ -31,18 +32,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import contracts
+from ..data import data_digest, text_fingerprints
 from ..errors import ForestError
 from ..features import Vocabulary, build_vocabulary, featurize
+from ..folds import check_folds, out_of_fold
 from ..layout import CHECKPOINT, VOCABULARY, update_manifest
-from ..metrics import (
-    check_folds,
-    data_digest,
-    mean_rmse,
-    out_of_fold,
-    rmse,
-    text_fingerprints,
-)
+from ..metrics import mean_rmse, rmse
 from .checkpoint import gtil_predict, treelite_module
+
+log = logging.getLogger(__name__)
 
 #: Hyper-parameters of the forest (both libraries). max_features and min_samples_leaf
 #: were chosen by 5-fold CV on the CommonLit excerpts (see `train_forest`).
@@ -325,7 +323,6 @@ def train_forest(
     backend: str = "auto",
     seed: int = 0,
     progress=None,
-    log=None,
     data: dict | None = None,
     **params,
 ) -> dict:
@@ -335,7 +332,6 @@ def train_forest(
     `forest` section (with `data`, where the texts came from): the forest branch of an
     artifact set `assemble` accepts. Returns the training record (CV RMSE,
     hyper-parameters, checkpoint facts)."""
-    log = log or (lambda message: None)
     params = {**DEFAULTS, **{k: v for k, v in params.items() if v is not None}}
     check_params(**params)
     texts = list(texts)
@@ -355,14 +351,14 @@ def train_forest(
         "data_digest": data_digest(texts, y),
         "texts_seen": text_fingerprints(texts),
     }  # train-blend will not fit weights on these texts in-sample
-    log(
+    log.info(
         f"training a random forest ({backend}; {params['n_estimators']} trees, depth {params['max_depth']}) "
         f"on {len(texts)} texts"
     )
     if folds:
         cv = cross_validate(texts, y, folds, backend=backend, seed=seed, progress=progress, **params)
         record.update(cv)
-        log(
+        log.info(
             f"{folds}-fold CV RMSE {cv['cv_rmse']:.4f} (folds: {', '.join(f'{r:.4f}' for r in cv['fold_rmse'])}; "
             f"predicting the mean: {cv['mean_rmse']:.4f})"
         )
@@ -373,7 +369,7 @@ def train_forest(
     record["checkpoint"] = write_checkpoint(fitted, os.path.join(out_dir, CHECKPOINT))
     record["n_features"] = contracts.N_FEATURES
     record["seconds"] = round(time.perf_counter() - started, 1)
-    log(
+    log.info(
         f"wrote {CHECKPOINT} ({record['checkpoint']['num_tree']} trees, "
         f"{record['checkpoint']['num_feature']} features; Treelite {record['checkpoint']['treelite']}; "
         f"round trip max |diff| {record['checkpoint']['round_trip_max_abs_diff']:.2g}) and {VOCABULARY}"

@@ -23,10 +23,13 @@ more after the repair: a killed stub costs latency, not answers.
 from __future__ import annotations
 
 import asyncio
+import logging
 import math
 from typing import Any, Awaitable, Callable
 
 from .gate import UNIT, Gate, Refusal, Ticket
+
+log = logging.getLogger(__name__)
 
 #: Default largest request body or gRPC message: 64 texts of the largest text the steps
 #: accept (100,000 bytes), escaped as JSON, with room to spare.
@@ -56,14 +59,12 @@ class Door:
         max_wait: float = 10.0,
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         client_header: str | None = None,
-        log: Callable[[str], None] | None = None,
         on_dead_stub: Callable[[], None] | None = None,
     ):
         self.upstream_http, self.upstream_grpc = upstream_http, upstream_grpc
         self.address, self.http_port, self.grpc_port = address, http_port, grpc_port
         self.max_request_bytes = max_request_bytes
         self.client_header = client_header.lower() if client_header else None
-        self.log = log or (lambda message: None)
         #: Told (from the loop's thread) when an answer says a stub died: the supervisor then
         #: repairs at once. With it set, the front holds its queue until `resume()` (at most
         #: HOLD_LIMIT s) and sends each request that met the dead stub once more.
@@ -163,7 +164,7 @@ class Door:
         """A dead stub answered: send nothing more until the supervisor's repair is done."""
         assert self.loop is not None and self._running is not None
         if self._held_at is None:
-            self.log("front door: a request met a dead python-backend stub; holding the queue for the repair")
+            log.warning("front door: a request met a dead python-backend stub; holding the queue for the repair")
             self._held_at = self.loop.time()
             self.gate.pause()
             self._running.clear()
@@ -173,7 +174,7 @@ class Door:
 
     def _release_hold(self) -> None:
         if self._held_at is not None and self.loop is not None and self.loop.time() - self._held_at >= HOLD_LIMIT:
-            self.log(f"front door: no repair released the queue within {HOLD_LIMIT:g} s; sending again")
+            log.warning(f"front door: no repair released the queue within {HOLD_LIMIT:g} s; sending again")
             self._resume()
 
     async def _until_running(self) -> None:

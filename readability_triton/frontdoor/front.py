@@ -4,6 +4,7 @@ of `serve`)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from typing import Any, Awaitable, Callable
 
@@ -11,6 +12,8 @@ from ..errors import ServerError
 from .door import Door
 from .grpc_front import open_grpc
 from .http_front import open_http
+
+log = logging.getLogger(__name__)
 
 
 class FrontDoor(Door):
@@ -66,7 +69,7 @@ class FrontDoor(Door):
             try:
                 await close()
             except Exception as exc:  # noqa: BLE001 - closing the rest matters more
-                self.log(f"front door: closing: {type(exc).__name__}: {exc}")
+                log.warning(f"front door: closing: {type(exc).__name__}: {exc}")
         self._closers.clear()
 
     def stop(self) -> None:

@@ -215,12 +215,14 @@ def repository_pipeline(repo: str):
 
     post = read_config(os.path.join(repo, C.POSTPROCESS, "config.pbtxt"))
     weights = (float(post.parameters[C.BERT_WEIGHT].string_value), float(post.parameters[C.FOREST_WEIGHT].string_value))
-    max_length = M.load_manifest(folder(C.PREPROCESS)).max_length
+    tokenizer_manifest = M.load_manifest(folder(C.PREPROCESS))
     bert_format = "onnx" if os.path.isfile(os.path.join(folder(C.BERT), M.MODEL_ONNX)) else "torchscript"
     # a Python model cuts the padding off (OnnxRunner); Triton's onnxruntime backend runs what preprocess padded
     in_python = read_config(os.path.join(repo, C.BERT, "config.pbtxt")).backend == "python"
     return Pipeline(
-        tokenizer=TokenizerRunner.from_folder(folder(C.PREPROCESS), max_length),
+        tokenizer=TokenizerRunner.from_folder(
+            folder(C.PREPROCESS), tokenizer_manifest.max_length, manifest=tokenizer_manifest
+        ),
         bert=bert_runner(folder(C.BERT), bert_format=bert_format, threads=planned(C.BERT), trim=in_python),
         features=FeatureRunner.from_folder(folder(C.FEATURIZE)),
         forest=GTILRunner.from_folder(folder(C.FOREST), threads=planned(C.FOREST)),

@@ -110,8 +110,7 @@ _HEADERS = {
     "over MAX_TEXT_BYTES, a text without words); passes TEXT on as VALID_TEXT.",
     C.PREPROCESS: "BERT WordPiece tokenization: TEXT -> INPUT_IDS, ATTENTION_MASK (CuPy/cuDF on a GPU "
     "instance, the tokenizers library on a CPU one).",
-    C.FEATURIZE: "The 207 readability features of docs/features.md (CuPy on a GPU instance, "
-    "NumPy on a CPU one).",
+    C.FEATURIZE: "The 207 readability features of docs/features.md (CuPy on a GPU instance, NumPy on a CPU one).",
     C.POSTPROCESS: "SCORE = weighted mean of the branch scores (BERT_WEIGHT, FOREST_WEIGHT); also emits "
     "BERT_SCORE and FOREST_SCORE, so every ensemble output is a leaf.",
     C.BERT: "The fine-tuned BERT regressor ({format}).",

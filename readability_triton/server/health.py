@@ -37,6 +37,7 @@ repository) is the one repair.
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import re
 import threading
@@ -49,6 +50,8 @@ from ..client.readability import ReadabilityClient
 from ..errors import ClientError
 from ..repository.canary import CANARY, Canary
 from .processes import alive, instance_model, python_stubs, reap_zombies
+
+log = logging.getLogger(__name__)
 
 _DEAD_STUB = re.compile(r"Stub process '(.+?)_\d+_\d+' is not healthy")
 _probes = itertools.count(int(time.time()))
@@ -137,8 +140,8 @@ class Supervisor:
 
     Every `interval` seconds it checks the processes and the progress of the queues, and
     starts a canary inference unless one is still waiting for its answer (at most
-    `probe_timeout` s: under load the canary waits behind real work). `log(message)` gets
-    one line per event; `events` keeps (time, kind, message) for callers and tests."""
+    `probe_timeout` s: under load the canary waits behind real work). Each event is logged
+    (this module's logger) and kept in `events` as (time, kind, message)."""
 
     def __init__(
         self,
@@ -150,7 +153,6 @@ class Supervisor:
         stall_timeout: float = 120.0,
         drain_timeout: float = 10.0,
         start_timeout: float = 300.0,
-        log: Callable[[str], None] | None = None,
         hold: Callable[[], None] | None = None,
         release: Callable[[], None] | None = None,
     ):
@@ -162,7 +164,6 @@ class Supervisor:
         self.stall_timeout = stall_timeout
         self.drain_timeout = drain_timeout
         self.start_timeout = start_timeout
-        self.log = log or (lambda message: None)
         #: called before a repair and after it (serve's front door holds its queue meanwhile)
         self.hold, self.release = hold or (lambda: None), release or (lambda: None)
         self.events: list[tuple[float, str, str]] = []
@@ -184,7 +185,7 @@ class Supervisor:
     # -- events and status ----------------------------------------------------------
     def _event(self, kind: str, message: str) -> None:
         self.events.append((time.time(), kind, message))
-        self.log(message)
+        log.warning(message) if kind in ("unhealthy", "failed", "error", "still-unhealthy") else log.info(message)
 
     def url(self) -> str:
         return self.server.http_url if self.protocol == "http" else self.server.grpc_url

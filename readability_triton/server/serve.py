@@ -15,11 +15,16 @@ flight, is unloaded and stopped, and what it left behind is removed.
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
+import shutil
 import signal
+import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from typing import Iterator
 
 from .. import contracts as C
 from ..errors import ServerError
@@ -27,11 +32,13 @@ from ..frontdoor.door import DEFAULT_MAX_REQUEST_BYTES
 from ..frontdoor.front import FrontDoor
 from ..repository.canary import Canary
 from .admin import ADMIN_HEADER, ADMIN_KEY_ENV
-from .backends import check_servable
+from .backends import check_servable, writable_forest_view
 from .health import Supervisor
 from .probes import health_endpoint
 from .processes import become_subreaper
 from .tritonserver import TritonServer
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -69,13 +76,45 @@ def check_repository(repository: str) -> None:
         )
 
 
+def servable_repository(server: TritonServer, repository: str, stack: contextlib.ExitStack) -> None:
+    """Check that `server` has every backend `repository` needs (ServerError that says how
+    to get one that is missing) and point it at the repository, or at a view of it that
+    `stack` removes when FIL needs a writable copy of the forest (`writable_forest_view`)."""
+    try:
+        check_servable(server, repository)
+    except ValueError as err:
+        raise ServerError(str(err)) from None
+    view = writable_forest_view(repository, tempfile.mkdtemp(prefix="readability-triton-view-"))
+    if view is not None:
+        server.repository = view
+        stack.callback(shutil.rmtree, view, True)
+
+
+@contextlib.contextmanager
+def local_server(repository: str, log_file: str, cache_size: int = 0) -> Iterator[TritonServer]:
+    """A tritonserver on `repository` for a command's own use (`demo`, `bench --repository`):
+    on free ports of 127.0.0.1, checked for the backends it needs, started, and stopped on
+    the way out (its `last_stop` says how)."""
+    server = TritonServer(repository, log_file=log_file, cache_size=cache_size)
+    with contextlib.ExitStack() as stack:
+        servable_repository(server, repository, stack)
+        log.info(
+            f"starting tritonserver on 127.0.0.1 (http {server.http_port}, grpc {server.grpc_port}); log: {log_file}"
+        )
+        server.start(timeout=300)
+        try:
+            yield server
+        finally:
+            server.stop()
+
+
 class Service:
     """One `serve`: `run()` blocks until SIGTERM/SIGINT (or, without supervision, until the
-    server exits) and returns serve's exit status; `say(line)` gets every message."""
+    server exits) and returns serve's exit status; every message goes to this module's
+    logger (the CLI prints them)."""
 
-    def __init__(self, options: ServeOptions, say=print):
+    def __init__(self, options: ServeOptions):
         self.options = options
-        self.say = say
         self.server: TritonServer | None = None
         self.door: FrontDoor | None = None
         self.supervisor: Supervisor | None = None
@@ -105,10 +144,11 @@ class Service:
             home=o.tritonserver,
             cache_size=o.cache_size,
         )
-        check_servable(server, o.repository, self.say)
+        stack = contextlib.ExitStack()
+        servable_repository(server, o.repository, stack)
         canary = Canary.load(o.repository)
         supervisor = self.supervisor = Supervisor(
-            server, interval=o.health_interval or 1.0, canary=canary, stall_timeout=o.stall_timeout, log=self.say
+            server, interval=o.health_interval or 1.0, canary=canary, stall_timeout=o.stall_timeout
         )
         door = self.door = FrontDoor(
             server.http_url,
@@ -119,7 +159,6 @@ class Service:
             max_wait=o.max_wait,
             max_request_bytes=o.max_request_bytes,
             client_header=o.client_header,
-            log=self.say,
             on_dead_stub=supervisor.poke if o.health_interval > 0 else None,
         )
         supervisor.hold, supervisor.release = door.pause, door.resume
@@ -146,7 +185,7 @@ class Service:
         finally:
             supervisor.stop()
             if self.stopping:
-                self.say(
+                log.info(
                     f"stopping: refusing new requests and letting the accepted ones finish (at most "
                     f"{o.drain_timeout:g} s), then stopping tritonserver"
                 )
@@ -159,18 +198,19 @@ class Service:
                 probes.shutdown()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+            stack.close()
         return self._report(code, drained)
 
     def _announce(self, no_canary: bool, probes: bool) -> None:
         o, server = self.options, self.server
         assert server is not None
-        self.say(
+        log.info(
             f"serving {o.repository} on {o.address}: http {o.http_port}, grpc {o.grpc_port} (the front door: "
             f"an accepted request is answered within about {o.max_wait:g} s, bodies up to "
             f"{o.max_request_bytes} bytes), metrics {o.metrics_port}; tritonserver (pid {server.pid}) on "
             f"127.0.0.1 only; Ctrl-C stops it"
         )
-        self.say(
+        log.info(
             f"the model-repository, logging, trace and shared-memory APIs need the header '{ADMIN_HEADER}' with "
             f"the key in ${ADMIN_KEY_ENV}"
             + (
@@ -180,30 +220,30 @@ class Service:
             )
         )
         if no_canary:
-            self.say(
+            log.info(
                 "the repository holds no recorded canary (assemble it again with this version): the health "
                 "check can only see that SCORE is finite, not that it is right"
             )
         if probes:
-            self.say(f"GET /livez, /readyz, /healthz and /metrics on port {o.health_port}")
+            log.info(f"GET /livez, /readyz, /healthz and /metrics on port {o.health_port}")
 
     def _report(self, code: int | None, drained: dict) -> int:
         server = self.server
         assert server is not None
         report = server.last_stop
         if report.get("removed_shm"):
-            self.say(f"removed {len(report['removed_shm'])} /dev/shm segment(s) the server left behind")
+            log.info(f"removed {len(report['removed_shm'])} /dev/shm segment(s) the server left behind")
         if report.get("orphans"):
-            self.say(f"ended {len(report['orphans'])} process(es) the server left behind")
+            log.info(f"ended {len(report['orphans'])} process(es) the server left behind")
         if not self.stopping:
             raise ServerError(f"tritonserver exited on its own with status {code}")
         if drained and not drained.get("drained"):
-            self.say(
+            log.info(
                 f"the drain timeout passed with {drained.get('waiting')} texts waiting and "
                 f"{drained.get('inside')} inside tritonserver"
             )
         if report.get("leaked"):
-            self.say(
+            log.info(
                 "every step finished its requests, but the ensemble still held requests tritonserver 2.51 lost "
                 "track of: it was ended at once instead of after its exit timeout"
             )
@@ -218,5 +258,5 @@ class Service:
             )
             + ")"
         )
-        self.say(f"tritonserver stopped (status {code}){detail}")
+        log.info(f"tritonserver stopped (status {code}){detail}")
         return 0 if ok else 1

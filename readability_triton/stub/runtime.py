@@ -126,6 +126,7 @@ class PythonModel:
     tuple for several), in config order."""
 
     def __init__(self, pb_utils, args: dict, require_words: bool = False, finite: bool = False):
+        self.manifest: layout.Manifest | None = None  # set by artifacts()
         self.pb_utils = pb_utils
         self.args = args
         self.config = model_config(args)
@@ -185,9 +186,10 @@ class PythonModel:
 
     def artifacts(self, names, optional=()) -> str:
         """The version folder, after checking `names` (and the `optional` files present)
-        against the manifest there; see `checked_artifacts`."""
+        against the manifest there (`checked_artifacts`); the manifest, read once, is kept
+        as `manifest` for the runner's `from_folder`."""
         present = [n for n in optional if os.path.isfile(os.path.join(self.folder, n))]
-        folder, _ = checked_artifacts(self.args, list(names) + present)
+        folder, self.manifest = checked_artifacts(self.args, list(names) + present)
         return folder
 
     def expect_dims(self, dims: dict[str, tuple[int, ...]], why: str) -> None:
@@ -217,7 +219,7 @@ class PythonModel:
         the model's name."""
         try:
             return factory(*args, **kwargs)
-        except (ValueError, OSError) as err:
+        except (ValueError, OSError, ImportError) as err:
             raise ValueError(f"{self.name}: {err}") from None
 
     def log(self, message: str, warn: bool = False) -> None:

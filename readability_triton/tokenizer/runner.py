@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 
 from ..device import Device, as_device
-from ..layout import MANIFEST, TOKENIZER_FILES, load_manifest
+from ..layout import MANIFEST, TOKENIZER_FILES, Manifest, load_manifest
 from .wordpiece import WordPieceTokenizer
 
 
@@ -23,11 +23,15 @@ class TokenizerRunner:
         )
 
     @classmethod
-    def from_folder(cls, folder: str, max_length: int, device: Device | str | None = None) -> "TokenizerRunner":
-        """The tokenizer files in `folder`; when the folder has a manifest, `max_length` must
-        be the one the artifacts were built for."""
-        if os.path.isfile(os.path.join(folder, MANIFEST)):
-            built = load_manifest(folder).max_length
+    def from_folder(
+        cls, folder: str, max_length: int, device: Device | str | None = None, manifest: Manifest | None = None
+    ) -> "TokenizerRunner":
+        """The tokenizer files in `folder`; when the folder has a manifest (`manifest`, where
+        the caller read it already), `max_length` must be the one the artifacts were built for."""
+        if manifest is None and os.path.isfile(os.path.join(folder, MANIFEST)):
+            manifest = load_manifest(folder)
+        if manifest is not None:
+            built = manifest.max_length
             if built != max_length:
                 raise ValueError(
                     f"the artifacts in {folder} were built for max_length {built} (manifest.json), "
