@@ -30,6 +30,7 @@ import os
 import platform
 import time
 from dataclasses import asdict, dataclass, field
+from typing import Any, Mapping
 
 from . import __version__, contracts
 from .errors import ManifestError
@@ -234,7 +235,7 @@ def check_artifacts(directory: str, max_length: int | None = None, n_features: i
 
 
 def update_manifest(
-    directory: str, section: str, info: dict, max_length: int | None = None, key: str | None = None
+    directory: str, section: str, info: Mapping[str, Any], max_length: int | None = None, key: str | None = None
 ) -> Manifest:
     """Rewrite `directory/manifest.json` over the files present, keeping the other
     sections' training info (and the recorded max_length unless one is given); with `key`,

@@ -3,6 +3,8 @@ The folds and the out-of-fold loop are `folds`'; the data's digests `data`'s."""
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import numpy as np
 
 from .errors import EvaluationError
@@ -22,7 +24,31 @@ def rmse(prediction, target) -> float:
     return float(np.sqrt(np.mean((prediction - target) ** 2)))
 
 
-def fit_blend(bert, forest, target) -> dict:
+class BlendRecord(TypedDict, total=False):
+    """The fitted blend, as `manifest.json` records it (`info.blend`)."""
+
+    bert_weight: float
+    forest_weight: float
+    rmse: dict[str, float]  # bert, forest, score, score_at_0.5
+    n_texts: int
+    fitted_on: str  # train-blend: which predictions
+    data: dict  # train-blend: where the texts came from
+
+
+class AccuracyReport(TypedDict, total=False):
+    """`evaluate`'s report."""
+
+    texts: int
+    rmse: dict[str, float]  # by branch present
+    rmse_of_the_mean: float
+    best_bert_weight: float  # both branches present
+    rmse_at_best_weight: float
+    weights: dict[str, float]  # SCORE's weights, as served or as given: bert, forest
+    source: str  # the artifacts or the server asked
+    data: str  # the CSV
+
+
+def fit_blend(bert, forest, target) -> BlendRecord:
     """The SCORE weights that minimise the squared error of the blend on these
     predictions: non-negative least squares with the weights summing to 1, which for two
     branches is the least-squares BERT weight clipped to [0, 1]. With the RMSE of each
@@ -47,11 +73,11 @@ def mean_rmse(target) -> float:
     return rmse(np.full(len(target), target.mean() if len(target) else 0.0), target)
 
 
-def summarize(targets, predictions: dict[str, np.ndarray]) -> dict:
+def summarize(targets, predictions: dict[str, np.ndarray]) -> AccuracyReport:
     """RMSE of each branch present, the RMSE of the best constant (the targets' own mean)
     and, when both branches are there, the best blend weight on these texts."""
     targets = np.asarray(targets, dtype=np.float64)
-    report = {
+    report: AccuracyReport = {
         "texts": int(len(targets)),
         "rmse": {name: rmse(predictions[name], targets) for name in BRANCHES if name in predictions},
         "rmse_of_the_mean": mean_rmse(targets),

@@ -22,7 +22,7 @@ from served import assemble_portable, start_server
 from readability_triton import contracts as C
 from readability_triton.artifacts.corpus import generate_corpus
 from readability_triton.cli import main
-from readability_triton.client import bench
+from readability_triton.client import bench, perf
 
 
 def run(*argv):
@@ -182,14 +182,14 @@ printf 'Concurrency,Inferences/Second,p50 latency,p99 latency\n2,12.5,150000,300
 echo "Request count: 50"
 """)
     fake.chmod(0o755)
-    result = bench.perf_analyzer("127.0.0.1:1", "grpc", "in.json", clients=2, duration=2.0, binary=str(fake))
+    result = perf.perf_analyzer("127.0.0.1:1", "grpc", "in.json", clients=2, duration=2.0, binary=str(fake))
     tried = calls.read_text().splitlines()
     assert len(tried) == 2 and "--measurement-interval 2000" in tried[0] and "--measurement-interval 4000" in tried[1]
     assert result["texts_per_s"] == 12.5 and result["p50_ms"] == 150.0 and result["requests"] == 50
     assert "--measurement-interval 4000" in result["command"]
     calls.unlink()
     with pytest.raises(RuntimeError, match="status 2: .*stable measurement"):
-        bench.perf_analyzer("127.0.0.1:1", "grpc", "in.json", clients=2, duration=1.0, binary=str(fake))
+        perf.perf_analyzer("127.0.0.1:1", "grpc", "in.json", clients=2, duration=1.0, binary=str(fake))
     assert len(calls.read_text().splitlines()) == 2  # 1000 ms and 2000 ms: both unstable, no third try
 
 

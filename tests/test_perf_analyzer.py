@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from readability_triton.client import bench
+from readability_triton.client import perf
 
 pytestmark = pytest.mark.integration
 TEXTS = [f"Text number {i} is here. It has {'a few ' * (i % 5)}words and reads easily." for i in range(24)]
@@ -50,7 +50,7 @@ def input_data(tmp_path_factory):
 @pytest.mark.parametrize("protocol", ["grpc", "http"])
 def test_perf_analyzer_measures_the_ensemble_without_errors(server, input_data, protocol):
     url = server.grpc_url if protocol == "grpc" else server.http_url
-    result = bench.perf_analyzer(url, protocol, input_data, clients=2, duration=2.0, binary=_binary())
+    result = perf.perf_analyzer(url, protocol, input_data, clients=2, duration=2.0, binary=_binary())
     assert result["texts_per_s"] > 0 and result["requests"] > 0, result
     assert result["errors"] == 0 and result["p99_ms"] >= result["p50_ms"] > 0, result
 

@@ -18,7 +18,7 @@ import numpy as np
 from ..data import data_digest, text_fingerprints
 from ..errors import EvaluationError
 from ..layout import Manifest, load_manifest, update_manifest
-from ..metrics import fit_blend
+from ..metrics import BlendRecord, fit_blend
 from ..pipeline import Pipeline
 
 
@@ -48,7 +48,7 @@ def recorded_oof(manifest: Manifest, digest: str) -> tuple[np.ndarray, np.ndarra
     return np.asarray(bert_cv["oof"], np.float64), np.asarray(forest["oof"], np.float64)
 
 
-def fit_set_blend(folder: str, texts, targets, bert_format: str | None = None, progress=None) -> dict:
+def fit_set_blend(folder: str, texts, targets, bert_format: str | None = None, progress=None) -> BlendRecord:
     """The blend record for the set in `folder` (see the module doc): the weights, the
     RMSEs they were fitted with, and on what."""
     manifest = load_manifest(folder)
@@ -86,7 +86,7 @@ def fit_set_blend(folder: str, texts, targets, bert_format: str | None = None, p
 
 def train_blend(
     folder: str, texts, targets, bert_format: str | None = None, progress=None, data: dict | None = None
-) -> dict:
+) -> BlendRecord:
     """`train-blend`: `fit_set_blend`, recorded as the `blend` section of the set's
     manifest.json (with `data`, where the texts came from), where `assemble` reads it."""
     record = fit_set_blend(folder, texts, targets, bert_format=bert_format, progress=progress)

@@ -10,6 +10,8 @@ a `PooledRegressor` (encoder + pooling + head), which `export.export_torchscript
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 import numpy as np
 
 from ..errors import DemoError
@@ -20,7 +22,9 @@ from ..metrics import mean_rmse, rmse
 RIDGE_ALPHAS = tuple(float(a) for a in np.logspace(-3, 4, 29))
 
 
-def embed(encoder, input_ids, attention_mask, poolings=None, batch_size: int = 32, progress=None) -> dict:
+def embed(
+    encoder, input_ids, attention_mask, poolings=None, batch_size: int = 32, progress=None
+) -> dict[str, np.ndarray]:
     """Every text's pooled vector for each pooling (Hugging Face's own forward with the 2-D
     mask; length-sorted batches trimmed to their longest row)."""
     import torch
@@ -48,7 +52,21 @@ def embed(encoder, input_ids, attention_mask, poolings=None, batch_size: int = 3
     return out
 
 
-def select_head(pooled: dict, targets, folds: int = 5, seed: int = 0) -> dict:
+class HeadChoice(TypedDict):
+    """The ridge head `select_head` keeps: its pooling, its fit, and how it was chosen."""
+
+    pooling: str
+    cv_rmse: float
+    cv_rmse_by_pooling: dict[str, float]
+    folds: int
+    alpha: float
+    coef: np.ndarray
+    intercept: float
+    mean_rmse: float
+    oof: np.ndarray  # out-of-fold predictions of the chosen pooling
+
+
+def select_head(pooled: dict[str, np.ndarray], targets, folds: int = 5, seed: int = 0) -> HeadChoice:
     """K-fold CV RMSE of a ridge head on each pooling; the best one, refitted on all."""
     from sklearn.linear_model import RidgeCV
 
@@ -77,7 +95,7 @@ def select_head(pooled: dict, targets, folds: int = 5, seed: int = 0) -> dict:
     }
 
 
-def install_head(encoder, head: dict):
+def install_head(encoder, head: HeadChoice):
     """encoder + pooling + `nn.Linear` holding the ridge weights."""
     import torch
 

@@ -9,7 +9,7 @@ import os
 import sys
 
 from ..artifacts.corpus import default_texts
-from ..client import bench
+from ..client import bench, perf
 from ..data import read_table
 from ..errors import CommandError, ServerError
 from ..pipeline import Pipeline
@@ -159,7 +159,7 @@ def cmd_bench(args) -> int:
                 raise CommandError("--engine both: no perf_analyzer (scripts/perf_analyzer.sh puts it into the venv)")
             descriptor, perf_input = tempfile.mkstemp(prefix="perf-input-", suffix=".json")
             with os.fdopen(descriptor, "w", encoding="utf-8") as document:
-                json.dump(bench.perf_input(texts), document, ensure_ascii=False)
+                json.dump(perf.perf_input(texts), document, ensure_ascii=False)
         try:
             rows = bench.run(
                 url,
@@ -209,7 +209,7 @@ def cmd_perf_input(args) -> int:
         as_utf8(texts)
     except ValueError as err:
         raise CommandError(f"{args.data}: {err}") from None
-    document = bench.perf_input(texts)
+    document = perf.perf_input(texts)
     with open(args.out, "w", encoding="utf-8") as handle:
         json.dump(document, handle, ensure_ascii=False)
     print(

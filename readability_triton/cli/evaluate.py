@@ -11,7 +11,7 @@ from .. import contracts
 from ..client.readability import parse_outputs, served_predictions, served_weights
 from ..data import read_table
 from ..errors import CommandError
-from ..metrics import plot_predictions, summarize
+from ..metrics import AccuracyReport, plot_predictions, summarize
 from ..pipeline import Pipeline
 from ..scoring import weight_pair
 from .common import connection_arguments, data_arguments, progress
@@ -129,7 +129,7 @@ def cmd_evaluate(args) -> int:
     return 0
 
 
-def print_report(report: dict) -> None:
+def print_report(report: AccuracyReport) -> None:
     print(f"{report['texts']} texts of {report['data']}, scored by {report['source']}\n")
     print(f"{'':<8}  {'RMSE':>7}")
     labels = {"bert": "BERT", "forest": "forest", "score": "SCORE"}

@@ -225,5 +225,5 @@ def sigterm(target: Target, clients: int = 8, after: float = 5.0) -> Report:
         counts["exit_status"] = process.wait(timeout=120)
 
     report = beside_honest("sigterm", target, attack, work, honest_clients=clients)
-    report.attack_counts["cancelled"] = report.honest.pop("cancelled")
+    report.attack_counts["cancelled"] = report.honest["cancelled"] if report.honest else 0
     return report

@@ -14,16 +14,17 @@ row (the mean of the two), which gives the served/in-process ratio.
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from .. import contracts as C
 from ..progress import no_progress
 from .load import Outcome, closed_loop, percentiles
+from .perf import PerfAnalyzerRow, perf_analyzer
 from .readability import ThreadClients, text_input, triton_client
 
 #: The models whose statistics the breakdown shows, in the order of the graph.
@@ -43,7 +44,7 @@ class Row:
     models: dict[str, dict] = field(default_factory=dict)  # the per-model breakdown
     in_process_texts_per_s: float | None = None
     #: perf_analyzer's measurement of the same row, right after bench's (`--engine both`)
-    perf_analyzer: dict | None = None
+    perf_analyzer: PerfAnalyzerRow | None = None
 
     @property
     def served_vs_in_process(self) -> float | None:
@@ -51,7 +52,7 @@ class Row:
             return None
         return self.texts_per_s / self.in_process_texts_per_s
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
         out["served_vs_in_process"] = self.served_vs_in_process
         return out
@@ -242,79 +243,6 @@ def run(
     return rows
 
 
-def perf_input(texts) -> dict:
-    """perf_analyzer's --input-data document: one entry per text, the ensemble's TEXT as a
-    BYTES tensor of shape [1] (its documented layout)."""
-    return {"data": [{C.TEXT: {"content": [text], "shape": [1]}} for text in texts]}
-
-
-#: What perf_analyzer prints when no three windows agree (it then advises longer windows).
-UNSTABLE = "Failed to obtain stable measurement"
-
-
-def perf_analyzer(
-    url: str, protocol: str, input_data: str, clients: int, duration: float, binary: str = "perf_analyzer"
-) -> dict:
-    """One measurement by Triton's perf_analyzer: `clients` concurrent requests of one text
-    each (taken in turn from the `input_data` file) for windows of `duration` s, until three
-    agree within 25 % on throughput and average latency (at most 10 windows; its default
-    10 % is rarely met on 2 shared cores, and judging by p99 (`--percentile`) never was); where
-    even that fails, once more with windows twice as long, as perf_analyzer itself advises.
-    {"texts_per_s", "p50_ms", "p99_ms", "requests", "errors"} (from its CSV report)."""
-    import csv
-    import subprocess
-    import tempfile
-
-    with tempfile.TemporaryDirectory(prefix="perf-analyzer-") as tmp:
-        report = f"{tmp}/report.csv"
-        for window in (duration, duration * 2):  # unstable windows: once more, twice as long (its own advice)
-            command = [
-                binary,
-                "-m",
-                C.ENSEMBLE,
-                "-u",
-                url,
-                "-i",
-                protocol,
-                "--input-data",
-                input_data,
-                "--concurrency-range",
-                f"{clients}:{clients}",
-                "--measurement-interval",
-                str(int(window * 1000)),
-                "--stability-percentage",
-                "25",
-                "--max-trials",
-                "10",
-                "-f",
-                report,
-            ]
-            done = subprocess.run(command, capture_output=True, text=True, timeout=window * 22 + 120)
-            if done.returncode == 0 or UNSTABLE not in done.stdout + done.stderr:
-                break
-        if done.returncode != 0 or not os.path.isfile(report):
-            tail = (done.stdout + done.stderr).strip().splitlines()[-5:]
-            raise RuntimeError(f"perf_analyzer exited with status {done.returncode}: {' | '.join(tail)}")
-        with open(report, encoding="utf-8") as handle:
-            (row,) = list(csv.DictReader(handle))
-    requests = _count(done.stdout, "Request count")
-    return {
-        "texts_per_s": float(row["Inferences/Second"]),
-        "p50_ms": float(row["p50 latency"]) / 1e3,
-        "p99_ms": float(row["p99 latency"]) / 1e3,
-        "requests": requests,
-        "errors": _count(done.stdout, "Failed") if "Failed" in done.stdout else 0,
-        "command": " ".join(command),
-    }
-
-
-def _count(text: str, label: str) -> int:
-    import re
-
-    found = re.findall(rf"{label}: (\d+)", text)
-    return int(found[-1]) if found else 0
-
-
 def print_rows(rows: list[Row], out) -> None:
     print(
         f"{'texts/req':>9} {'clients':>7} {'texts/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'errors':>6} "
@@ -338,7 +266,8 @@ def print_rows(rows: list[Row], out) -> None:
             file=out,
         )
         for r in measured:
-            pa = r.perf_analyzer or {}
+            pa = r.perf_analyzer
+            assert pa is not None  # measured: the rows perf_analyzer ran for
             print(
                 f"{r.concurrency:>7} {pa['texts_per_s']:>8.1f} {pa['p50_ms']:>8.1f} {pa['p99_ms']:>8.1f} "
                 f"{pa['errors']:>6} {r.texts_per_s:>13.1f} {pa['texts_per_s'] / r.texts_per_s:>19.2f}",
@@ -442,7 +371,7 @@ def plot(rows: list[Row], path: str, title: str = "readability ensemble") -> Non
     plt.close(fig)
 
 
-def summary(rows: list[Row]) -> dict:
+def summary(rows: list[Row]) -> dict[str, Any]:
     return {
         "rows": [r.to_dict() for r in rows],
         "best_texts_per_s": max((r.texts_per_s for r in rows), default=None),

@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence, TypedDict
 
 from .. import contracts as C
 from .load import Outcome, percentiles, rss_by_process
@@ -37,7 +37,7 @@ class Target:
     key: str = ""
     process: subprocess.Popen | None = None
 
-    def status(self, timeout: float = 5.0) -> dict:
+    def status(self, timeout: float = 5.0) -> dict[str, Any]:
         """serve's /healthz (its JSON also when not ready); {} when it does not answer."""
         try:
             with urllib.request.urlopen(f"http://{self.health}/healthz", timeout=timeout) as reply:
@@ -80,7 +80,7 @@ class Report:
 
     attack: str
     seconds: float
-    honest: dict = field(default_factory=dict)  # requests, ok, success, p50_ms, p99_ms, errors
+    honest: HonestSummary | None = None
     attack_counts: dict = field(default_factory=dict)
     crashes: int = 0  # tritonserver processes that died (a new pid, or serve's restart count)
     restarts: int = 0
@@ -161,7 +161,19 @@ def first_line(exc: BaseException) -> str:
     return (text.splitlines()[0] if text else type(exc).__name__)[:200]
 
 
-def honest_summary(outcomes: Sequence[Outcome]) -> dict:
+class HonestSummary(TypedDict):
+    """What the honest clients of an attack saw."""
+
+    requests: int
+    ok: int
+    success: float
+    p50_ms: float
+    p99_ms: float
+    errors: dict[str, int]  # the four commonest, by message
+    cancelled: int
+
+
+def honest_summary(outcomes: Sequence[Outcome]) -> HonestSummary:
     outcomes = [o for o in outcomes if o.kind == "good"]
     cancelled = sum(1 for o in outcomes if not o.ok and "CANCELLED" in (o.error or ""))
     ok = [o for o in outcomes if o.ok]

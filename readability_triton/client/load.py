@@ -19,7 +19,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -192,7 +192,7 @@ def percentiles(latencies, qs=(50, 95, 99)) -> dict[str, float]:
     return {f"p{q}": float(np.percentile(values, q)) if values.size else float("nan") for q in qs}
 
 
-def summarize(outcomes: Sequence[Outcome], seconds: float, window: float = 15.0) -> dict:
+def summarize(outcomes: Sequence[Outcome], seconds: float, window: float = 15.0) -> dict[str, Any]:
     """Counts and failures by kind, and good-request latency (ms) in the first and the last
     `window` seconds."""
     good = [o for o in outcomes if o.kind == "good"]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, TypedDict
 
 from .gate import UNIT, Gate, Refusal, Ticket
 
@@ -40,6 +40,15 @@ EXPIRE_FACTOR = 2.0
 #: The longest the front door holds its queue on its own after a dead-stub answer, waiting
 #: for the supervisor's repair to release it.
 HOLD_LIMIT = 120.0
+
+
+class FrontDrain(TypedDict):
+    """What `Door.drain` saw: whether every accepted request was answered in time."""
+
+    drained: bool
+    waiting: float  # texts of work still waiting
+    inside: float  # texts of work still inside tritonserver
+    seconds: float
 
 
 class Door:
@@ -221,13 +230,13 @@ class Door:
     def resume(self) -> None:
         self._call(self._resume)
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         try:
             return self._call(self.gate.snapshot, timeout=2.0)
         except Exception:  # noqa: BLE001 - a status is never worth an exception
             return {}
 
-    def drain(self, timeout: float, reason: str = "shutting down") -> dict:
+    def drain(self, timeout: float, reason: str = "shutting down") -> FrontDrain:
         """Refuse new requests from now on and wait (at most `timeout` s) until every
         accepted one is answered. {"drained": bool, "waiting": n, "inside": n, "seconds": s}."""
         loop = self.loop

@@ -37,7 +37,7 @@ import itertools
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 #: Seconds over which the pipeline's rate (texts per busy second) is measured.
 WINDOW = 20.0
@@ -347,7 +347,7 @@ class Gate:
 
         return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": round(times[-1], 4)}
 
-    def snapshot(self) -> dict:
+    def snapshot(self) -> dict[str, Any]:
         """What the health endpoint shows."""
         return {
             "answer_seconds": self.answer_times(),

@@ -18,6 +18,7 @@ import functools
 import importlib.util
 import os
 import sys
+from typing import Any
 
 from .. import contracts as C
 from ..errors import AssemblyError
@@ -92,7 +93,7 @@ def _tensor(spec: C.TensorSpec) -> dict:
     }
 
 
-def ensemble_scheduling(wiring=C.SERIAL_STEPS) -> dict:
+def ensemble_scheduling(wiring=C.SERIAL_STEPS) -> dict[str, Any]:
     """The ensemble's `ensemble_scheduling` (as ModelConfig's JSON form) for `wiring` (steps
     as in `contracts.PARALLEL_STEPS`)."""
     return {
@@ -121,7 +122,7 @@ _HEADERS = {
 _BERT_FILES = {"onnx": "ONNX, 1/model.onnx", "torchscript": "TorchScript, 1/model.pt"}
 
 
-def tensorrt_optimization(max_length: int, max_batch: int, cache: str = DEFAULT_TENSORRT_CACHE) -> dict:
+def tensorrt_optimization(max_length: int, max_batch: int, cache: str = DEFAULT_TENSORRT_CACHE) -> dict[str, Any]:
     """The onnxruntime backend's TensorRT accelerator (ModelConfig's `optimization`, JSON
     form): FP16, an engine cache (the engine is built on the first request of each shape
     profile, then reused), and one profile for batches of 1 to `max_batch` texts of
@@ -243,7 +244,7 @@ def header(
     )
 
 
-def fil_io(contract: C.ModelContract) -> dict:
+def fil_io(contract: C.ModelContract) -> dict[str, Any]:
     """The forest's tensors on Triton's FIL backend, non-batching.
 
     FIL answers a regressor's `[N, 1]` as `[N]` (rapids-triton squeezes every dimension of

@@ -7,11 +7,27 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
-from typing import Any
+from typing import TypedDict
 
 from ..errors import ServerError
 from ..stub.admission import pending_requests
 from .admin import admin_headers
+
+
+class DrainReport(TypedDict, total=False):
+    """What `drain` did (and `stop`, which adds how the process ended: `last_stop`)."""
+
+    drained: bool
+    still_loaded: list[str]
+    leaked: bool  # only requests Triton 2.51 had lost track of were left
+    seconds: float
+    error: str
+    killed: bool
+    died: bool
+    exit_status: int | None
+    exit_seconds: float
+    orphans: list[int]
+    removed_shm: list[str]
 
 
 class ModelControl:
@@ -113,7 +129,7 @@ class ModelControl:
         except ServerError:
             return False
 
-    def drain(self, timeout: float | None = None, ensemble: str = "readability", abandon=()) -> dict:
+    def drain(self, timeout: float | None = None, ensemble: str = "readability", abandon=()) -> DrainReport:
         """Stop taking work and let the requests in flight finish, at most `timeout` s: unload
         the ensemble (new requests are refused with NOT_FOUND "has no available versions");
         once its requests in flight are answered it unloads, and then its steps are unloaded.
@@ -129,7 +145,7 @@ class ModelControl:
         timeout = self.drain_timeout if timeout is None else timeout
         started = time.monotonic()
         deadline = started + timeout
-        report: dict[str, Any] = {"drained": False}
+        report: DrainReport = {"drained": False}
         try:
             states = self.model_states()
             steps = self.ensemble_steps(ensemble) if states.get(ensemble) == "READY" else []
@@ -157,9 +173,11 @@ class ModelControl:
             report["error"] = str(err)
             return report
         report.update(
-            drained=not stuck,
-            still_loaded=stuck + leftover,
-            leaked=bool(leftover and not stuck),
-            seconds=round(time.monotonic() - started, 2),
+            DrainReport(
+                drained=not stuck,
+                still_loaded=stuck + leftover,
+                leaked=bool(leftover and not stuck),
+                seconds=round(time.monotonic() - started, 2),
+            )
         )
         return report

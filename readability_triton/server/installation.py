@@ -136,7 +136,7 @@ def _link(source: str, destination: str) -> None:
     os.symlink(source, destination)
 
 
-def server_environment(base: dict | None = None, home: str = "") -> dict:
+def server_environment(base: dict[str, str] | None = None, home: str = "") -> dict[str, str]:
     """The environment tritonserver runs in: the wheel's libraries and this Python's
     LIBDIR and `bin` first; for a tritonserver installed at `home` (an NGC image's
     /opt/tritonserver), its `lib`. (The native backends find their libraries through their

@@ -24,11 +24,11 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 from .. import contracts as C
 from ..errors import ServerError
-from ..frontdoor.door import DEFAULT_MAX_REQUEST_BYTES
+from ..frontdoor.door import DEFAULT_MAX_REQUEST_BYTES, FrontDrain
 from ..frontdoor.front import FrontDoor
 from ..repository.canary import Canary
 from .admin import ADMIN_HEADER, ADMIN_KEY_ENV
@@ -120,7 +120,7 @@ class Service:
         self.supervisor: Supervisor | None = None
         self.stopping: list[int] = []
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         """The supervisor's status, the front door's snapshot under "front"; not ready
         while stopping."""
         assert self.supervisor is not None
@@ -168,7 +168,7 @@ class Service:
         }
         watcher = threading.Thread(target=supervisor.run, daemon=True, name="supervisor")
         probes = None
-        drained: dict = {}
+        drained: FrontDrain | None = None
         try:
             if o.health_port:
                 probes = health_endpoint(o.health_port, self.status, o.address)
@@ -227,7 +227,7 @@ class Service:
         if probes:
             log.info(f"GET /livez, /readyz, /healthz and /metrics on port {o.health_port}")
 
-    def _report(self, code: int | None, drained: dict) -> int:
+    def _report(self, code: int | None, drained: FrontDrain | None) -> int:
         server = self.server
         assert server is not None
         report = server.last_stop
@@ -247,7 +247,7 @@ class Service:
                 "every step finished its requests, but the ensemble still held requests tritonserver 2.51 lost "
                 "track of: it was ended at once instead of after its exit timeout"
             )
-        ok = bool(report.get("drained")) and drained.get("drained", True)
+        ok = bool(report.get("drained")) and (drained is None or drained["drained"])
         detail = (
             ""
             if report.get("drained")

@@ -29,14 +29,13 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any
 
 from .. import threads
 from ..errors import ServerError
 from ..stub.admission import METRICS_URL_ENV
 from . import keyshim
 from .admin import ADMIN_KEY_ENV, admin_key_from_environment, restricted_api_args
-from .control import ModelControl
+from .control import DrainReport, ModelControl
 from .installation import (
     TRITON_HOME_ENV,
     native_backends,
@@ -94,7 +93,7 @@ class TritonServer(ModelControl):
     drain_timeout: float = 30.0  # seconds stop() waits for in-flight requests before SIGTERM
     process: subprocess.Popen | None = None  # set by start()
     shm_prefix: str = ""  # prefix of the python backend's /dev/shm segments (unique per server)
-    last_stop: dict[str, Any] = field(default_factory=dict)  # what the last stop() did
+    last_stop: DrainReport = field(default_factory=lambda: DrainReport())  # what the last stop() did
     admin_key: str = ""  # key of the restricted APIs (default: $READABILITY_TRITON_ADMIN_KEY or random)
     #: The largest file tritonserver and its stubs may write, in bytes (0: no limit). It caps
     #: each python-backend /dev/shm region, which grows to hold a request's inputs and never
@@ -318,7 +317,7 @@ class TritonServer(ModelControl):
         process = self.process
         if process is None:
             return None
-        report: dict[str, Any] = {"drained": False}
+        report: DrainReport = {"drained": False}
         started = time.monotonic()
         if process.poll() is None:
             # Under saturating load readiness can take seconds: wait as for a busy server.
@@ -343,7 +342,9 @@ class TritonServer(ModelControl):
                 report["killed"] = True
         else:
             code = process.returncode
-            report.update(killed=False, died=True, error=f"it had already exited on its own, {exit_words(code)}")
+            report.update(
+                DrainReport(killed=False, died=True, error=f"it had already exited on its own, {exit_words(code)}")
+            )
         report["orphans"] = kill_process_group(process.pid)
         left = self.leftover_shm()
         for name in left:
@@ -351,7 +352,9 @@ class TritonServer(ModelControl):
                 os.remove(os.path.join("/dev/shm", name))
             except OSError:
                 pass
-        report.update(exit_status=code, exit_seconds=round(time.monotonic() - started, 2), removed_shm=left)
+        report.update(
+            DrainReport(exit_status=code, exit_seconds=round(time.monotonic() - started, 2), removed_shm=left)
+        )
         self.last_stop = report
         return code
 

@@ -71,7 +71,7 @@ def checked_artifacts(args: dict, names) -> tuple[str, layout.Manifest | None]:
 # ----------------------------------------------------------------------- parameters
 
 
-def model_config(args: dict) -> dict:
+def model_config(args: dict) -> dict[str, Any]:
     config = args["model_config"]
     return json.loads(config) if isinstance(config, str) else config
 
