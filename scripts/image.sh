@@ -46,7 +46,7 @@ if [ -z "${BASE_IMAGE:-}" ]; then
     exit 2
   fi
   # 1. Debian bookworm (glibc 2.36), with the shared libpython3.11 the 3.11 stub links.
-  packages="python3,python3-pip,libpython3.11,ca-certificates"
+  packages="python3,python3-pip,libpython3.11,ca-certificates,libgomp1"
   mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
   base="readability-triton-bookworm:$(printf 'bookworm minbase %s' "$packages" | hash_of)"
   if ! docker image inspect "$base" >/dev/null 2>&1; then
@@ -58,16 +58,30 @@ if [ -z "${BASE_IMAGE:-}" ]; then
     tar -C "$root" -c . | docker import - "$base" >/dev/null
     rm -rf "$root"
   fi
-  # 2. The stand-in: the wheel's tritonserver on that base, in NVIDIA's layout.
+  # 2. The stand-in: the wheel's tritonserver on that base, in NVIDIA's layout, with the
+  #    ONNX Runtime and FIL backends `make native-backends` built (the PyTorch backend, with
+  #    its gigabyte of libtorch, stays out: the cpu image serves model.onnx).
   pytriton=$("$PY" -c 'import os, pytriton; print(os.path.dirname(pytriton.__file__))')
   version=$("$PY" -c 'from importlib import metadata; print(metadata.version("nvidia-pytriton"))')
-  BASE_IMAGE="readability-triton-standin:24.10-$( (cat deploy/standin/Dockerfile; echo "$base $version") | hash_of)"
+  native=${READABILITY_TRITON_NATIVE_BACKENDS:-$HOME/.cache/readability-triton/native-backends}
+  natives=()
+  for backend in onnxruntime fil; do
+    [ -d "$native/backends/$backend" ] && natives+=("$backend")
+  done
+  [ ${#natives[@]} -eq 2 ] || say "the stand-in gets no native backends (${natives[*]:-none} of onnxruntime, fil built: make native-backends); it serves the portable profile only"
+  natives_hash=$(for backend in "${natives[@]}"; do find -L "$native/backends/$backend" -type f ! -name 'libtritonserver*' -print0 | sort -z | xargs -0 sha256sum; done | hash_of)
+  BASE_IMAGE="readability-triton-standin:24.10-$( (cat deploy/standin/Dockerfile; echo "$base $version $natives_hash") | hash_of)"
   if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
     context="$CACHE/standin"
-    rm -rf "$context" && mkdir -p "$context"
+    rm -rf "$context" && mkdir -p "$context/native"
     cp deploy/standin/Dockerfile "$context/"
     cp -a "$pytriton/tritonserver" "$context/tritonserver"
     cp -a "$pytriton/../nvidia_pytriton.libs" "$context/libs"
+    for backend in "${natives[@]}"; do  # the files, not the links (libtritonserver.so is in /opt/tritonserver/lib)
+      mkdir -p "$context/native/$backend"
+      find -L "$native/backends/$backend" -maxdepth 1 -type f ! -name 'libtritonserver*' -exec cp -L {} "$context/native/$backend/" \;
+      (cd "$context/native/$backend" && for lib in libonnxruntime.so.*.*; do [ -f "$lib" ] && ln -sf "$lib" libonnxruntime.so.1 && ln -sf "$lib" libonnxruntime.so; done; true)
+    done
     say "building the stand-in base $BASE_IMAGE (nvidia-pytriton $version on $base) ..."
     docker build --network host --build-arg "BASE=$base" -t "$BASE_IMAGE" "$context" >"$CACHE/standin.log" 2>&1 \
       || { tail -30 "$CACHE/standin.log" >&2; exit 1; }
