@@ -42,15 +42,34 @@ FEATURES = "FEATURES"
 BERT_SCORE = "BERT_SCORE"
 FOREST_SCORE = "FOREST_SCORE"
 SCORE = "SCORE"
+#: The prediction interval around SCORE (`intervals`).
+SCORE_LOW = "SCORE_LOW"
+SCORE_HIGH = "SCORE_HIGH"
 #: The branch scores inside the ensemble (postprocess's inputs; see PARALLEL_STEPS).
 BERT_OUTPUT = "BERT_OUTPUT"
 FOREST_OUTPUT = "FOREST_OUTPUT"
+#: Each text's word count, featurize -> postprocess (the interval's length band).
+WORDS = "WORDS"
 #: preprocess's optional ordering input: in the serial wiring (SERIAL_STEPS) the forest's
 #: score is wired here so that the BERT branch starts when the forest branch has ended.
 #: preprocess ignores its value.
 AFTER = "AFTER"
+#: What postprocess answers: the score, the branch scores and the interval.
+SCORE_OUTPUTS = (SCORE, BERT_SCORE, FOREST_SCORE, SCORE_LOW, SCORE_HIGH)
+#: The classic readability formulas featurize answers beside FEATURES (docs/formulas.md).
+FORMULAS = (
+    "FLESCH_READING_EASE",
+    "FLESCH_KINCAID_GRADE",
+    "GUNNING_FOG",
+    "SMOG",
+    "COLEMAN_LIAU",
+    "ARI",
+    "DALE_CHALL",
+)
+#: The in-process pipeline's keys of the formulas (`pipeline.Pipeline`, `evaluate`).
+FORMULA_KEYS = tuple(name.lower() for name in FORMULAS)
 #: The ensemble's outputs, in the order the ensemble declares them.
-OUTPUTS = (SCORE, BERT_SCORE, FOREST_SCORE)
+OUTPUTS = SCORE_OUTPUTS + FORMULAS
 # The pytorch_libtorch and FIL backends name their tensors by position.
 INPUT_0 = "input__0"
 INPUT_1 = "input__1"
@@ -65,6 +84,12 @@ MAX_TEXT_BYTES = "MAX_TEXT_BYTES"
 MAX_LENGTH = "MAX_LENGTH"
 BERT_WEIGHT = "BERT_WEIGHT"
 FOREST_WEIGHT = "FOREST_WEIGHT"
+#: postprocess's interval (`intervals.IntervalParameters`); absent: the uncalibrated range.
+INTERVAL_LEVEL = "INTERVAL_LEVEL"
+INTERVAL_SIGMA = "INTERVAL_SIGMA"  # "a,b"
+INTERVAL_EDGES = "INTERVAL_EDGES"  # the word counts between the length bands
+INTERVAL_QUANTILES = "INTERVAL_QUANTILES"  # one per band
+INTERVAL_MIN_WORDS = "INTERVAL_MIN_WORDS"
 #: The threads of an instance's runtimes (`threads`: 0 = the instance's share of the cores).
 THREADS = "THREADS"
 #: validate's load shedding: refuse new requests while this many wait in the later steps'
@@ -133,10 +158,16 @@ def contracts(max_length: int = DEFAULT_MAX_LENGTH, n_features: int = N_FEATURES
             (ids(INPUT_IDS), ids(ATTENTION_MASK)),
         ),
         BERT: ModelContract(BERT, (ids(INPUT_0), ids(INPUT_1)), (score(OUTPUT_0),)),
-        FEATURIZE: ModelContract(FEATURIZE, (text,), (TensorSpec(FEATURES, "TYPE_FP32", (n_features,)),)),
+        FEATURIZE: ModelContract(
+            FEATURIZE,
+            (text,),
+            (TensorSpec(FEATURES, "TYPE_FP32", (n_features,)), score(WORDS), *(score(name) for name in FORMULAS)),
+        ),
         FOREST: ModelContract(FOREST, (TensorSpec(INPUT_0, "TYPE_FP32", (n_features,)),), (score(OUTPUT_0),)),
         POSTPROCESS: ModelContract(
-            POSTPROCESS, (score(BERT_OUTPUT), score(FOREST_OUTPUT)), tuple(score(name) for name in OUTPUTS)
+            POSTPROCESS,
+            (score(BERT_OUTPUT), score(FOREST_OUTPUT), score(WORDS)),
+            tuple(score(name) for name in SCORE_OUTPUTS),
         ),
     }
 
@@ -179,24 +210,24 @@ PARALLEL_STEPS = (
     (VALIDATE, {TEXT: TEXT}, {VALID_TEXT: VALID_TEXT}),
     (PREPROCESS, {TEXT: VALID_TEXT}, {INPUT_IDS: INPUT_IDS, ATTENTION_MASK: ATTENTION_MASK}),
     (BERT, {INPUT_0: INPUT_IDS, INPUT_1: ATTENTION_MASK}, {OUTPUT_0: BERT_OUTPUT}),
-    (FEATURIZE, {TEXT: VALID_TEXT}, {FEATURES: FEATURES}),
+    (FEATURIZE, {TEXT: VALID_TEXT}, {FEATURES: FEATURES, WORDS: WORDS, **{name: name for name in FORMULAS}}),
     (FOREST, {INPUT_0: FEATURES}, {OUTPUT_0: FOREST_OUTPUT}),
     (
         POSTPROCESS,
-        {BERT_OUTPUT: BERT_OUTPUT, FOREST_OUTPUT: FOREST_OUTPUT},
-        {SCORE: SCORE, BERT_SCORE: BERT_SCORE, FOREST_SCORE: FOREST_SCORE},
+        {BERT_OUTPUT: BERT_OUTPUT, FOREST_OUTPUT: FOREST_OUTPUT, WORDS: WORDS},
+        {name: name for name in SCORE_OUTPUTS},
     ),
 )
 SERIAL_STEPS = (
     (VALIDATE, {TEXT: TEXT}, {VALID_TEXT: VALID_TEXT}),
-    (FEATURIZE, {TEXT: VALID_TEXT}, {FEATURES: FEATURES}),
+    (FEATURIZE, {TEXT: VALID_TEXT}, {FEATURES: FEATURES, WORDS: WORDS, **{name: name for name in FORMULAS}}),
     (FOREST, {INPUT_0: FEATURES}, {OUTPUT_0: FOREST_OUTPUT}),
     (PREPROCESS, {TEXT: VALID_TEXT, AFTER: FOREST_OUTPUT}, {INPUT_IDS: INPUT_IDS, ATTENTION_MASK: ATTENTION_MASK}),
     (BERT, {INPUT_0: INPUT_IDS, INPUT_1: ATTENTION_MASK}, {OUTPUT_0: BERT_OUTPUT}),
     (
         POSTPROCESS,
-        {BERT_OUTPUT: BERT_OUTPUT, FOREST_OUTPUT: FOREST_OUTPUT},
-        {SCORE: SCORE, BERT_SCORE: BERT_SCORE, FOREST_SCORE: FOREST_SCORE},
+        {BERT_OUTPUT: BERT_OUTPUT, FOREST_OUTPUT: FOREST_OUTPUT, WORDS: WORDS},
+        {name: name for name in SCORE_OUTPUTS},
     ),
 )
 

@@ -7,6 +7,7 @@ from typing import TypedDict
 
 import numpy as np
 
+from .contracts import FORMULA_KEYS
 from .errors import EvaluationError
 from .scoring import best_bert_weight, blend
 
@@ -46,6 +47,29 @@ class AccuracyReport(TypedDict, total=False):
     weights: dict[str, float]  # SCORE's weights, as served or as given: bert, forest
     source: str  # the artifacts or the server asked
     data: str  # the CSV
+    interval: dict  # the interval's level and its coverage by length band (`intervals.coverage_by_band`)
+    formulas: dict[str, float]  # each formula's Spearman correlation with the targets
+
+
+def spearman(a, b) -> float:
+    """Spearman's rank correlation (ties get their mean rank); NaN where either is constant."""
+
+    def ranks(values):
+        x = np.asarray(values, dtype=np.float64).reshape(-1)
+        order = np.argsort(x, kind="stable")
+        sorted_x = x[order]
+        first = np.r_[True, sorted_x[1:] != sorted_x[:-1]]
+        group = np.cumsum(first) - 1
+        starts = np.flatnonzero(first)
+        ends = np.r_[starts[1:], len(x)]
+        out = np.empty(len(x))
+        out[order] = ((starts + ends - 1) / 2.0)[group]
+        return out
+
+    ra, rb = ranks(a), ranks(b)
+    if ra.std() == 0 or rb.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(ra, rb)[0, 1])
 
 
 def fit_blend(bert, forest, target) -> BlendRecord:
@@ -82,6 +106,9 @@ def summarize(targets, predictions: dict[str, np.ndarray]) -> AccuracyReport:
         "rmse": {name: rmse(predictions[name], targets) for name in BRANCHES if name in predictions},
         "rmse_of_the_mean": mean_rmse(targets),
     }
+    formulas = {name: spearman(predictions[name], targets) for name in FORMULA_KEYS if name in predictions}
+    if formulas:
+        report["formulas"] = formulas
     if "bert" in predictions and "forest" in predictions:
         w = best_bert_weight(predictions["bert"], predictions["forest"], targets)
         report["best_bert_weight"] = w

@@ -1,8 +1,9 @@
 """What the served ensemble computes, in process: `Pipeline.from_folder(artifacts)(texts)`.
 
 The same runners the Python models run (`TokenizerRunner` + the ONNX or TorchScript
-runner for the BERT branch, `FeatureRunner` + `GTILRunner` for the forest branch), the `validate` step's
-checks first, and `postprocess`'s blend. Every file used is checked against
+runner for the BERT branch, `FeaturizeRunner` (features, word counts, formulas) +
+`GTILRunner` for the forest branch), the `validate` step's checks first, and
+`postprocess`'s blend and interval. Every file used is checked against
 `manifest.json`. A set from `train-forest` alone (no BERT model) gives the forest branch
 only, and one with only the BERT model and its tokenizer the BERT branch only; half a
 branch is refused. `evaluate --artifacts`, `bench` (the in-process row) and the tests'
@@ -19,8 +20,9 @@ import numpy as np
 from . import contracts
 from .bert.runner import bert_runner
 from .errors import EvaluationError
-from .features.runner import FeatureRunner
+from .features.runner import FeaturizeRunner
 from .forest.runner import GTILRunner
+from .intervals import for_blend
 from .layout import (
     BERT_FORMATS,
     FOREST_FILES,
@@ -38,14 +40,16 @@ from .tokenizer.runner import TokenizerRunner
 from .validation import checked_texts
 
 BRANCHES = ("bert", "forest", "score")
+#: The formulas' keys, where the set has the forest branch (the featurize step computes them).
+FORMULA_KEYS = contracts.FORMULA_KEYS
 
 
 class Pipeline:
     """The branches present in an artifact set, and SCORE when both are (see the module doc)."""
 
-    def __init__(self, tokenizer=None, bert=None, features=None, forest=None, weights=(0.5, 0.5)):
+    def __init__(self, tokenizer=None, bert=None, features=None, forest=None, weights=(0.5, 0.5), interval=None):
         self.tokenizer, self.bert, self.features, self.forest = tokenizer, bert, features, forest
-        self.blender = Blender(*weights)
+        self.blender = Blender(weights[0], weights[1], interval=interval)
         self.weights = blend_weights(*weights)  # normalised to sum 1
 
     @classmethod
@@ -88,7 +92,7 @@ class Pipeline:
         runners: dict = {}
         if all(has["forest"]):
             verify_files(folder, manifest, FOREST_FILES)
-            runners["features"] = FeatureRunner.from_folder(folder, manifest=manifest)
+            runners["features"] = FeaturizeRunner.from_folder(folder, manifest=manifest)
             runners["forest"] = GTILRunner.from_folder(folder)
             if runners["forest"].n_features != runners["features"].n_features:
                 raise EvaluationError(
@@ -101,7 +105,8 @@ class Pipeline:
             runners["tokenizer"] = TokenizerRunner.from_folder(folder, manifest.max_length, manifest=manifest)
             runners["bert"] = bert_runner(folder, bert_format=chosen)
         weights = weight_pair(bert_weight, forest_weight, EvaluationError) or manifest.blend_weights or (0.5, 0.5)
-        return cls(weights=weights, **runners)
+        interval = for_blend(manifest.info.get("interval"), weights)
+        return cls(weights=weights, interval=interval, **runners)
 
     @property
     def branches(self) -> tuple[str, ...]:
@@ -116,14 +121,16 @@ class Pipeline:
         progress=None,
         validate: bool = True,
     ) -> dict[str, np.ndarray]:
-        """float32 predictions by branch ("bert", "forest", "score" when both), texts in
-        batches of `batch_size`. With `validate`, a text the served ensemble would refuse
+        """float32 predictions by branch ("bert", "forest"; "score", "low" and "high" when
+        both: the blend and its interval, as postprocess answers them; with the forest, the
+        seven formulas, FORMULA_KEYS, as featurize answers them), texts in batches of
+        `batch_size`. With `validate`, a text the served ensemble would refuse
         is a ValueError naming it. `progress(total=..., desc=..., unit=...)` gives an
         optional progress bar (a context manager with `update(n)`)."""
         if batch_size < 1:
             raise EvaluationError(f"batch size {batch_size}: must be at least 1")
         rows = checked_texts(texts, contracts.DEFAULT_MAX_TEXT_BYTES) if validate else as_utf8(texts)
-        parts: dict[str, list] = {"bert": [], "forest": []}
+        parts: dict[str, list] = {"bert": [], "forest": [], "words": [], **{name: [] for name in FORMULA_KEYS}}
         bar = progress(total=len(rows), desc="scoring", unit="text") if progress else nullcontext(None)
         with bar as b:
             for start in range(0, len(rows), batch_size):
@@ -131,14 +138,19 @@ class Pipeline:
                 if self.bert is not None:
                     parts["bert"].append(self.bert(*self.tokenizer(chunk)).reshape(-1))
                 if self.forest is not None:
-                    parts["forest"].append(self.forest(self.features(chunk)).reshape(-1))
+                    features, words, *formulas = self.features(chunk)
+                    parts["forest"].append(self.forest(features).reshape(-1))
+                    parts["words"].append(words.reshape(-1))
+                    for name, column in zip(FORMULA_KEYS, formulas):
+                        parts[name].append(column.reshape(-1))
                 if b is not None:
                     b.update(len(chunk))
         out = {
             name: (np.concatenate(values) if values else np.zeros(0, np.float32)).astype(np.float32)
             for name, values in parts.items()
-            if name in self.branches
+            if name in self.branches or (name in FORMULA_KEYS and "forest" in self.branches)
         }
         if "score" in self.branches:
-            out["score"] = self.blender(out["bert"], out["forest"])[0]
+            words = np.concatenate(parts["words"]).astype(np.float32)
+            out["score"], _, _, out["low"], out["high"] = self.blender(out["bert"], out["forest"], words)
         return out

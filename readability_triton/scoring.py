@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .intervals import UNCALIBRATED, uncalibrated_bounds
+
 
 def weight_pair(
     bert_weight: float | None, forest_weight: float | None, error: type[Exception] = ValueError
@@ -55,16 +57,29 @@ def best_bert_weight(bert, forest, target) -> float:
 
 
 class Blender:
-    """The postprocess step as a runner: (bert, forest) -> (SCORE, BERT_SCORE, FOREST_SCORE)."""
+    """The postprocess step as a runner: (bert, forest, words) -> (SCORE, BERT_SCORE,
+    FOREST_SCORE, SCORE_LOW, SCORE_HIGH); the interval from `interval`
+    (`intervals.IntervalParameters`), or the uncalibrated range without one."""
 
-    def __init__(self, bert_weight: float = 0.5, forest_weight: float = 0.5, xp=np):
+    def __init__(self, bert_weight: float = 0.5, forest_weight: float = 0.5, xp=np, interval=None):
         blend_weights(bert_weight, forest_weight)  # refuse bad weights when built
         self.weights = (float(bert_weight), float(forest_weight))
         self.xp = xp
+        self.interval = interval
 
     def describe(self) -> str:
-        return f"SCORE = {self.weights[0]:g} BERT + {self.weights[1]:g} forest"
+        where = (
+            f"a {self.interval.level:g} interval in {len(self.interval.q)} length bands"
+            if self.interval is not None
+            else f"no calibrated interval: SCORE_LOW/SCORE_HIGH are the whole range {list(UNCALIBRATED)}"
+        )
+        return f"SCORE = {self.weights[0]:g} BERT + {self.weights[1]:g} forest; {where}"
 
-    def __call__(self, bert, forest):
+    def __call__(self, bert, forest, words):
         xp = self.xp
-        return blend(bert, forest, *self.weights, xp=xp), bert.astype(xp.float32), forest.astype(xp.float32)
+        score = blend(bert, forest, *self.weights, xp=xp)
+        if self.interval is None:
+            low, high = uncalibrated_bounds(score, xp)
+        else:
+            low, high = self.interval.bounds(score, bert, forest, words, xp)
+        return score, bert.astype(xp.float32), forest.astype(xp.float32), low, high

@@ -190,3 +190,27 @@ class CupyLikeRules:
     class add:
         def __new__(cls, *args, **kwargs):
             return np.add(*args, **kwargs)
+
+
+def output_selections(outputs=None, samples: int = 8, seed: int = 0) -> list[list[str] | None]:
+    """The output selections the served tests ask for: None (all), every output alone, every
+    output beside the next one, all of them, and `samples` seeded subsets of 3 or more (every
+    subset of a dozen outputs would be 4,095 requests a client)."""
+    import random
+
+    from readability_triton import contracts as C
+
+    outputs = list(outputs or C.OUTPUTS)
+    chosen = [[name] for name in outputs]
+    chosen += [[outputs[i], outputs[(i + 1) % len(outputs)]] for i in range(len(outputs))] if len(outputs) > 2 else []
+    if len(outputs) > 3:
+        rng = random.Random(seed)
+        chosen += [
+            sorted(rng.sample(outputs, rng.randint(3, len(outputs) - 1)), key=outputs.index) for _ in range(samples)
+        ]
+    chosen.append(outputs)
+    unique = []
+    for selection in chosen:
+        if selection not in unique:
+            unique.append(selection)
+    return [None, *unique]

@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from readability_triton import contracts as C
-from readability_triton.client.readability import triton_client
+from readability_triton.client.readability import SERVED, triton_client
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs
 from readability_triton.server.tritonserver import TritonServer
@@ -47,7 +47,7 @@ def portable_in_process(artifacts: str, folder: str, texts) -> dict[str, np.ndar
     repo = os.path.join(folder, "repository")
     repository.assemble(artifacts, repo, "portable")
     out = repository.repository_pipeline(repo)(texts)
-    return {C.SCORE: out["score"], C.BERT_SCORE: out["bert"], C.FOREST_SCORE: out["forest"]}
+    return {name: out[key] for key, name in SERVED.items()}
 
 
 def system_tool(name: str, debian_path: str, package: str) -> str:

@@ -14,6 +14,7 @@ from readability_triton import contracts as C
 from readability_triton import metrics, scoring
 from readability_triton.artifacts.corpus import generate_corpus
 from readability_triton.cli import main
+from readability_triton.intervals import IntervalParameters, for_blend
 from readability_triton.layout import TRAINING_RECORD, load_manifest
 from readability_triton.pipeline import Pipeline
 
@@ -161,6 +162,12 @@ def test_train_blend_fits_on_the_recorded_out_of_fold_predictions(separately_tra
         float(post.parameters[C.FOREST_WEIGHT].string_value),
     )
     assert rendered == pytest.approx(load_manifest(folder).blend_weights)
+    # the interval, calibrated on the same predictions, at assemble's default level
+    calibration = load_manifest(folder).info["interval"]
+    assert calibration["n"] == 40 and calibration["source"] == blend["fitted_on"]
+    assert IntervalParameters.from_parameters({k: v.string_value for k, v in post.parameters.items()}) == for_blend(
+        calibration, load_manifest(folder).blend_weights, 0.9
+    )
     assert (
         main(
             [

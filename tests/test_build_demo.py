@@ -14,6 +14,7 @@ from readability_triton import contracts
 from readability_triton.artifacts import corpus as D
 from readability_triton.bert.ridge_head import select_head
 from readability_triton.cli import main
+from readability_triton.client.readability import SERVED
 from readability_triton.layout import (
     MODEL_FILES,
     OPTIONAL_FILES,
@@ -71,6 +72,10 @@ def test_build_demo_writes_a_complete_checked_set(demo_set):
     rmse = blend["rmse"]
     assert rmse["score"] <= min(rmse["bert"], rmse["forest"], rmse["score_at_0.5"]) + 1e-6  # float32 blend
     assert blend["n_texts"] == 80 and "out-of-fold" in blend["fitted_on"]
+    # the intervals, calibrated on the same out-of-fold predictions (80 texts: one length band)
+    interval = info["interval"]
+    assert interval["n"] == 80 and interval["source"] == blend["fitted_on"] and len(interval["scores"]) == 1
+    assert interval["weights"] == pytest.approx([blend["bert_weight"], blend["forest_weight"]])
     assert "illustrative" in printed and "not CommonLit-calibrated" in printed
 
 
@@ -80,7 +85,8 @@ def test_demo_artifacts_score_texts_like_serving(demo_set):
     unseen, targets = D.generate_corpus(40, seed=99)
     texts = [unseen[int(np.argmax(targets))], unseen[int(np.argmin(targets))]]  # easiest, hardest
     got = Pipeline.from_folder(str(out))(texts)
-    assert set(got) == {"bert", "forest", "score"}
+    assert set(got) == set(SERVED)
+    assert (got["low"] < got["score"]).all() and (got["score"] < got["high"]).all()  # calibrated: not the whole scale
     for scores in got.values():
         assert scores.dtype == np.float32 and scores.shape == (2,) and np.isfinite(scores).all()
     assert got["forest"][0] > got["forest"][1] and got["bert"][0] > got["bert"][1]  # both rank the easy text easier

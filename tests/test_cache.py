@@ -10,7 +10,6 @@ shows it on Triton 2.51 with the ensemble cached.
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import re
@@ -18,6 +17,7 @@ import urllib.request
 
 import numpy as np
 import pytest
+from harness import output_selections
 from served import Failure, portable_in_process, score_texts, start_server
 
 from readability_triton import contracts as C
@@ -29,7 +29,7 @@ TEXTS = [
     "The cat sat on the mat. It was happy.",
     "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor.",
 ]
-SELECTIONS = [None] + [list(s) for k in (1, 2, 3) for s in itertools.combinations(C.OUTPUTS, k)]
+SELECTIONS = output_selections()
 CACHE_BYTES = 64 << 10
 
 

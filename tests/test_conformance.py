@@ -9,17 +9,17 @@ test_bad_input.py.
 
 from __future__ import annotations
 
-import itertools
 import json
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from harness import output_selections
 from served import CLIENTS, Failure, score_texts, served_weights
 
 from readability_triton import contracts as C
-from readability_triton import scoring
+from readability_triton import metrics, scoring
 
 pytestmark = pytest.mark.integration
 
@@ -28,7 +28,7 @@ TEXTS = [
     "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor.",
     "Ünïcödé — “quotes”, 漢字とかな, emoji 😀🚀.",
 ]
-SELECTIONS = [None] + [list(s) for k in (1, 2, 3) for s in itertools.combinations(C.OUTPUTS, k)]
+SELECTIONS = output_selections()
 
 
 @pytest.fixture(scope="module")
@@ -101,11 +101,11 @@ def test_score_command_with_any_selection(server, reference, protocol, tmp_path)
         )
         assert result.returncode == 0, result.stderr
         header, *rows = out.read_text(encoding="utf-8").splitlines()
-        names = {"SCORE": "score", "BERT_SCORE": "bert_score", "FOREST_SCORE": "forest_score"}
-        want_columns = ["text"] + [names[n] for n in (C.SCORE, C.BERT_SCORE, C.FOREST_SCORE) if n in selection]
+        chosen = [n for n in C.OUTPUTS if n in selection]  # the CSV's columns: the ensemble's order
+        want_columns = ["text"] + [n.lower() for n in chosen]
         assert header.split(",") == want_columns
         values = [list(map(float, r.rsplit(",", len(want_columns) - 1)[1:])) for r in rows]
-        for column, name in enumerate(n for n in (C.SCORE, C.BERT_SCORE, C.FOREST_SCORE) if n in selection):
+        for column, name in enumerate(chosen):
             assert [v[column] for v in values] == pytest.approx(reference[name].ravel().tolist(), abs=1e-6)
     table = _cli("score", TEXTS[0], "--url", url, "--protocol", protocol, "--outputs", "BERT_SCORE")
     assert table.returncode == 0 and table.stdout.splitlines()[0].split() == ["text", "BERT"], table.stdout
@@ -133,10 +133,21 @@ def test_evaluate_through_the_server_with_any_selection(server, reference, tmp_p
         )
         assert result.returncode == 0, result.stderr
         report = json.loads(result.stdout)
-        assert sorted(report["rmse"]) == sorted(branch[n] for n in selection)
-        for name in selection:
+        assert sorted(report.get("rmse", {})) == sorted(branch[n] for n in selection if n in branch)
+        for name in (n for n in selection if n in branch):
             want = float(np.sqrt(np.mean((reference[name].ravel().astype(np.float64) - targets) ** 2)))
             assert report["rmse"][branch[name]] == pytest.approx(want, abs=1e-6)
+        assert sorted(report.get("formulas", {})) == sorted(n.lower() for n in selection if n in C.FORMULAS)
+        for name in (n for n in selection if n in C.FORMULAS):
+            want = metrics.spearman(reference[name].ravel(), targets)
+            assert report["formulas"][name.lower()] == pytest.approx(want, abs=1e-9, nan_ok=True)
+        # coverage where the selection has both ends of the interval
+        assert ("interval" in report) == ({C.SCORE_LOW, C.SCORE_HIGH} <= set(selection))
+        if "interval" in report:
+            low, high = reference[C.SCORE_LOW].ravel(), reference[C.SCORE_HIGH].ravel()
+            inside = np.mean([lo <= y <= hi for lo, y, hi in zip(low, targets, high)])
+            assert report["interval"]["bands"][0]["band"] == "all"
+            assert report["interval"]["bands"][0]["coverage"] == pytest.approx(inside)
 
 
 def _counters(server) -> dict:

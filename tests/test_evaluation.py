@@ -15,12 +15,14 @@ import numpy as np
 import pytest
 from harness import check_png, write_csv
 
+from readability_triton import contracts as C
 from readability_triton import folds, metrics, scoring
 from readability_triton.cli import main
+from readability_triton.client.readability import SERVED
 from readability_triton.errors import EvaluationError
 from readability_triton.features import Vocabulary, featurize
 from readability_triton.layout import load_manifest, write_manifest
-from readability_triton.pipeline import Pipeline
+from readability_triton.pipeline import FORMULA_KEYS, Pipeline
 from readability_triton.tokenizer import WordPieceTokenizer
 
 torch = pytest.importorskip("torch")
@@ -62,7 +64,7 @@ def own_predictions(directory, texts):
 def test_artifact_predictions_equal_the_models_own(tiny_artifacts):
     got = Pipeline.from_folder(tiny_artifacts)(TEXTS, batch_size=4)
     bert, forest = own_predictions(tiny_artifacts, TEXTS)
-    assert set(got) == {"bert", "forest", "score"}
+    assert set(got) == set(SERVED)
     np.testing.assert_allclose(got["bert"], bert, rtol=0, atol=1e-5)  # batch of 4 vs 1: float noise only
     np.testing.assert_array_equal(got["forest"], forest)
     w_bert, w_forest = load_manifest(tiny_artifacts).blend_weights  # build-demo fitted them
@@ -83,7 +85,7 @@ def test_texts_the_server_refuses_are_refused_in_process_too(tiny_artifacts):
     ):
         with pytest.raises(ValueError, match=message):
             pipeline(["A fine text.", bad])
-    assert set(pipeline(["A fine text.", ""], validate=False)) == {"bert", "forest", "score"}
+    assert set(pipeline(["A fine text.", ""], validate=False)) == set(SERVED)
 
 
 def test_rmse_blend_and_best_weight_are_exact():
@@ -129,7 +131,7 @@ def test_a_forest_only_set_gives_the_forest_branch(tiny_artifacts, tmp_path):
         shutil.copy(os.path.join(tiny_artifacts, name), out / name)
     write_manifest(str(out), max_length=load_manifest(tiny_artifacts).max_length)
     got = Pipeline.from_folder(str(out))(TEXTS)
-    assert set(got) == {"forest"}
+    assert set(got) == {"forest", *FORMULA_KEYS}  # featurize computes the formulas
     np.testing.assert_array_equal(got["forest"], Pipeline.from_folder(tiny_artifacts)(TEXTS)["forest"])
 
 
@@ -160,7 +162,7 @@ def test_evaluate_command_reports_and_writes(tiny_artifacts, tmp_path):
     assert report["texts"] == len(TEXTS)
     assert report["weights"] == {"bert": pytest.approx(w_bert), "forest": pytest.approx(w_forest)}
     rows = predictions.read_text(encoding="utf-8").splitlines()
-    assert rows[0] == "text,target,score,bert_score,forest_score"
+    assert rows[0] == ",".join(["text", "target", *(name.lower() for name in C.OUTPUTS)])
     assert len(rows) > len(TEXTS)  # multi-line texts are quoted, so at least one line per text
     check_png(plot, min_width=3 * 450)  # three panels: BERT_SCORE, FOREST_SCORE, SCORE
 

@@ -14,6 +14,7 @@ from readability_triton import contracts
 from readability_triton import layout as artifact_manifest
 from readability_triton.device import Device
 from readability_triton.features import Vocabulary, build_vocabulary, featurize
+from readability_triton.features.formulas import Formulas
 
 FEATURES = contracts.FEATURES
 
@@ -71,6 +72,12 @@ def test_batches_all_requests_in_one_featurize_call(tmp_path, vocab_file, vocabu
         got = output(response, FEATURES)
         assert got.dtype == np.float32 and got.shape == (len(request_texts), contracts.N_FEATURES)
         np.testing.assert_array_equal(got, featurize(request_texts, vocabulary))
+        np.testing.assert_array_equal(output(response, contracts.WORDS)[:, 0], got[:, 0])  # word_count
+        want = Formulas.load()(request_texts)
+        for i, name in enumerate(contracts.FORMULAS):
+            column = output(response, name)
+            assert column.dtype == np.float32 and column.shape == (len(request_texts), 1)
+            np.testing.assert_array_equal(column[:, 0], want[:, i])  # NaN for the text without words
 
 
 def test_bad_requests_fail_alone(tmp_path, vocab_file, vocabulary):
@@ -158,12 +165,16 @@ def test_gpu_instance_with_cupy(tmp_path, vocab_file, vocabulary):
     model = load_model(model_dir(tmp_path, vocab_file, profile="gpu"), kind="GPU")
     texts = ["The cat sat on the mat.", "w1 w2 w2. w3?"]
     responses = model.execute([text_request(texts[:1]), text_request(texts[1:])])
-    got = []
+    got: dict = {}
     for response in responses:
-        tensor = pb_utils.get_output_tensor_by_name(response, FEATURES)
-        assert not tensor.is_cpu()
-        got.append(cupy.asnumpy(cupy.from_dlpack(tensor)))
-    np.testing.assert_array_equal(np.concatenate(got), featurize(texts, vocabulary))
+        for name in (FEATURES, contracts.WORDS, *contracts.FORMULAS):
+            tensor = pb_utils.get_output_tensor_by_name(response, name)
+            assert not tensor.is_cpu()
+            got.setdefault(name, []).append(cupy.asnumpy(cupy.from_dlpack(tensor)))
+    np.testing.assert_array_equal(np.concatenate(got[FEATURES]), featurize(texts, vocabulary))
+    want = Formulas.load()(texts)  # the CPU's values, bit for bit
+    for i, name in enumerate(contracts.FORMULAS):
+        np.testing.assert_array_equal(np.concatenate(got[name])[:, 0], want[:, i])
 
 
 def test_gpu_instance_without_cupy_says_so(tmp_path, vocab_file):

@@ -7,7 +7,6 @@ admin key no other local user can read."""
 from __future__ import annotations
 
 import http.client
-import itertools
 import json
 import os
 import secrets
@@ -21,6 +20,7 @@ import urllib.request
 import grpc
 import numpy as np
 import pytest
+from harness import output_selections
 from served import CLIENTS, Failure, assemble_portable, score_texts, start_server
 
 from readability_triton import contracts as C
@@ -122,8 +122,7 @@ def _front(target: Target):
 def test_every_output_selection_through_the_front_door_equals_tritonserver(served, direct, client):
     target, _ = served
     want = score_texts(direct, client, TEXTS)
-    selections = [list(s) for n in range(1, 4) for s in itertools.combinations(C.OUTPUTS, n)] + [None]
-    for outputs in selections:
+    for outputs in output_selections():
         got = score_texts(_front(target), client, TEXTS, outputs)
         assert set(got) == set(outputs or C.OUTPUTS)
         for name, value in got.items():

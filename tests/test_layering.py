@@ -435,7 +435,8 @@ for name in {ADAPTERS!r}:
     elif target == C.FOREST:
         request = array_request(input__0=np.zeros((1, C.N_FEATURES), np.float32))
     else:
-        request = array_request(BERT_OUTPUT=np.ones((1, 1), np.float32), FOREST_OUTPUT=np.zeros((1, 1), np.float32))
+        request = array_request(BERT_OUTPUT=np.ones((1, 1), np.float32), FOREST_OUTPUT=np.zeros((1, 1), np.float32),
+                                WORDS=np.ones((1, 1), np.float32))
     (response,) = model.execute([request])
     assert not response.has_error(), (name, response.error().message())
     print('served', name)

@@ -15,12 +15,12 @@ Skipped, saying why, where the backends were not built.
 
 from __future__ import annotations
 
-import itertools
 import os
 import types
 
 import numpy as np
 import pytest
+from harness import output_selections
 from served import (
     CLIENTS,
     Failure,
@@ -40,7 +40,7 @@ TEXTS = [
     "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor.",
     "Ünïcödé — “quotes”, 漢字とかな, emoji 😀🚀.",
 ]
-SELECTIONS = [None] + [list(s) for k in (1, 2, 3) for s in itertools.combinations(C.OUTPUTS, k)]
+SELECTIONS = output_selections()
 PLATFORMS = {"onnx": "onnxruntime_onnx", "torchscript": "pytorch_libtorch"}
 
 

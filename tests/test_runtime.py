@@ -253,17 +253,24 @@ def test_python_model_reads_its_config_and_checks_the_runner_against_it(tmp_path
         "model_name": "postprocess",
     }
     model = runtime.PythonModel(pb_utils, args, finite=True)
-    assert [name for name, _, _ in model.inputs] == ["BERT_OUTPUT", "FOREST_OUTPUT"]
-    assert model.output_names == ["SCORE", "BERT_SCORE", "FOREST_SCORE"] and not model.text_input
+    assert [name for name, _, _ in model.inputs] == ["BERT_OUTPUT", "FOREST_OUTPUT", "WORDS"]
+    assert model.output_names == ["SCORE", "BERT_SCORE", "FOREST_SCORE", "SCORE_LOW", "SCORE_HIGH"]
+    assert not model.text_input
     model.expect_dims({"SCORE": (1,)}, "the contract")
     with pytest.raises(ValueError, match=r"postprocess: SCORE has dims \[1\] but the runner gives \[2\]"):
         model.expect_dims({"SCORE": (2,)}, "the runner")
     with pytest.raises(ValueError, match="the runner takes"):
-        model.expect_inputs(["FOREST_OUTPUT", "BERT_OUTPUT"])
+        model.expect_inputs(["FOREST_OUTPUT", "BERT_OUTPUT", "WORDS"])
     with pytest.raises(RuntimeError, match="returned 1 arrays for the outputs"):
         model._outputs(np.zeros((1, 1)))
     out = model.execute(
-        [array_request(BERT_OUTPUT=np.ones((2, 1), np.float32), FOREST_OUTPUT=np.zeros((2, 1), np.float32))],
-        lambda bert, forest: (bert + forest, bert, forest),
+        [
+            array_request(
+                BERT_OUTPUT=np.ones((2, 1), np.float32),
+                FOREST_OUTPUT=np.zeros((2, 1), np.float32),
+                WORDS=np.ones((2, 1), np.float32),
+            )
+        ],
+        lambda bert, forest, words: (bert + forest, bert, forest, bert - words, bert + words),
     )
     assert out[0].output_tensors()[0].as_numpy().tolist() == [[1.0], [1.0]]

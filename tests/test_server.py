@@ -18,6 +18,7 @@ from tritonclient.utils import InferenceServerException
 
 from readability_triton import contracts as C
 from readability_triton import scoring
+from readability_triton.cli import score as score_cli
 from readability_triton.client.readability import ReadabilityClient
 from readability_triton.layout import load_manifest
 from readability_triton.repository import assemble as repository
@@ -71,7 +72,7 @@ def expected(tiny_artifacts):
 
     def compute(texts):
         ids, mask = pipeline.tokenizer(texts)
-        features = pipeline.features(texts)
+        features = pipeline.features(texts)[0]
         bert, forest = pipeline.bert(ids, mask).reshape(-1), pipeline.forest(features).reshape(-1)
         return {
             "ids": ids,
@@ -265,7 +266,10 @@ def test_serve_and_score_commands(repo, tmp_path, expected):
         result = _cli("score", *texts, "--url", f"127.0.0.1:{ports[0]}")
         assert result.returncode == 0, result.stderr
         lines = result.stdout.strip().splitlines()[2:]
-        assert [float(line.split()[-1]) for line in lines] == pytest.approx(mean.tolist(), abs=1e-3)
+        order = list(score_cli._HEADINGS)  # the table's columns: BERT, forest, score, ...
+        at = order.index(C.SCORE) - len(order)
+        assert result.stdout.splitlines()[0].split()[at] == "score"
+        assert [float(line.split()[at]) for line in lines] == pytest.approx(mean.tolist(), abs=1e-3)
 
         csv_in, csv_out = tmp_path / "in.csv", tmp_path / "out.csv"
         csv_in.write_text("id,excerpt\n1," + texts[0] + '\n2,"' + texts[1] + '"\n')
@@ -274,8 +278,10 @@ def test_serve_and_score_commands(repo, tmp_path, expected):
         )
         assert result.returncode == 0, result.stderr
         rows = csv_out.read_text().strip().splitlines()
-        assert rows[0] == "text,score,bert_score,forest_score" and len(rows) == 3
-        assert [float(r.rsplit(",", 3)[1]) for r in rows[1:]] == pytest.approx(mean.tolist(), abs=1e-5)
+        assert rows[0] == ",".join(["text"] + [name.lower() for name in C.OUTPUTS]) and len(rows) == 3
+        assert rows[0].startswith("text,score,")
+        score_at = len(C.OUTPUTS)  # the score column, counted from the right
+        assert [float(r.rsplit(",", score_at)[1]) for r in rows[1:]] == pytest.approx(mean.tolist(), abs=1e-5)
 
         result = _cli("score", "--url", f"127.0.0.1:{ports[0]}", input=texts[0] + "\n\n" + texts[1] + "\n")
         assert result.returncode == 0 and len(result.stdout.strip().splitlines()) == 4, result.stderr

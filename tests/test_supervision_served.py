@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -168,9 +169,10 @@ def test_several_batch_scoring_jobs_at_once_finish_without_a_restart(repo, tmp_p
         assert all(job.returncode == 0 for job in jobs), [err[-500:] for _, err in outputs]
         first = _score_grpc(serve.grpc, texts[:3])[:, 0]
         for j in range(6):
-            rows = (tmp_path / f"out{j}.csv").read_text().splitlines()[1:]
+            with open(tmp_path / f"out{j}.csv", newline="", encoding="utf-8") as handle:
+                rows = list(csv.DictReader(handle))
             assert len(rows) == len(texts)
-            got = [float(row.rsplit(",", 3)[1]) for row in rows[:3]]
+            got = [float(row["score"]) for row in rows[:3]]
             assert np.allclose(got, first, atol=1e-5)
         assert serve.status()["restarts"] == 0 and set(ready) == {200}, (serve.status(), ready)
     finally:

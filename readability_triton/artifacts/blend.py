@@ -17,6 +17,8 @@ import numpy as np
 
 from ..data import data_digest, text_fingerprints
 from ..errors import EvaluationError
+from ..features.extract import count_words
+from ..intervals import calibrate
 from ..layout import Manifest, load_manifest, update_manifest
 from ..metrics import BlendRecord, fit_blend
 from ..pipeline import Pipeline
@@ -48,20 +50,25 @@ def recorded_oof(manifest: Manifest, digest: str) -> tuple[np.ndarray, np.ndarra
     return np.asarray(bert_cv["oof"], np.float64), np.asarray(forest["oof"], np.float64)
 
 
-def fit_set_blend(folder: str, texts, targets, bert_format: str | None = None, progress=None) -> BlendRecord:
-    """The blend record for the set in `folder` (see the module doc): the weights, the
-    RMSEs they were fitted with, and on what."""
+def set_predictions(
+    folder: str, texts, targets, bert_format: str | None = None, progress=None
+) -> tuple[np.ndarray, np.ndarray, str]:
+    """(BERT's, the forest's predictions of `texts`, on what) for the set in `folder`: its
+    recorded out-of-fold predictions where `texts` are exactly its training CSV, else its
+    predictions of texts it did not train on (see the module doc)."""
     manifest = load_manifest(folder)
     y = np.asarray(targets, dtype=np.float64)
     digest = data_digest(texts, y)
     oof = recorded_oof(manifest, digest)
     if oof is not None:
-        record = fit_blend(oof[0], oof[1], y)
-        record["fitted_on"] = (
-            f"out-of-fold predictions of the {len(y)} training texts "
-            f"({manifest.info['forest']['folds']} folds, seed {manifest.info['forest']['seed']})"
+        return (
+            oof[0],
+            oof[1],
+            (
+                f"out-of-fold predictions of the {len(y)} training texts "
+                f"({manifest.info['forest']['folds']} folds, seed {manifest.info['forest']['seed']})"
+            ),
         )
-        return record
     seen = set((manifest.info.get("forest") or {}).get("texts_seen") or ()) | set(
         _bert_training(manifest).get("texts_seen") or ()
     )
@@ -74,23 +81,39 @@ def fit_set_blend(folder: str, texts, targets, bert_format: str | None = None, p
             "model's predictions of its own training texts favour the branch that overfits. Pass texts the "
             "models did not see, or the exact training CSV of a set trained with --folds"
         )
-
     pipeline = Pipeline.from_folder(folder, bert_format=bert_format)
     if set(pipeline.branches) != {"bert", "forest", "score"}:
         raise EvaluationError(f"{folder}: a blend needs both branches; it holds {', '.join(pipeline.branches)}")
     predicted = pipeline(texts, progress=progress)
-    record = fit_blend(predicted["bert"], predicted["forest"], y)
-    record["fitted_on"] = f"the set's predictions of {len(y)} texts it did not train on (as served, in process)"
+    where = f"the set's predictions of {len(y)} texts it did not train on (as served, in process)"
+    return predicted["bert"].astype(np.float64), predicted["forest"].astype(np.float64), where
+
+
+def fit_set_blend(folder: str, texts, targets, bert_format: str | None = None, progress=None) -> BlendRecord:
+    """The blend record for the set in `folder` (see the module doc): the weights, the
+    RMSEs they were fitted with, and on what."""
+    bert, forest, where = set_predictions(folder, texts, targets, bert_format, progress)
+    record = fit_blend(bert, forest, np.asarray(targets, dtype=np.float64))
+    record["fitted_on"] = where
     return record
 
 
 def train_blend(
     folder: str, texts, targets, bert_format: str | None = None, progress=None, data: dict | None = None
 ) -> BlendRecord:
-    """`train-blend`: `fit_set_blend`, recorded as the `blend` section of the set's
-    manifest.json (with `data`, where the texts came from), where `assemble` reads it."""
-    record = fit_set_blend(folder, texts, targets, bert_format=bert_format, progress=progress)
+    """`train-blend`: the blend fitted as `fit_set_blend` does, recorded as the `blend`
+    section of the set's manifest.json (with `data`, where the texts came from), where
+    `assemble` reads it; and the intervals calibrated on the same predictions (the
+    `interval` section, `intervals.calibrate`)."""
+    y = np.asarray(targets, dtype=np.float64)
+    bert, forest, where = set_predictions(folder, texts, y, bert_format, progress)
+    record = fit_blend(bert, forest, y)
+    record["fitted_on"] = where
     if data is not None:
         record["data"] = data
+    calibration = calibrate(
+        y, bert, forest, count_words(texts), (record["bert_weight"], record["forest_weight"]), source=where
+    )
     update_manifest(folder, "blend", record)
+    update_manifest(folder, "interval", calibration.to_dict())
     return record

@@ -56,8 +56,10 @@ from ..bert.ridge_head import embed, install_head, select_head
 from ..bert.runner import bert_runner
 from ..data import read_table
 from ..errors import DemoError
+from ..features.extract import count_words
 from ..folds import check_folds
 from ..forest import training as F
+from ..intervals import calibrate
 from ..metrics import fit_blend
 from ..pipeline import Pipeline
 from .corpus import CORPUS_VERSION, DEFAULT_CORPUS_SIZE, generate_corpus
@@ -330,6 +332,19 @@ def build_demo(
             f"{blend['rmse']['forest']:.4f}, SCORE {blend['rmse']['score']:.4f}; at 0.5/0.5 "
             f"{blend['rmse']['score_at_0.5']:.4f})"
         )
+        interval = calibrate(
+            targets,
+            head["oof"],
+            forest["oof"],
+            count_words(texts),
+            (blend["bert_weight"], blend["forest_weight"]),
+            source=blend["fitted_on"],
+        )
+        log.info(
+            f"intervals calibrated on the same predictions: sigma = {interval.a:.3f} + {interval.b:.3f}"
+            f"·|bert − forest|, {len(interval.scores)} length bands (edges "
+            f"{', '.join(f'{e:g}' for e in interval.edges)} words)"
+        )
         seconds = round(time.perf_counter() - started, 1)
         info = {
             "built_by": "readability-triton build-demo",
@@ -339,6 +354,7 @@ def build_demo(
             "bert": bert_info,
             "forest": forest,
             "blend": blend,
+            "interval": interval.to_dict(),
         }
         M.write_manifest(building, max_length, contracts.N_FEATURES, info)
         # The canary's branch scores, for `assemble` where no BERT runtime is installed (an

@@ -8,9 +8,11 @@ import json
 import sys
 
 from .. import contracts
-from ..client.readability import parse_outputs, served_predictions, served_weights
+from ..client.readability import SERVED, parse_outputs, served_parameters, served_predictions, served_weights
 from ..data import read_table
 from ..errors import CommandError
+from ..features.extract import count_words
+from ..intervals import IntervalParameters, coverage_by_band
 from ..metrics import AccuracyReport, plot_predictions, summarize
 from ..pipeline import Pipeline
 from ..scoring import weight_pair
@@ -56,8 +58,9 @@ def register(subparsers) -> None:
     p.add_argument(
         "--outputs",
         default=None,
-        help="with --url: the ensemble outputs to ask for, comma-separated (default: "
-        "SCORE,BERT_SCORE,FOREST_SCORE); the report covers those",
+        help="with --url: the ensemble outputs to ask for, comma-separated (default: all); the report "
+        "covers those (RMSE of SCORE, BERT_SCORE, FOREST_SCORE; coverage of SCORE_LOW..SCORE_HIGH; each "
+        "formula's rank correlation)",
     )
     p.add_argument("--out", metavar="FILE", help="also write each text's target and predictions to this CSV")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -96,6 +99,7 @@ def cmd_evaluate(args) -> int:
             raise CommandError(f"{args.data}: {err} (the served ensemble refuses it too)") from None
         where = f"artifacts {args.artifacts}"
         weights = pipeline.weights if "score" in predictions else None
+        interval = pipeline.blender.interval
     else:
         predictions = served_predictions(
             args.url,
@@ -107,18 +111,29 @@ def cmd_evaluate(args) -> int:
         )
         where = f"the ensemble at {args.url} ({args.protocol})"
         weights = served_weights(args.url, args.protocol)
+        interval = IntervalParameters.from_parameters(served_parameters(args.url, args.protocol))
     report = summarize(table.targets, predictions)
+    if "low" in predictions and "high" in predictions and interval is not None:
+        words = count_words(table.texts)
+        report["interval"] = {
+            "level": interval.level,
+            "bands": coverage_by_band(table.targets, predictions["low"], predictions["high"], words, interval.edges),
+        }
     if weights is not None:
         report["weights"] = {"bert": weights[0], "forest": weights[1]}
     report["data"], report["source"] = args.data, where
     if args.out:
-        names = [name for name in ("score", "bert", "forest") if name in predictions]
+        # the columns of `score --out`: each output's name in lower case, in the ensemble's order
+        keys = {output: key for key, output in SERVED.items()}
+        names = [keys[output] for output in contracts.OUTPUTS if keys[output] in predictions]
         with open(args.out, "w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
-            writer.writerow(["text", "target"] + [f"{name}_score" if name != "score" else name for name in names])
+            writer.writerow(["text", "target"] + [SERVED[name].lower() for name in names])
             for i, (text, target) in enumerate(zip(table.texts, table.targets or [], strict=True)):
                 writer.writerow([text, target] + [f"{float(predictions[n][i]):.6f}" for n in names])
         print(f"wrote {len(table.texts)} predictions to {args.out}", file=sys.stderr)
+    if args.plot and not report["rmse"]:
+        raise CommandError("--plot draws SCORE, BERT_SCORE or FOREST_SCORE against the targets: ask for one of them")
     if args.plot:
         plot_predictions(table.targets, predictions, args.plot, title=f"{len(table.texts)} texts, {where}")
         print(f"wrote {args.plot}", file=sys.stderr)
@@ -139,6 +154,15 @@ def print_report(report: AccuracyReport) -> None:
             note = f"  ({report['weights']['bert']:g} BERT + {report['weights']['forest']:g} forest)"
         print(f"{labels[name]:<8}  {value:>7.4f}{note}")
     print(f"{'mean':<8}  {report['rmse_of_the_mean']:>7.4f}  (the targets' own mean: the best constant)")
+    if "interval" in report:
+        level = report["interval"]["level"]
+        print(f"\n{level:g} interval: coverage of the targets (should be about {level:g}), mean width")
+        for row in report["interval"]["bands"]:
+            print(f"  {row['band']:<20} {row['texts']:>6} texts  {row['coverage']:.3f}  {row['mean_width']:.3f}")
+    if "formulas" in report:
+        print("\nthe classic formulas: Spearman correlation with the targets (grade formulas run the other way)")
+        for name, rho in report["formulas"].items():
+            print(f"  {name.upper():<22} {rho:+.3f}")
     if "best_bert_weight" in report:
         w = report["best_bert_weight"]
         print(

@@ -41,9 +41,9 @@ def register(subparsers) -> None:
     p = subparsers.add_parser(
         "score",
         help="score texts through the readability ensemble of a running server",
-        description="Send texts to the 'readability' ensemble and print (or write) SCORE, BERT_SCORE and "
-        "FOREST_SCORE. Texts come from the arguments, a CSV file (--csv), or standard input "
-        "(one text per line).",
+        description="Send texts to the 'readability' ensemble and print (or write) its outputs: the "
+        "score, its interval, the branch scores and the seven formulas. Texts come from the arguments, "
+        "a CSV file (--csv), or standard input (one text per line).",
     )
     p.add_argument("texts", nargs="*", help="texts to score")
     p.add_argument("--csv", dest="csv_path", metavar="FILE", help="CSV with a text column")
@@ -53,8 +53,8 @@ def register(subparsers) -> None:
     p.add_argument("--batch-size", type=int, default=BATCH_LIMIT, help=f"texts per request (at most {BATCH_LIMIT})")
     p.add_argument(
         "--outputs",
-        default="SCORE,BERT_SCORE,FOREST_SCORE",
-        help="the ensemble outputs to ask for, comma-separated (default: all three)",
+        default=",".join(contracts.OUTPUTS),
+        help=("the ensemble outputs to ask for, comma-separated (default: all: " + ", ".join(contracts.OUTPUTS) + ")"),
     )
     p.set_defaults(func=cmd_score)
 
@@ -91,12 +91,23 @@ def _read_texts(args) -> list[str]:
     return texts
 
 
-#: Columns of `score`'s table and CSV: (ensemble output, Score attribute, CSV header, label).
-_COLUMNS = (
-    ("BERT_SCORE", "bert", "bert_score", "BERT"),
-    ("FOREST_SCORE", "forest", "forest_score", "forest"),
-    ("SCORE", "score", "score", "score"),
-)
+#: (output, CSV column, table heading), in the table's order: the branch scores, the score
+#: and its interval, then the formulas.
+_HEADINGS = {
+    "BERT_SCORE": "BERT",
+    "FOREST_SCORE": "forest",
+    "SCORE": "score",
+    "SCORE_LOW": "low",
+    "SCORE_HIGH": "high",
+    "FLESCH_READING_EASE": "FRE",
+    "FLESCH_KINCAID_GRADE": "FKGL",
+    "GUNNING_FOG": "Fog",
+    "SMOG": "SMOG",
+    "COLEMAN_LIAU": "CLI",
+    "ARI": "ARI",
+    "DALE_CHALL": "DaleCh",
+}
+_COLUMNS = tuple((name, name.lower(), heading) for name, heading in _HEADINGS.items())
 
 
 def cmd_score(args) -> int:
@@ -116,13 +127,13 @@ def cmd_score(args) -> int:
             )
         scores = client.score(texts, progress=progress, outputs=outputs)
     if args.out:
-        # CSV columns: text, then the requested scores in the order score, bert_score, forest_score
-        columns = [c for c in (_COLUMNS[2], _COLUMNS[0], _COLUMNS[1]) if c[0] in outputs]
+        # CSV columns: text, then the requested outputs in the ensemble's order (score first)
+        columns = [c for name in contracts.OUTPUTS for c in _COLUMNS if c[0] == name and name in outputs]
         with open(args.out, "w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
-            writer.writerow(["text"] + [c[2] for c in columns])
+            writer.writerow(["text"] + [c[1] for c in columns])
             for s in scores:
-                writer.writerow([s.text] + [f"{getattr(s, c[1]):.6f}" for c in columns])
+                writer.writerow([s.text] + [f"{s.values[c[0]]:.6f}" for c in columns])
         print(f"wrote {len(scores)} scores to {args.out}", file=sys.stderr)
     else:
         print_table(scores, outputs=outputs)
@@ -131,7 +142,8 @@ def cmd_score(args) -> int:
 
 def print_table(scores, width: int = 60, latency: bool = False, outputs=contracts.OUTPUTS) -> None:
     columns = [c for c in _COLUMNS if c[0] in outputs]
-    header = f"{'text':<{width}}" + "".join(f"  {c[3]:>7}" for c in columns)
+    width = width if len(columns) <= 5 else 30  # a terminal's width for every output
+    header = f"{'text':<{width}}" + "".join(f"  {c[2]:>8}" for c in columns)
     if latency:
         header += f"  {'latency':>9}"
     print(header)
@@ -139,7 +151,7 @@ def print_table(scores, width: int = 60, latency: bool = False, outputs=contract
     for s in scores:
         text = " ".join(s.text.split())
         text = text if len(text) <= width else text[: width - 1] + "…"
-        line = f"{text:<{width}}" + "".join(f"  {getattr(s, c[1]):>7.3f}" for c in columns)
+        line = f"{text:<{width}}" + "".join(f"  {s.values[c[0]]:>8.3f}" for c in columns)
         if latency:
             line += f"  {s.latency_ms:>6.1f} ms"
         print(line)

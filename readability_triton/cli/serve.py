@@ -8,6 +8,7 @@ import sys
 from .. import contracts
 from ..errors import CommandError, ServerError
 from ..frontdoor.door import DEFAULT_MAX_REQUEST_BYTES
+from ..intervals import DEFAULT_LEVEL, for_blend
 from ..repository import releases
 from ..repository.assemble import assemble, pick_bert_format
 from ..repository.canary import Canary
@@ -53,6 +54,14 @@ def register(subparsers) -> None:
         default=None,
         help="the BERT model to serve when the set holds both (default: onnx; torchscript for "
         "portable-gpu, where torch runs it on the GPU)",
+    )
+    p.add_argument(
+        "--interval",
+        type=float,
+        default=DEFAULT_LEVEL,
+        metavar="LEVEL",
+        help=f"the level of SCORE_LOW..SCORE_HIGH, the share of texts whose target it should hold (default "
+        f"{DEFAULT_LEVEL}; from the set's calibration: train-blend, build-demo)",
     )
     p.add_argument(
         "--tensorrt",
@@ -221,6 +230,7 @@ def cmd_assemble(args) -> int:
         tensorrt_cache=args.tensorrt_cache or DEFAULT_TENSORRT_CACHE,
         triton_version=triton_version,
         response_cache=args.response_cache,
+        interval_level=args.interval,
     )
     chosen = pick_bert_format(args.artifacts, args.profile, args.bert_format)
 
@@ -234,9 +244,19 @@ def cmd_assemble(args) -> int:
         f"assembled profile {args.profile!r} for Triton {releases.release(triton_version).version} in "
         f"{args.out} (max_length {manifest.max_length}, "
         f"{manifest.n_features} features, BERT {chosen}{' with TensorRT FP16' if args.tensorrt else ''}; "
-        f"SCORE = {bert_w:.3f} BERT + {forest_w:.3f} forest, {how})"
+        f"SCORE = {bert_w:.3f} BERT + {forest_w:.3f} forest, {how}); SCORE_LOW..SCORE_HIGH: "
+        f"{interval_words(manifest, (bert_w, forest_w), args.interval)}"
     )
     return 0
+
+
+def interval_words(manifest, weights, level: float) -> str:
+    """What SCORE_LOW..SCORE_HIGH will be, in words."""
+    if not manifest.info.get("interval"):
+        return "no interval calibration in the set (train-blend calibrates one): the interval is the whole range"
+    if for_blend(manifest.info["interval"], weights) is None:
+        return "the set's intervals were calibrated for other weights: the interval is the whole range"
+    return f"a calibrated {level:g} interval"
 
 
 # ---------------------------------------------------------------------------- serve

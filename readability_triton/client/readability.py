@@ -21,14 +21,45 @@ from ..errors import ClientError
 from ..progress import no_progress
 from ..texts import to_rows
 
+#: The in-process pipeline's name of each served output (`pipeline.Pipeline`).
+SERVED = {
+    "score": C.SCORE,
+    "bert": C.BERT_SCORE,
+    "forest": C.FOREST_SCORE,
+    "low": C.SCORE_LOW,
+    "high": C.SCORE_HIGH,
+    **dict(zip(C.FORMULA_KEYS, C.FORMULAS)),
+}
+
 
 @dataclass
 class Score:
+    """One text's answers: every output asked for (None for one not asked for), and the
+    round trip of the request that carried it."""
+
     text: str
-    score: float | None
-    bert: float | None
-    forest: float | None
-    latency_ms: float  # round trip of the request that carried this text
+    values: dict[str, float | None]  # by ensemble output name
+    latency_ms: float
+
+    @property
+    def score(self) -> float | None:
+        return self.values.get(C.SCORE)
+
+    @property
+    def bert(self) -> float | None:
+        return self.values.get(C.BERT_SCORE)
+
+    @property
+    def forest(self) -> float | None:
+        return self.values.get(C.FOREST_SCORE)
+
+    @property
+    def low(self) -> float | None:
+        return self.values.get(C.SCORE_LOW)
+
+    @property
+    def high(self) -> float | None:
+        return self.values.get(C.SCORE_HIGH)
 
 
 def parse_outputs(value) -> tuple[str, ...]:
@@ -228,15 +259,13 @@ class ReadabilityClient:
                 out, elapsed = self.infer_batch(chunk, names)
                 columns = {name: (out[name].tolist() if name in out else [None] * len(chunk)) for name in C.OUTPUTS}
                 for i, text in enumerate(chunk):
-                    results.append(
-                        Score(text, columns[C.SCORE][i], columns[C.BERT_SCORE][i], columns[C.FOREST_SCORE][i], elapsed)
-                    )
+                    results.append(Score(text, {name: columns[name][i] for name in C.OUTPUTS}, elapsed))
                 bar.update(len(chunk))
         return results
 
 
-def served_weights(url: str, protocol: str = "http") -> tuple[float, float] | None:
-    """SCORE's (BERT, forest) weights in the postprocess model's config at `url`, or None
+def served_parameters(url: str, protocol: str = "http") -> dict[str, str]:
+    """The postprocess model's config parameters at `url` (its weights, its interval), or {}
     where the server does not say."""
     try:
         with ReadabilityClient(url, protocol, retries=0) as client:
@@ -244,34 +273,38 @@ def served_weights(url: str, protocol: str = "http") -> tuple[float, float] | No
                 config = client.client.get_model_config(C.POSTPROCESS)
             else:
                 config = client.client.get_model_config(C.POSTPROCESS, as_json=True)["config"]
-    except Exception:  # noqa: BLE001 - no such model, an older server: the report just lacks the weights
-        return None
+    except Exception:  # noqa: BLE001 - no such model, an older server: the report just lacks them
+        return {}
     params = config.get("parameters", {})
+    return {key: value.get("string_value", "") for key, value in params.items() if isinstance(value, dict)}
+
+
+def served_weights(url: str, protocol: str = "http") -> tuple[float, float] | None:
+    """SCORE's (BERT, forest) weights in the postprocess model's config at `url`, or None
+    where the server does not say."""
+    params = served_parameters(url, protocol)
     try:
-        bert = float(params[C.BERT_WEIGHT]["string_value"])
-        forest = float(params[C.FOREST_WEIGHT]["string_value"])
+        bert = float(params[C.BERT_WEIGHT])
+        forest = float(params[C.FOREST_WEIGHT])
     except (KeyError, TypeError, ValueError):
         return None
     total = bert + forest
     return (bert / total, forest / total) if total > 0 else None
 
 
-#: The ensemble output that carries each branch's prediction.
-SERVED = {"score": C.SCORE, "bert": C.BERT_SCORE, "forest": C.FOREST_SCORE}
-
-
 def served_predictions(
     url: str, texts, *, protocol: str = "http", batch_size: int = 32, progress=no_progress, outputs=C.OUTPUTS
 ) -> dict[str, np.ndarray]:
-    """The ensemble's `outputs` (by default SCORE, BERT_SCORE and FOREST_SCORE) for
-    `texts` from the server at `url`, keyed "score", "bert", "forest"."""
+    """The ensemble's `outputs` (by default all) for `texts` from the server at `url`,
+    keyed as the in-process pipeline keys them (`SERVED`: "score", "bert", "forest", "low",
+    "high")."""
     texts = list(texts)
     with ReadabilityClient(url, protocol, batch_size=batch_size) as client:
         if not client.ready():
             raise ClientError(f"no ready '{C.ENSEMBLE}' model at {url} ({protocol})")
         scores = client.score(texts, progress=progress, outputs=outputs)
     return {
-        branch: np.array([getattr(s, branch) for s in scores], np.float32)
+        branch: np.array([s.values[output] for s in scores], np.float32)
         for branch, output in SERVED.items()
         if output in outputs
     }

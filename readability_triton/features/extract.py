@@ -78,11 +78,31 @@ def featurize(texts, vocabulary: Vocabulary, xp=None):
     return _featurize(texts, vocabulary, xp)
 
 
+def featurize_with_formulas(texts, vocabulary: Vocabulary, formulas, xp=None):
+    """(features, formulas) of every text in one pass: `featurize`'s array and the classic
+    formulas' float32 `(len(texts), 7)` (`formulas.Formulas`, FORMULAS order), from the same
+    words and sentences."""
+    return _featurize_parts(texts, vocabulary, xp, formulas=formulas)
+
+
 def _featurize(
     texts, vocabulary: Vocabulary, xp=None, ops=None, weak: words.Weakening = words.NONE, stats: dict | None = None
 ):
     """`featurize`, with the test hooks: `ops` (the device-specific primitives), `weak`
     (a weakened hash, to force collisions) and `stats` (gets the number of collisions)."""
+    return _featurize_parts(texts, vocabulary, xp, ops, weak, stats)[0]
+
+
+def _featurize_parts(
+    texts,
+    vocabulary: Vocabulary,
+    xp=None,
+    ops=None,
+    weak: words.Weakening = words.NONE,
+    stats: dict | None = None,
+    formulas=None,
+):
+    """(features, formulas): formulas `(n, 0)` without `formulas`."""
     if not isinstance(vocabulary, Vocabulary):
         raise TypeError(f"vocabulary must be a Vocabulary, got {type(vocabulary).__name__}")
     xp = np if xp is None else xp
@@ -90,15 +110,19 @@ def _featurize(
     pieces = as_utf8(texts)
     tables = _tables(vocabulary, xp, weak)
     if not pieces:
-        return xp.zeros((0, N_BASE + 2 * tables.n), dtype=xp.float32)
+        width = formulas.n if formulas is not None else 0
+        return xp.zeros((0, N_BASE + 2 * tables.n), dtype=xp.float32), xp.zeros((0, width), dtype=xp.float32)
     parts = [
-        _features_of_buffer(xp, ops, buffer, tables, weak, stats)
+        _features_of_buffer(xp, ops, buffer, tables, weak, stats, formulas)
         for buffer in charclass.buffers(pieces, ops.chunk_bytes)
     ]
-    return parts[0] if len(parts) == 1 else xp.concatenate(parts)
+    if len(parts) == 1:
+        return parts[0]
+    return xp.concatenate([p[0] for p in parts]), xp.concatenate([p[1] for p in parts])
 
 
-def _features_of_buffer(xp, ops, buffer: bytes, tables: _VocabularyTables, weak, stats):
+def _features_of_buffer(xp, ops, buffer: bytes, tables: _VocabularyTables, weak, stats, formulas=None):
+    """(features, formulas) of one buffer's texts; formulas `(n, 0)` without `formulas`."""
     # The only host-to-device copy: the batch's text (UTF-8 bytes and separators).
     data = xp.asarray(np.frombuffer(buffer, dtype=np.uint8))
     tokens = words.find_words(xp, ops, buffer, data, weak)
@@ -115,18 +139,14 @@ def _features_of_buffer(xp, ops, buffer: bytes, tables: _VocabularyTables, weak,
     word_count = xp.diff(word_bound)
     out = xp.zeros((n, N_BASE + 2 * tables.n), dtype=xp.float64)
     out[:, 2] = punct
-    if W == 0:
-        return out.astype(xp.float32)
+    if W == 0:  # no words in any text: every formula is NaN (see formulas.scores)
+        nothing = xp.full((n, formulas.n if formulas is not None else 0), xp.nan, dtype=xp.float32)
+        return out.astype(xp.float32), nothing
     text_of = ops.repeat(xp.arange(n, dtype=xp.int64), word_count, W)
 
-    # Sentences: the text splits at each maximal run of terminators. The first word after
-    # the start of a run, and the first word of each text, open a new non-empty piece.
-    flags = tokens.flags
-    run_start = punct_at[xp.flatnonzero(((flags[punct_at] & ~flags[punct_at - 1]) & charclass.TERMINATOR) != 0)]
-    opens = xp.zeros(W + 1, dtype=bool)
-    opens[xp.searchsorted(tokens.starts, run_start)] = True
-    opens[word_bound[:-1]] = True  # (for an empty text: the next text's first word, marked anyway)
-    sentences = xp.diff(xp.searchsorted(xp.flatnonzero(opens[:W]), word_bound))
+    sentences = sentence_counts(xp, tokens, word_bound, punct_at)
+    if formulas is not None:
+        scores = formulas.of_words(xp, ops, tokens, word_bound, sentences)
 
     # Classes of exactly equal words; distinct (word, text) pairs; vocabulary counts.
     cls = words.classes(xp, ops, tokens, weak)
@@ -165,7 +185,25 @@ def _features_of_buffer(xp, ops, buffer: bytes, tables: _VocabularyTables, weak,
     has = xp.flatnonzero(column >= 0)
     text, column, occurrences = text[has], column[has], occurrences[has]
     out.reshape(-1)[text * out.shape[1] + column] = occurrences / word_count[text].astype(xp.float64)
-    return out.astype(xp.float32)
+    return out.astype(xp.float32), scores if formulas is not None else xp.zeros((n, 0), dtype=xp.float32)
+
+
+def sentence_counts(xp, tokens: words.Tokens, word_bound, punct_at=None):
+    """Sentences per text (docs/features.md section 4): the text splits at each maximal run
+    of terminators; the first word after the start of a run, and the first word of each
+    text, open a new non-empty piece. `punct_at`: the PUNCT positions, where the caller has
+    them already."""
+    w = int(tokens.starts.size)
+    if w == 0:
+        return xp.zeros(int(word_bound.size) - 1, dtype=xp.int64)
+    flags = tokens.flags
+    if punct_at is None:
+        punct_at = xp.flatnonzero((flags & charclass.PUNCT) != 0)
+    run_start = punct_at[xp.flatnonzero(((flags[punct_at] & ~flags[punct_at - 1]) & charclass.TERMINATOR) != 0)]
+    opens = xp.zeros(w + 1, dtype=bool)
+    opens[xp.searchsorted(tokens.starts, run_start)] = True
+    opens[word_bound[:-1]] = True  # (for an empty text: the next text's first word, marked anyway)
+    return xp.diff(xp.searchsorted(xp.flatnonzero(opens[:w]), word_bound))
 
 
 def _bincount(xp, index, n: int, weights=None):

@@ -6,7 +6,8 @@ import os
 
 from ..device import Device, as_device
 from ..layout import MANIFEST, VOCABULARY, Manifest, load_manifest
-from .extract import featurize
+from .extract import featurize, featurize_with_formulas
+from .formulas import FORMULAS, Formulas
 from .vocabulary import Vocabulary
 
 
@@ -49,3 +50,27 @@ class FeatureRunner:
 
     def __call__(self, texts):
         return featurize(texts, self.vocabulary, xp=self.xp)
+
+
+#: The column of FEATURES that holds a text's word count (docs/features.md: `word_count`).
+WORD_COUNT = 0
+
+
+class FeaturizeRunner(FeatureRunner):
+    """What the `featurize` step answers: FEATURES; each text's word count as WORDS
+    (postprocess's length band; the first column of FEATURES, not counted again); and the
+    seven classic formulas (contracts.FORMULAS, `formulas.Formulas`), each a `[n, 1]`
+    column, computed in the same pass from the same words and sentences."""
+
+    def __init__(self, vocabulary: Vocabulary, device: Device | str | None = None):
+        super().__init__(vocabulary, device)
+        self.formulas = Formulas.load(self.device)
+
+    def describe(self) -> str:
+        return f"{super().describe()}; WORDS and {len(FORMULAS)} formulas ({', '.join(FORMULAS)})"
+
+    def __call__(self, texts):
+        xp = self.xp
+        features, formulas = featurize_with_formulas(texts, self.vocabulary, self.formulas, xp=xp)
+        words = xp.ascontiguousarray(features[:, WORD_COUNT : WORD_COUNT + 1])
+        return (features, words, *(xp.ascontiguousarray(formulas[:, i : i + 1]) for i in range(len(FORMULAS))))

@@ -10,16 +10,21 @@ import os
 import shutil
 from importlib import resources
 
+import numpy as np
+
 from .. import contracts as C
 from .. import layout as M
 from .. import threads
 from ..bert.runner import bert_runner
 from ..errors import AssemblyError
-from ..features.runner import FeatureRunner
+from ..features.extract import count_words
+from ..features.formulas import Formulas
+from ..features.runner import FeaturizeRunner
 from ..forest.arrays import FOREST_ARRAYS, export_forest_arrays
 from ..forest.runner import GTILRunner
+from ..intervals import DEFAULT_LEVEL, IntervalParameters, check_level, for_blend
 from ..pipeline import Pipeline
-from ..scoring import blend_weights, weight_pair
+from ..scoring import Blender, weight_pair
 from ..tokenizer.runner import TokenizerRunner
 from . import releases
 from .canary import CANARY, Canary
@@ -80,11 +85,13 @@ def assemble(
     tensorrt_cache: str = DEFAULT_TENSORRT_CACHE,
     triton_version: str = releases.TESTED,
     response_cache: bool = False,
+    interval_level: float = DEFAULT_LEVEL,
 ) -> M.Manifest:
     """Build a complete model repository for `profile` from an artifact set (its BERT model
     in `bert_format`, see `pick_bert_format`; SCORE's weights as given, both or none, by
     default the set's fitted weights (`train-blend`, `build-demo`), else 0.5 each), in the
-    configs Triton release `triton_version` reads."""
+    configs Triton release `triton_version` reads; SCORE_LOW/SCORE_HIGH at `interval_level`
+    from the set's calibration where it was calibrated for these weights (`intervals`)."""
     if profile not in PROFILES:
         raise AssemblyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
     try:
@@ -100,6 +107,10 @@ def assemble(
     if bert_weight is None or forest_weight is None:
         bert_weight, forest_weight = manifest.blend_weights or (0.5, 0.5)
     weight_pair(bert_weight, forest_weight, AssemblyError)  # the set's own weights too, before anything is written
+    try:
+        interval = for_blend(manifest.info.get("interval"), (bert_weight, forest_weight), check_level(interval_level))
+    except ValueError as err:
+        raise AssemblyError(f"--interval: {err}") from None
     # refuse early
     render_config(C.BERT, profile, max_length=manifest.max_length, bert_format=bert_format, tensorrt=tensorrt)
     if os.path.exists(out):
@@ -120,6 +131,7 @@ def assemble(
         tensorrt_cache=tensorrt_cache,
         triton_version=triton_version,
         response_cache=response_cache,
+        interval=interval,
     )
     for model, names in {**M.MODEL_FILES, C.BERT: (M.BERT_FORMATS[bert_format],)}.items():
         target = os.path.join(out, model, VERSION)
@@ -129,8 +141,19 @@ def assemble(
         # the forest as arrays, for the CuPy tree walk (no Treelite needed there)
         folder = os.path.join(out, C.FOREST, VERSION)
         export_forest_arrays(os.path.join(folder, M.CHECKPOINT), os.path.join(folder, FOREST_ARRAYS))
-    record_canary(out, canary_tolerance(profile, tensorrt), manifest, (bert_weight, forest_weight))
+    record_canary(out, canary_tolerance(profile, tensorrt), manifest, (bert_weight, forest_weight), interval)
     return manifest
+
+
+#: What the canary records, by ensemble output: the pipeline's key for it.
+CANARY_OUTPUTS = {
+    C.SCORE: "score",
+    C.BERT_SCORE: "bert",
+    C.FOREST_SCORE: "forest",
+    C.SCORE_LOW: "low",
+    C.SCORE_HIGH: "high",
+    **{name: name.lower() for name in C.FORMULAS},
+}
 
 
 def canary_tolerance(profile: str, tensorrt: bool = False) -> float:
@@ -142,7 +165,7 @@ def canary_tolerance(profile: str, tensorrt: bool = False) -> float:
     return 0.05 if tensorrt else 1e-3
 
 
-def record_canary(repo: str, tolerance: float, manifest: M.Manifest, weights) -> Canary | None:
+def record_canary(repo: str, tolerance: float, manifest: M.Manifest, weights, interval=None) -> Canary | None:
     """Score the canary text with the repository's own models, in process (the runners the
     Python models run, Treelite's GTIL for the forest), and record the answers for `serve`'s
     health check (`triton.health.Canary`). Where this Python lacks a model's runtime (the
@@ -151,15 +174,19 @@ def record_canary(repo: str, tolerance: float, manifest: M.Manifest, weights) ->
     (the health check then sees only that SCORE is finite)."""
     try:
         result = repository_pipeline(repo)([CANARY])
-        bert, forest, score = float(result["bert"][0]), float(result["forest"][0]), float(result["score"][0])
     except ImportError:
         recorded = manifest.info.get("canary") or {}
         if recorded.get("text") != CANARY:
             return None
-        bert, forest = float(recorded["bert"]), float(recorded["forest"])
-        w_bert, w_forest = blend_weights(*weights)
-        score = w_bert * bert + w_forest * forest
-    canary = Canary(CANARY, {C.SCORE: score, C.BERT_SCORE: bert, C.FOREST_SCORE: forest}, tolerance)
+        bert, forest = (np.array([float(recorded[k])], np.float32) for k in ("bert", "forest"))
+        blended = Blender(weights[0], weights[1], interval=interval)(
+            bert, forest, count_words([CANARY]).astype(np.float32)
+        )
+        result = dict(zip(("score", "bert", "forest", "low", "high"), blended))
+        formulas = Formulas.load()([CANARY])  # NumPy only: every Python has what it needs
+        result.update({name.lower(): formulas[:, i] for i, name in enumerate(C.FORMULAS)})
+    expected = {name: float(result[key][0]) for name, key in CANARY_OUTPUTS.items()}
+    canary = Canary(CANARY, expected, tolerance)
     canary.save(repo)
     return canary
 
@@ -214,7 +241,8 @@ def repository_pipeline(repo: str):
         return threads.resolve(int(value), count) if value else 0
 
     post = read_config(os.path.join(repo, C.POSTPROCESS, "config.pbtxt"))
-    weights = (float(post.parameters[C.BERT_WEIGHT].string_value), float(post.parameters[C.FOREST_WEIGHT].string_value))
+    params = {key: value.string_value for key, value in post.parameters.items()}
+    weights = (float(params[C.BERT_WEIGHT]), float(params[C.FOREST_WEIGHT]))
     tokenizer_manifest = M.load_manifest(folder(C.PREPROCESS))
     bert_format = "onnx" if os.path.isfile(os.path.join(folder(C.BERT), M.MODEL_ONNX)) else "torchscript"
     # a Python model cuts the padding off (OnnxRunner); Triton's onnxruntime backend runs what preprocess padded
@@ -224,7 +252,8 @@ def repository_pipeline(repo: str):
             folder(C.PREPROCESS), tokenizer_manifest.max_length, manifest=tokenizer_manifest
         ),
         bert=bert_runner(folder(C.BERT), bert_format=bert_format, threads=planned(C.BERT), trim=in_python),
-        features=FeatureRunner.from_folder(folder(C.FEATURIZE)),
+        features=FeaturizeRunner.from_folder(folder(C.FEATURIZE)),
         forest=GTILRunner.from_folder(folder(C.FOREST), threads=planned(C.FOREST)),
         weights=weights,
+        interval=IntervalParameters.from_parameters(params),
     )

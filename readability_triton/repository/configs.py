@@ -22,6 +22,7 @@ from typing import Any
 
 from .. import contracts as C
 from ..errors import AssemblyError
+from ..intervals import IntervalParameters
 from . import releases
 from .profiles import (
     BERT_PLATFORMS,
@@ -158,6 +159,7 @@ def model_config(
     max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
     max_queue_seconds: float = DEFAULT_MAX_QUEUE_SECONDS,
     response_cache: bool = False,
+    interval: IntervalParameters | None = None,
 ):
     """The `ModelConfig` message of `model` in `profile` for Triton release `triton_version`
     (the BERT model in `bert_format`; with `tensorrt`, the onnxruntime backend builds a
@@ -216,6 +218,8 @@ def model_config(
     if model == C.POSTPROCESS:
         params[C.BERT_WEIGHT] = repr(float(bert_weight))
         params[C.FOREST_WEIGHT] = repr(float(forest_weight))
+        if interval is not None:  # else postprocess answers the uncalibrated range
+            params.update(interval.to_parameters())
     if where.backend == "python" and where.kind == "KIND_GPU" and model in (C.POSTPROCESS, C.BERT, C.FOREST):
         # Let the outputs of the previous GPU steps arrive on the GPU (read via DLPack).
         params["FORCE_CPU_ONLY_INPUT_TENSORS"] = "no"

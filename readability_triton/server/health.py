@@ -12,7 +12,7 @@ So `serve` looks for evidence, not for slowness:
 
 - **death**: the tritonserver process is gone, or a stub it started is (a zombie or no
   process: `processes.python_stubs`); a canary error that names a dead stub;
-- **wrong answers**: the canary text's SCORE, BERT_SCORE and FOREST_SCORE differ from the
+- **wrong answers**: an output of the canary text (the scores, the interval, the formulas) differs from the
   values `assemble` recorded (`Canary`, `<repository>/readability/1/canary.json`) by more
   than their tolerance; or a model of the repository is gone (NOT_FOUND);
 - **no progress**: a step has requests queued (`nv_inference_pending_request_count`) and
