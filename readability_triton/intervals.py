@@ -22,7 +22,8 @@ At assembly (`--interval LEVEL`, default 0.9) each band's quantile is the
 `ceil((n_b + 1) · LEVEL)`-th smallest of its `n_b` scores (split-conformal's finite-sample
 rank). `postprocess` then answers `SCORE ∓ q_band · sigma(d) · s(W)`, where `s(W) =
 sqrt(W_min / W)` widens the interval of a text of `W` words shorter than the shortest
-calibration text (`W_min`): an extrapolation, not calibrated, and said so. A set without
+calibration text (`W_min`): an extrapolation, not calibrated, and said so. Both ends stay
+inside the scale's range (`UNCALIBRATED`), where every target lies. A set without
 calibration answers the whole CommonLit range (`UNCALIBRATED`): no narrower claim can be
 made for it.
 """
@@ -193,7 +194,9 @@ class IntervalParameters:
         band = xp.searchsorted(xp.asarray(self.edges, dtype=xp.float64), w, side="right")
         half = xp.asarray(self.q, dtype=xp.float64)[band] * scale * xp.sqrt(xp.maximum(self.min_words / w, 1.0))
         centre = xp.asarray(score, dtype=xp.float64)
-        return (centre - half).astype(xp.float32), (centre + half).astype(xp.float32)
+        low = xp.maximum(centre - half, UNCALIBRATED[0])  # no wider than the scale itself
+        high = xp.minimum(centre + half, UNCALIBRATED[1])
+        return low.astype(xp.float32), high.astype(xp.float32)
 
 
 def uncalibrated_bounds(score, xp=np):

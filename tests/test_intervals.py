@@ -102,12 +102,13 @@ def test_broken_parameters_say_what_to_do():
 
 
 def test_texts_shorter_than_any_calibrated_widen_and_one_word_is_not_a_crash():
-    parameters = IntervalParameters(0.9, 1.0, 0.0, (), (1.0,), 50.0)
+    parameters = IntervalParameters(0.9, 0.5, 0.0, (), (1.0,), 50.0)
     score = np.zeros((4, 1), np.float32)
     words = np.array([[200.0], [50.0], [12.5], [0.0]], np.float32)
     low, high = parameters.bounds(score, score, score, words)
-    assert high.reshape(-1).tolist() == [1.0, 1.0, 2.0, float(np.float32(math.sqrt(50.0)))]
-    assert (low == -high).all() and low.dtype == high.dtype == np.float32
+    assert high.reshape(-1).tolist() == [0.5, 0.5, 1.0, 2.0]  # sqrt(50) / 2 = 3.5: cut at the scale's top
+    assert low.reshape(-1).tolist() == [-0.5, -0.5, -1.0, -float(np.float32(math.sqrt(50.0) / 2))]
+    assert low.dtype == high.dtype == np.float32
 
 
 def test_uncalibrated_sets_answer_the_whole_scale():

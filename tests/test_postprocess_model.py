@@ -157,8 +157,9 @@ def test_a_calibrated_interval_from_parameters(tmp_path):
     # half-width: q * (a + b|bert - forest|) * sqrt(max(min_words / words, 1))
     for response, half in ((long, 1.5), (medium, 3.0), (short, 3.0 * 2.0)):
         assert output(response, "SCORE").tolist() == [[0.5]]
-        assert output(response, "SCORE_LOW").tolist() == [[0.5 - half]]
-        assert output(response, "SCORE_HIGH").tolist() == [[0.5 + half]]
+        # inside the scale's range, -4 ... 2
+        assert output(response, "SCORE_LOW").tolist() == [[max(0.5 - half, -4.0)]]
+        assert output(response, "SCORE_HIGH").tolist() == [[min(0.5 + half, 2.0)]]
 
 
 def test_broken_interval_parameters_fail_the_load(tmp_path):
