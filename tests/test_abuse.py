@@ -43,17 +43,22 @@ def rows(tiny_artifacts, tmp_path_factory):
     return {row["attack"]: row for row in json.loads(out.read_text())}
 
 
+def _why(row: dict) -> str:
+    """Everything a failed bound needs to be understood from CI's log alone."""
+    return json.dumps({k: row.get(k) for k in ("honest", "attack_counts", "front", "memory_mb", "notes")}, indent=1)
+
+
 def test_short_deadlines_crash_nothing_and_honest_clients_are_served(rows):
     row = rows["deadlines"]
     assert row["crashes"] == 0 and row["restarts"] == 0
-    assert row["honest"]["success"] >= 0.9, row["honest"]
+    assert row["honest"]["success"] >= 0.9, _why(row)
     assert row["attack_counts"].get("deadline", 0) > 0  # the attack ran: its deadlines passed
 
 
 def test_clients_that_send_and_close_leave_honest_clients_on_another_address_served(rows):
     row = rows["disconnects"]
     assert row["crashes"] == 0 and row["restarts"] == 0
-    assert row["honest"]["success"] >= 0.8, row["honest"]
+    assert row["honest"]["success"] >= 0.8, _why(row)
     assert row["attack_counts"].get("sent_and_closed", 0) > 100
     assert row["front"]["dropped_before_compute"] + row["front"]["abandoned_after_send"] > 0
 
@@ -66,7 +71,7 @@ def test_a_flood_of_score_jobs_waits_within_the_stated_bound_and_loses_nothing(r
     assert front["answer_seconds"]["p99"] <= 1.5 * MAX_WAIT, front
     assert front["expired"] == 0
     assert front["refused"]["busy"] + front["refused"]["share"] > 0  # it was full, and said so
-    assert row["honest"]["success"] >= 0.9, row["honest"]
+    assert row["honest"]["success"] >= 0.9, _why(row)
 
 
 def test_huge_messages_are_refused_as_client_errors_and_leave_memory_alone(rows):

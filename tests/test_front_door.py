@@ -304,3 +304,39 @@ def test_a_repository_without_the_ensemble_is_a_stated_error_not_a_restart_loop(
     assert done.returncode == 2 and time.monotonic() - started < 30
     assert f"{empty} holds no 'readability' ensemble" in done.stderr and "it is empty" in done.stderr
     assert "readability-triton assemble" in done.stderr
+
+
+def test_what_the_pipelines_entrance_sheds_the_front_door_sends_again(tiny_artifacts, tmp_path):
+    """validate sheds load at 1 request waiting in a later step (MAX_PENDING_REQUESTS 1):
+    under 12 clients it refuses often, and the front door sends those requests again, so
+    every client, gRPC and HTTP, gets its scores and no "busy" from inside the pipeline."""
+    from served import side_by_side
+
+    from readability_triton.repository import configs
+
+    repository = assemble_portable(tiny_artifacts, str(tmp_path / "repository"))
+
+    def strict(config) -> None:
+        config.parameters[C.MAX_PENDING_REQUESTS].string_value = "1"
+
+    configs.edit_config(os.path.join(repository, C.VALIDATE, "config.pbtxt"), strict)
+    target = _serve(repository, tmp_path, secrets.token_urlsafe(24))
+    try:
+        front = _front(target)
+
+        def client(protocol: str):
+            def calls():
+                return [score_texts(front, protocol, TEXTS, [C.SCORE])[C.SCORE] for _ in range(15)]
+
+            return calls
+
+        results = side_by_side([client(CLIENTS[i % len(CLIENTS)]) for i in range(12)])
+        errors = [r for r in results if isinstance(r, BaseException)]
+        assert not errors, errors[:3]
+        assert all(len(r) == 15 and all(np.isfinite(s).all() for s in r) for r in results)
+        status = target.status()["front"]
+        assert status["resent_after_shed"] > 0, status  # the entrance did shed: the test tested something
+        with urllib.request.urlopen(f"http://{target.health}/metrics") as reply:
+            assert f"readability_front_resent_total {status['resent_after_shed']}" in reply.read().decode()
+    finally:
+        assert _stop(target) == 0

@@ -10,7 +10,7 @@ import math
 import pytest
 
 from readability_triton.frontdoor.gate import Gate, Refusal, Ticket
-from readability_triton.frontdoor.wire import FULL_TEXT_BYTES, MIN_WORK, grpc_work, http_work, work_of
+from readability_triton.frontdoor.wire import FULL_TEXT_BYTES, MIN_WORK, grpc_work, http_work, is_shed, work_of
 
 
 class Clock:
@@ -232,3 +232,64 @@ def test_http_texts_and_work_from_json_and_from_the_binary_tensor():
     assert http_work(header + blob[:10], len(header)) == (3, 3.0)
     assert http_work(b"{not json") == (1, 1.0) and http_work(b'{"inputs": 5}') == (1, 1.0)
     assert http_work(b"[]") == (1, 1.0)
+
+
+# -- the door: a request the pipeline's entrance shed is sent again -----------------------
+
+
+def _door_run(answers: list, max_wait: float = 10.0, patience: float | None = None):
+    """Door.run for one request whose forward() answers `answers` in turn (a string with a
+    shed sign is the entrance's refusal); (the final answer, how many sends, the snapshot)."""
+    import asyncio
+
+    from readability_triton.frontdoor import door as D
+
+    async def main():
+        door = D.Door("127.0.0.1:1", "127.0.0.1:2", max_wait=max_wait)
+        door.loop = asyncio.get_running_loop()
+        door._running = asyncio.Event()
+        door._running.set()
+        ticket = await door.admit("127.0.0.2", 1.0, patience)
+        sends = []
+
+        async def forward():
+            sends.append(1)
+            return answers[min(len(sends), len(answers)) - 1]
+
+        answer = await door.run(ticket, forward, ok=lambda a: a == "ok", shed=is_shed)
+        return answer, len(sends), door.gate.snapshot()
+
+    return asyncio.run(main())
+
+
+SHED = (
+    "in ensemble 'readability', busy: 70 requests are waiting inside the pipeline "
+    "(the limit is 64, parameter MAX_PENDING_REQUESTS); retry in a moment"
+)
+
+
+def test_shed_signs_match_what_the_entrance_says():
+    from readability_triton.stub.admission import Admission
+
+    metrics = {"bert": {"pending": 3.0, "queue_us": 0.0, "success": 0.0}}
+    pending = Admission(2, 0.0, ["bert"])._judge(metrics, 1.0)
+    waiting = Admission(0, 1.0, ["bert"])
+    waiting._judge(metrics, 1.0)
+    stuck = waiting._judge(metrics, 3.0)
+    assert pending and stuck and is_shed(pending) and is_shed(stuck.encode())
+    assert not is_shed("text 0 of the request is not valid UTF-8") and not is_shed(SHED.split(",")[0])
+
+
+def test_a_shed_answer_is_sent_again_until_the_pipeline_takes_it():
+    answer, sends, snap = _door_run([SHED, SHED, "ok"])
+    assert answer == "ok" and sends == 3
+    assert snap["resent_after_shed"] == 2 and snap["answered"] == 1 and snap["requests_inside"] == 0
+
+
+def test_a_shed_answer_is_passed_on_once_the_longest_wait_is_spent():
+    # max_wait 0.1 s: the longest wait (EXPIRE_FACTOR x 0.1 s) allows a few pauses, not more
+    answer, sends, snap = _door_run([SHED], max_wait=0.1)
+    assert answer == SHED and 2 <= sends <= 4 and snap["resent_after_shed"] == sends - 1
+    # a client that gives up sooner bounds it too: a 60 ms deadline leaves room for one pause
+    answer, sends, _ = _door_run([SHED], patience=0.06)
+    assert answer == SHED and sends <= 2

@@ -17,7 +17,10 @@ clients do:
 the queue during a repair and `drain` refuses new requests and lets the accepted ones
 finish. When an answer says a python-backend stub died, the door holds its queue at once,
 tells the supervisor (`on_dead_stub`), and sends the requests that met the dead stub once
-more after the repair: a killed stub costs latency, not answers.
+more after the repair: a killed stub costs latency, not answers. A request the pipeline's
+own entrance refused uncomputed (its load shedding, `stub.admission`, there for clients
+that reach tritonserver directly) is sent again after a short pause, within the stated
+wait: behind the front door the honest client sees an answer or the front's own "busy".
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ EXPIRE_FACTOR = 2.0
 #: The longest the front door holds its queue on its own after a dead-stub answer, waiting
 #: for the supervisor's repair to release it.
 HOLD_LIMIT = 120.0
+#: The first pause before a request the pipeline's entrance shed is sent again (seconds),
+#: doubled at each try up to SHED_PAUSE_LIMIT.
+SHED_PAUSE = 0.05
+SHED_PAUSE_LIMIT = 0.5
 
 
 class FrontDrain(TypedDict):
@@ -138,14 +145,19 @@ class Door:
         forward: Callable[[], Awaitable[Any]],
         ok: Callable[[Any], bool] = lambda answer: True,
         dead_stub: Callable[[Any], bool] = lambda answer: False,
+        shed: Callable[[Any], bool] = lambda answer: False,
     ) -> Any:
         """`forward()` sent on for `ticket`, awaited to its end even if the client leaves
         (the caller is then cancelled and the answer dropped). `forward` must not touch the
         client's connection (it may be gone): it returns the answer, `ok(answer)` says
-        whether it is a success (the gate's rate counts successes only) and
+        whether it is a success (the gate's rate counts successes only),
         `dead_stub(answer)` whether it met a stub that had died (sent once more after the
-        repair, where a supervisor repairs: `on_dead_stub`)."""
+        repair, where a supervisor repairs: `on_dead_stub`) and `shed(answer)` whether the
+        pipeline's entrance refused it uncomputed (sent again after a pause, while its
+        client is there and within the longest wait: the front door, not the pipeline,
+        answers "busy")."""
         gone: list[bool] = []
+        until = min(ticket.deadline, ticket.arrived + EXPIRE_FACTOR * self.gate.max_wait)
 
         async def send():
             answer = None
@@ -154,6 +166,12 @@ class Door:
                 if self.on_dead_stub is not None and dead_stub(answer):
                     self._hold_for_repair()
                     await self._until_running()
+                    answer = await forward()
+                pause = SHED_PAUSE
+                while shed(answer) and not gone and self.gate.now() + pause < until:
+                    self.gate.stats.resent_after_shed += 1
+                    await asyncio.sleep(pause)
+                    pause = min(2 * pause, SHED_PAUSE_LIMIT)
                     answer = await forward()
                 return answer
             finally:

@@ -93,6 +93,7 @@ class Stats:
     abandoned_inside: int = 0  # the client left after it was sent on: computed, answer dropped
     expired: int = 0  # waited past the longest wait: refused after acceptance
     answered: int = 0
+    resent_after_shed: int = 0  # refused uncomputed by the pipeline's entrance, sent again
 
 
 class Gate:
@@ -132,6 +133,10 @@ class Gate:
         self._samples: collections.deque[tuple[float, float, int]] = collections.deque()
         self._service: collections.deque[float] = collections.deque(maxlen=64)  # seconds, sent to answered
         self._answer: collections.deque[float] = collections.deque(maxlen=4096)  # seconds, accepted to answered
+
+    def now(self) -> float:
+        """The gate's clock (tickets' `arrived` and `deadline` are on it)."""
+        return self._clock()
 
     # -- the rate -------------------------------------------------------------------
     def _busy_until(self, now: float) -> float:
@@ -364,4 +369,5 @@ class Gate:
             "abandoned_after_send": self.stats.abandoned_inside,
             "expired": self.stats.expired,
             "answered": self.stats.answered,
+            "resent_after_shed": self.stats.resent_after_shed,
         }

@@ -23,7 +23,7 @@ import grpc.aio
 
 from .door import Door
 from .gate import Refusal
-from .wire import DEAD_STUB_SIGN, grpc_work
+from .wire import DEAD_STUB_SIGN, grpc_work, is_shed
 
 SERVICE = "/inference.GRPCInferenceService/"
 INFER = SERVICE + "ModelInfer"
@@ -85,6 +85,7 @@ async def open_grpc(door: Door) -> Callable[[], Awaitable[None]]:
             lambda: forward(INFER, request, metadata),
             ok=lambda r: not isinstance(r, grpc.aio.AioRpcError),
             dead_stub=lambda r: isinstance(r, grpc.aio.AioRpcError) and DEAD_STUB_SIGN in (r.details() or ""),
+            shed=lambda r: isinstance(r, grpc.aio.AioRpcError) and is_shed(r.details() or ""),
         )
         return await answer(reply, context)
 

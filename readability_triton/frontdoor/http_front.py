@@ -16,7 +16,7 @@ from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
 
 from .door import Door
 from .gate import Refusal
-from .wire import DEAD_STUB_SIGN, http_work
+from .wire import DEAD_STUB_SIGN, http_work, is_shed
 
 INFER_PATH = re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$")
 #: Headers of one hop, never passed on (RFC 9110 7.6.1), plus what the hop recomputes.
@@ -106,6 +106,7 @@ async def open_http(door: Door) -> Callable[[], Awaitable[None]]:
                 lambda: forward(request, body),
                 ok=lambda reply: reply.status == 200,
                 dead_stub=lambda reply: reply.status >= 500 and DEAD_STUB_SIGN.encode() in reply.body,
+                shed=lambda reply: reply.status >= 400 and is_shed(reply.body),
             )
         except (OSError, ClientError) as err:
             return _error(503, f"the server is not answering ({type(err).__name__}); retry in a moment")

@@ -30,6 +30,16 @@ FULL_TEXT_BYTES = 1200
 MIN_WORK = 0.1
 #: What tritonserver 2.51 answers for a request that reached a python-backend stub that died.
 DEAD_STUB_SIGN = "is not healthy"
+#: In every refusal by the pipeline's entrance (`stub.admission`, in `validate`): the request
+#: was refused before any step computed it, so sending it again is safe.
+SHED_SIGNS = ("parameter MAX_PENDING_REQUESTS", "parameter MAX_QUEUE_SECONDS")
+
+
+def is_shed(message: str | bytes) -> bool:
+    """Whether an error message is a refusal by the pipeline's entrance (see SHED_SIGNS)."""
+    text = message.decode("utf-8", "replace") if isinstance(message, bytes) else message
+    return any(sign in text for sign in SHED_SIGNS)
+
 
 _INPUTS, _RAW = 5, 7  # ModelInferRequest
 _SHAPE, _CONTENTS = 3, 5  # InferInputTensor

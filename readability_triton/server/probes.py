@@ -37,6 +37,12 @@ _METRICS = (
         "counter",
         "Accepted requests refused after waiting twice the stated wait",
     ),
+    (
+        "resent_after_shed",
+        "readability_front_resent_total",
+        "counter",
+        "Sends again of requests the pipeline's entrance refused uncomputed (its load shedding)",
+    ),
     ("texts_waiting", "readability_front_texts_waiting", "gauge", "Texts waiting at the front door"),
     ("texts_inside", "readability_front_texts_inside", "gauge", "Texts sent on to tritonserver, not answered yet"),
     (
