@@ -3,10 +3,11 @@ batches, in one run.
 
 One tritonserver serves the artifact set's checkpoint.tl three ways, side by side:
 
-- `fil`: the FIL backend on KIND_CPU as the `cpu` profile configures it (non-batching,
-  `configs.fil_io`), with FIL's CPU default (Treelite's GTIL);
-- `fil, experimental`: the same with `use_experimental_optimizations "true"` (FIL's own
-  CPU inference);
+- `fil, GTIL`: the FIL backend on KIND_CPU as the `cpu` profile configures it (non-batching,
+  `configs.fil_io`) but with `use_experimental_optimizations "false"`: FIL's CPU default
+  (Treelite's GTIL);
+- `fil, experimental (default)`: the `cpu` profile's config as it is, with
+  `use_experimental_optimizations "true"` (FIL's own CPU inference);
 - `python`: the `portable` profile's Python model (Treelite's GTIL in the python backend).
 
 Each gets the same batches of real features (1, 8 and 64 rows of CommonLit excerpts'
@@ -41,19 +42,16 @@ from readability_triton.repository.profiles import PORTABLE_BACKENDS, VERSION
 from readability_triton.server.installation import native_backends
 from readability_triton.server.tritonserver import TritonServer
 
-VARIANTS = {"fil": "cpu", "fil, experimental": "cpu", "python": "portable"}
+VARIANTS = {"fil, GTIL": "cpu", "fil, experimental (default)": "cpu", "python": "portable"}
+_EXPERIMENTAL = 'key: "use_experimental_optimizations"\n  value {\n    string_value: "true"\n  }'
 
 
 def write_model(repo: str, name: str, variant: str, artifacts: str) -> None:
     """`name` in `repo`: the forest as `variant` serves it, on the set's checkpoint."""
     config = configs.render_config(C.FOREST, VARIANTS[variant]).replace(f'name: "{C.FOREST}"', f'name: "{name}"')
-    if variant == "fil, experimental":
-        config = config.replace(
-            "parameters {",
-            'parameters {\n  key: "use_experimental_optimizations"\n'
-            '  value {\n    string_value: "true"\n  }\n}\nparameters {',
-            1,
-        )
+    if variant == "fil, GTIL":  # the cpu profile sets the experimental optimizations: turn them off
+        assert _EXPERIMENTAL in config, config
+        config = config.replace(_EXPERIMENTAL, _EXPERIMENTAL.replace('"true"', '"false"'))
     folder = os.path.join(repo, name, VERSION)
     os.makedirs(folder)
     with open(os.path.join(repo, name, "config.pbtxt"), "w", encoding="utf-8") as handle:
@@ -68,7 +66,9 @@ def write_model(repo: str, name: str, variant: str, artifacts: str) -> None:
 def compute(client, model: str) -> tuple[int, int]:
     """(compute_infer ns, executions) of `model` so far, from Triton's statistics."""
     (stats,) = client.get_inference_statistics(model, as_json=True)["model_stats"]
-    return int(stats["inference_stats"]["compute_infer"]["ns"]), int(stats["execution_count"])
+    # proto3 JSON leaves zeros out (a model that has not run yet)
+    infer = stats.get("inference_stats", {}).get("compute_infer", {})
+    return int(infer.get("ns", 0)), int(stats.get("execution_count", 0))
 
 
 def main(argv=None) -> int:

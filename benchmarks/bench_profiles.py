@@ -13,8 +13,8 @@ variant's ratio to the first one round by round, compare like with like.
 - `portable, TorchScript`: the same with the thread plan;
 - `portable, ONNX` (the default): model.onnx with ONNX Runtime in a Python model, rows
   in bands of 8 tokens without their padding, thread plan;
-- `cpu, onnxruntime_onnx` / `cpu, pytorch_libtorch`: bert on Triton's own backends (built by
-  `make native-backends`), the forest as a Python model (no FIL here).
+- `cpu, onnxruntime_onnx` / `cpu, pytorch_libtorch`: bert on Triton's own backends and the
+  forest on FIL (built by `make native-backends`), the Python steps as in `portable`.
 
     python benchmarks/bench_profiles.py --artifacts .cache/demo-artifacts --rounds 3 --duration 10 --json p.json
 

@@ -130,9 +130,14 @@ class Release:
         return "gpu-cu13" if self.cuda_major >= 13 else "gpu"
 
     def fil_parameters(self) -> dict[str, str]:
-        """FIL's parameters for a Treelite regressor, in the keys this release reads."""
-        key = "is_classifier" if self.fil_is_classifier else "output_class"
-        return {"model_type": "treelite_checkpoint", key: "false"}
+        """FIL's parameters for a Treelite regressor, in the keys this release reads. Up to
+        25.08, `use_experimental_optimizations` (CPU only; the same predictions): FIL's own
+        CPU inference instead of Treelite's GTIL, measured faster at every batch size
+        (benchmarks/bench_forest.py, docs/performance.md). 25.09's rewritten FIL has no
+        such switch."""
+        if self.fil_is_classifier:
+            return {"model_type": "treelite_checkpoint", "is_classifier": "false"}
+        return {"model_type": "treelite_checkpoint", "output_class": "false", "use_experimental_optimizations": "true"}
 
 
 def release(version: str = TESTED) -> Release:
