@@ -1,3 +1,3 @@
 """readability-triton: a text readability scorer served on NVIDIA Triton Inference Server."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -60,6 +60,7 @@ def _stand_in_site_archive(carry) -> None:
 # ---------------------------------------------------------------- 1. configs without tritonclient.grpc
 
 
+@pytest.mark.slow  # a Python of its own per case (make check leaves it out)
 @pytest.mark.parametrize("raising", ["tritonclient/__init__.py", "tritonclient/grpc/__init__.py"])
 def test_assemble_portable_gpu_with_a_tritonclient_that_raises_on_import(tmp_path, tiny_artifacts, raising):
     """As on the GPU machine (no rapidjson): importing tritonclient raises RuntimeError; the
@@ -159,6 +160,7 @@ def _with_format(path, version: int) -> None:
             target.writestr(info, f"{version}\n".encode() if info.filename.endswith("/version") else data)
 
 
+@pytest.mark.slow  # runs torch in a Python of its own (make check leaves it out)
 def test_phase_0_says_which_torch_wrote_model_pt_and_whether_this_one_runs_it(kit, tmp_path):
     import torch
 
@@ -178,6 +180,7 @@ def test_phase_0_says_which_torch_wrote_model_pt_and_whether_this_one_runs_it(ki
     assert report["ok"] is False and "file format 11" in report["why"] and "no newer than" in report["why"]
 
 
+@pytest.mark.slow  # runs torch in a Python of its own (make check leaves it out)
 def test_the_kits_bert_is_a_model_pt_the_machines_torch_reads(kit, tiny_artifacts):
     _, common, prepare, _, _ = kit
     record = prepare.model_pt_record(os.path.join(tiny_artifacts, "model.pt"))

@@ -30,6 +30,7 @@ needed; textstat 0.7.13 (MIT) would bring nltk and pyphen for one 2,941-word lis
 
 from __future__ import annotations
 
+import functools
 import lzma
 import os
 import re
@@ -37,7 +38,7 @@ import re
 import numpy as np
 
 from .. import contracts as C
-from ..device import as_device
+from ..device import Device, as_device
 from ..texts import as_utf8
 from . import charclass, words
 from .extract import sentence_counts
@@ -326,9 +327,10 @@ class Formulas:
     @classmethod
     def load(cls, device=None) -> "Formulas":
         """From the data files beside this module (inflections of the familiar words that
-        the dictionary knows); tables built on `device` (default CPU)."""
-        syllables = read_syllables()
-        return cls(syllables, familiar_forms(read_familiar(), known=syllables), device)
+        the dictionary knows); tables built on `device` (default CPU). Built once per
+        device and process, then shared: a Formulas is not changed by use."""
+        where = as_device(device)
+        return _loaded(where, where.array_module())
 
     def lexicon(self, xp) -> Lexicon:
         key = charclass.device_key(xp)
@@ -386,6 +388,12 @@ class Formulas:
             at = xp.searchsorted(rule, word_bound)
             out[:, 4] -= digits[at[1:]] - digits[at[:-1]]
         return out
+
+
+@functools.lru_cache(maxsize=None)
+def _loaded(device: Device, module) -> Formulas:  # keyed by the module too: tests swap it
+    syllables = read_syllables()
+    return Formulas(syllables, familiar_forms(read_familiar(), known=syllables), device)
 
 
 def scores(xp, counts):
