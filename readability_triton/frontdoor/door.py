@@ -154,10 +154,10 @@ class Door:
         `dead_stub(answer)` whether it met a stub that had died (sent once more after the
         repair, where a supervisor repairs: `on_dead_stub`) and `shed(answer)` whether the
         pipeline's entrance refused it uncomputed (sent again after a pause, while its
-        client is there and within the longest wait: the front door, not the pipeline,
-        answers "busy")."""
+        client is there and within the stated wait from its arrival: the front door, not
+        the pipeline, answers "busy")."""
         gone: list[bool] = []
-        until = min(ticket.deadline, ticket.arrived + EXPIRE_FACTOR * self.gate.max_wait)
+        until = min(ticket.deadline, ticket.arrived + self.gate.max_wait)
 
         async def send():
             answer = None
