@@ -79,7 +79,7 @@ class Calibration:
             if rank > len(scores):
                 raise ValueError(
                     f"length band {band} holds {len(scores)} calibration texts: too few for a {level:g} interval "
-                    f"(it needs at least {math.ceil(level / (1 - level))})"
+                    f"(it needs at least {math.ceil(round(level / (1 - level), 9))})"
                 )
             out.append(float(scores[rank - 1]))
         return out
@@ -116,11 +116,32 @@ def calibrate(targets, bert, forest, words, weights: tuple[float, float], source
     floor = 0.25 * float(error.mean())  # sigma stays positive and never tiny
     a, b = max(float(a), floor), max(float(b), 0.0)
     normalised = error / (a + b * d)
-    bands = int(min(BANDS, max(1, len(y) // BAND_TEXTS)))
-    edges = sorted({float(e) for e in np.quantile(w, np.arange(1, bands) / bands)})
+    edges = length_edges(w, int(min(BANDS, max(1, len(y) // BAND_TEXTS))))
     band = np.searchsorted(np.asarray(edges), w, side="right")
     scores = [sorted(normalised[band == i].tolist()) for i in range(len(edges) + 1)]
     return Calibration(a, b, edges, scores, int(w.min()), len(y), [float(weights[0]), float(weights[1])], source)
+
+
+def length_edges(words, bands: int) -> list[float]:
+    """The word counts between `bands` equal-sized length bands of the calibration texts,
+    merged where tied counts leave a band with fewer than MIN_TEXTS texts (each band must
+    hold enough for its own quantile)."""
+    w = np.asarray(words, dtype=np.float64)
+    edges = sorted({float(e) for e in np.quantile(w, np.arange(1, bands) / bands)})
+    while edges:
+        counts = np.bincount(np.searchsorted(np.asarray(edges), w, side="right"), minlength=len(edges) + 1)
+        small = int(np.argmin(counts))
+        if counts[small] >= MIN_TEXTS:
+            break
+        # drop the edge between the smallest band and its smaller neighbour
+        if small == 0:
+            drop = 0
+        elif small == len(edges):
+            drop = len(edges) - 1
+        else:
+            drop = small - 1 if counts[small - 1] <= counts[small + 1] else small
+        del edges[drop]
+    return edges
 
 
 def for_blend(info: dict | None, weights, level: float = DEFAULT_LEVEL) -> "IntervalParameters | None":
@@ -183,8 +204,10 @@ class IntervalParameters:
             )
         except (KeyError, ValueError) as err:
             raise ValueError(f"the interval parameters are incomplete or not numbers ({err}): assemble again") from None
-        if len(q) != len(edges) + 1 or not all(math.isfinite(v) and v >= 0 for v in (a, b, *q)):
+        if len(q) != len(edges) + 1:
             raise ValueError(f"the interval parameters do not fit together: {len(q)} quantiles for {len(edges)} edges")
+        if not all(math.isfinite(v) and v >= 0 for v in (a, b, *q)):
+            raise ValueError("the interval parameters hold a negative or non-finite value: assemble again")
         return found
 
     def bounds(self, score, bert, forest, words, xp=np):

@@ -151,6 +151,6 @@ class Pipeline:
             if name in self.branches or (name in FORMULA_KEYS and "forest" in self.branches)
         }
         if "score" in self.branches:
-            words = np.concatenate(parts["words"]).astype(np.float32)
+            words = (np.concatenate(parts["words"]) if parts["words"] else np.zeros(0)).astype(np.float32)
             out["score"], _, _, out["low"], out["high"] = self.blender(out["bert"], out["forest"], words)
         return out

@@ -225,6 +225,20 @@ def test_train_blend_on_held_out_texts(separately_trained, tmp_path, capsys):
     assert blend["data"]["path"].endswith("held.csv")
 
 
+def test_train_blend_on_too_few_texts_for_intervals_records_the_blend_and_no_interval(
+    separately_trained, tmp_path, capsys
+):
+    s = separately_trained
+    folder = _copy(s["set"], tmp_path / "set")
+    texts, targets = generate_corpus(12, seed=78)
+    held = _csv(tmp_path / "held.csv", texts, targets)
+    assert main(["train-blend", "--artifacts", folder, "--data", held]) == 0
+    assert "12 texts are too few to calibrate intervals" in capsys.readouterr().err
+    info = load_manifest(folder).info
+    assert info["blend"]["data"]["path"].endswith("held.csv") and info["interval"] == {}
+    assert Pipeline.from_folder(folder)(texts[:2])["low"].tolist() == [-4.0, -4.0]
+
+
 def test_train_blend_refuses_to_fit_on_training_texts_in_sample(separately_trained, tmp_path, capsys):
     s = separately_trained
     folder = _copy(s["set"], tmp_path / "set")

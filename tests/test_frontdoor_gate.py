@@ -118,6 +118,35 @@ def test_the_rate_is_measured_from_answers_per_busy_second_and_errors_do_not_cou
     assert gate.capacity() == pytest.approx(10 * gate.rate())
 
 
+def test_a_cold_starts_first_slow_answers_do_not_set_the_rate_alone():
+    gate, clock = _gate(max_wait=10.0, rate=10.0, inside=100.0, max_inside_requests=100)
+    for _ in range(3):
+        gate.offer("c", 0.3)
+    _serve(gate, clock, 2.0)  # the first answers, 2 s each: 0.45 texts a second
+    assert gate.rate() == pytest.approx(10.0)  # 3 answers: not enough to lower it
+    for _ in range(3):
+        gate.offer("c", 0.3)
+    _serve(gate, clock, 0.02)
+    for _ in range(3):
+        gate.offer("c", 0.3)
+    _serve(gate, clock, 0.02)  # 9 answers in the window now: it is trusted, slow start included
+    assert gate.rate() == pytest.approx(2.7 / 2.04, rel=1e-3)
+    gate2, clock2 = _gate(max_wait=10.0, rate=1.0, inside=100.0, max_inside_requests=100)
+    gate2.offer("c", 10)
+    _serve(gate2, clock2, 1.0)
+    assert gate2.rate() == pytest.approx(10.0)  # one answer may raise it
+
+
+def test_a_request_that_finds_nothing_waiting_and_room_inside_goes_straight_in():
+    gate, _ = _gate(max_wait=1.0, rate=0.1, inside=0.0, max_inside_requests=4)  # room: 2 requests
+    first = gate.offer("a", 1)
+    assert isinstance(first, Ticket) and gate.next() is first  # inside now
+    second = gate.offer("b", 1)  # 2 texts > 1.2 x 0.1 texts of capacity, but it would be sent at once
+    assert isinstance(second, Ticket) and gate.next() is second
+    third = gate.offer("c", 1)  # no room inside (2 requests): the stated wait decides
+    assert isinstance(third, Refusal) and third.kind == "busy"
+
+
 def test_inside_tritonserver_stays_bounded_in_work_and_in_requests():
     gate, _ = _gate(rate=100.0, inside=0.1, max_inside_requests=3, max_wait=100.0)
     for _ in range(10):
@@ -237,15 +266,22 @@ def test_http_texts_and_work_from_json_and_from_the_binary_tensor():
 # -- the door: a request the pipeline's entrance shed is sent again -----------------------
 
 
-def _door_run(answers: list, max_wait: float = 10.0, patience: float | None = None):
+DEAD = "Stub process 'bert_0_0' is not healthy."
+
+
+def _door_run(answers: list, max_wait: float = 10.0, patience: float | None = None, leave_after: float | None = None):
     """Door.run for one request whose forward() answers `answers` in turn (a string with a
-    shed sign is the entrance's refusal); (the final answer, how many sends, the snapshot)."""
+    shed sign is the entrance's refusal, DEAD a dead stub's answer, which a supervisor
+    repairs at once); with `leave_after`, its client leaves after that many seconds.
+    (the final answer or None, how many sends, the snapshot, repairs, quickest())."""
     import asyncio
 
     from readability_triton.frontdoor import door as D
 
     async def main():
+        repairs = []
         door = D.Door("127.0.0.1:1", "127.0.0.1:2", max_wait=max_wait)
+        door.on_dead_stub = lambda: (repairs.append(1), door.loop.call_later(0.01, door._resume))
         door.loop = asyncio.get_running_loop()
         door._running = asyncio.Event()
         door._running.set()
@@ -254,10 +290,20 @@ def _door_run(answers: list, max_wait: float = 10.0, patience: float | None = No
 
         async def forward():
             sends.append(1)
+            await asyncio.sleep(0.001)
             return answers[min(len(sends), len(answers)) - 1]
 
-        answer = await door.run(ticket, forward, ok=lambda a: a == "ok", shed=is_shed)
-        return answer, len(sends), door.gate.snapshot()
+        call = asyncio.ensure_future(
+            door.run(ticket, forward, ok=lambda a: a == "ok", dead_stub=lambda a: a == DEAD, shed=is_shed)
+        )
+        answer = None
+        if leave_after is not None:
+            await asyncio.sleep(leave_after)
+            call.cancel()
+            await asyncio.sleep(0.3)  # what the door does after the client left
+        else:
+            answer = await call
+        return answer, len(sends), door.gate.snapshot(), len(repairs), door.gate.quickest()
 
     return asyncio.run(main())
 
@@ -277,19 +323,34 @@ def test_shed_signs_match_what_the_entrance_says():
     waiting._judge(metrics, 1.0)
     stuck = waiting._judge(metrics, 3.0)
     assert pending and stuck and is_shed(pending) and is_shed(stuck.encode())
-    assert not is_shed("text 0 of the request is not valid UTF-8") and not is_shed(SHED.split(",")[0])
+    assert not is_shed("text 0 of the request is not valid UTF-8") and not is_shed(DEAD)
+    assert not is_shed("in ensemble 'readability', Request timeout expired")  # may have been computed in part
 
 
 def test_a_shed_answer_is_sent_again_until_the_pipeline_takes_it():
-    answer, sends, snap = _door_run([SHED, SHED, "ok"])
+    answer, sends, snap, _, quickest = _door_run([SHED, SHED, "ok"])
     assert answer == "ok" and sends == 3
     assert snap["resent_after_shed"] == 2 and snap["answered"] == 1 and snap["requests_inside"] == 0
+    assert quickest < 0.05  # the last try's time, not the pauses (0.05 s, 0.1 s) before it
+
+
+def test_a_client_that_leaves_during_a_pause_is_not_sent_again():
+    answer, sends, snap, _, _ = _door_run([SHED], leave_after=0.02)
+    assert sends == 1 and snap["resent_after_shed"] == 1
+    assert snap["abandoned_after_send"] == 1 and snap["requests_inside"] == 0
+
+
+def test_a_resend_that_meets_a_dead_stub_waits_for_the_repair_and_goes_once_more():
+    answer, sends, snap, repairs, _ = _door_run([SHED, DEAD, "ok"])
+    assert answer == "ok" and sends == 3 and repairs == 1 and snap["resent_after_shed"] == 1
+    answer, sends, _, repairs, _ = _door_run([DEAD, DEAD, "ok"])  # one repair, one send more: as before
+    assert answer == DEAD and sends == 2 and repairs == 1
 
 
 def test_a_shed_answer_is_passed_on_once_the_longest_wait_is_spent():
     # a stated wait of 0.2 s allows two pauses (0.05 s, 0.1 s), not a third (0.2 s)
-    answer, sends, snap = _door_run([SHED], max_wait=0.2)
+    answer, sends, snap, _, _ = _door_run([SHED], max_wait=0.2)
     assert answer == SHED and 2 <= sends <= 4 and snap["resent_after_shed"] == sends - 1
     # a client that gives up sooner bounds it too: a 60 ms deadline leaves room for one pause
-    answer, sends, _ = _door_run([SHED], patience=0.06)
+    answer, sends, *_ = _door_run([SHED], patience=0.06)
     assert answer == SHED and sends <= 2

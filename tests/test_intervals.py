@@ -61,6 +61,9 @@ def test_the_quantile_is_the_finite_sample_rank():
     assert calibration.quantiles(0.5) == [11.0]
     with pytest.raises(ValueError, match="too few for a 0.99 interval"):
         calibration.quantiles(0.99)
+    short = Calibration(1.0, 0.0, [], [[1.0] * 8], 10, 8, [0.5, 0.5])
+    with pytest.raises(ValueError, match=r"needs at least 9\)"):
+        short.quantiles(0.9)
     with pytest.raises(ValueError, match="between 0 and 1"):
         calibration.quantiles(1.0)
 
@@ -76,6 +79,17 @@ def test_bands_follow_the_number_of_texts():
     assert len(calibrate(*synthetic(150, 0), weights=(0.5, 0.5)).edges) == 0  # one band
     assert len(calibrate(*synthetic(250, 0), weights=(0.5, 0.5)).edges) == 1
     assert len(calibrate(*synthetic(5000, 0), weights=(0.5, 0.5)).edges) == 3  # at most 4 bands
+
+
+def test_tied_lengths_merge_bands_so_that_each_can_be_served():
+    target, bert, forest, words = synthetic(400, 3)
+    words[:120] = 40.0  # 30 % of the texts at the shortest length: the quantile edges tie
+    calibration = calibrate(target, bert, forest, words, weights=(0.5, 0.5))
+    assert all(len(band) >= 20 for band in calibration.scores), [len(b) for b in calibration.scores]
+    assert len(calibration.scores) == len(calibration.edges) + 1 >= 2
+    assert len(IntervalParameters.from_calibration(calibration, 0.9).q) == len(calibration.scores)
+    words[:] = 100.0  # every text as long: one band
+    assert calibrate(target, bert, forest, words, weights=(0.5, 0.5)).edges == []
 
 
 def test_manifest_and_config_round_trips_are_exact():
@@ -97,7 +111,7 @@ def test_broken_parameters_say_what_to_do():
         IntervalParameters.from_parameters({**good, C.INTERVAL_SIGMA: "0.5"})
     with pytest.raises(ValueError, match="do not fit together"):
         IntervalParameters.from_parameters({**good, C.INTERVAL_EDGES: ""})
-    with pytest.raises(ValueError, match="do not fit together"):
+    with pytest.raises(ValueError, match="negative or non-finite"):
         IntervalParameters.from_parameters({**good, C.INTERVAL_QUANTILES: "2.0,nan"})
 
 

@@ -13,15 +13,19 @@ summing to 1 (`metrics.fit_blend`).
 
 from __future__ import annotations
 
+import logging
+
 import numpy as np
 
 from ..data import data_digest, text_fingerprints
 from ..errors import EvaluationError
 from ..features.extract import count_words
-from ..intervals import calibrate
+from ..intervals import MIN_TEXTS, calibrate
 from ..layout import Manifest, load_manifest, update_manifest
 from ..metrics import BlendRecord, fit_blend
 from ..pipeline import Pipeline
+
+log = logging.getLogger(__name__)
 
 
 def _bert_training(manifest: Manifest) -> dict:
@@ -111,9 +115,17 @@ def train_blend(
     record["fitted_on"] = where
     if data is not None:
         record["data"] = data
+    update_manifest(folder, "blend", record)
+    if len(y) < MIN_TEXTS:
+        # an interval calibrated for other weights would not be this blend's: none is recorded
+        log.warning(
+            f"{len(y)} texts are too few to calibrate intervals (at least {MIN_TEXTS}): the set answers "
+            f"SCORE_LOW and SCORE_HIGH as the scale's range; run train-blend on more texts"
+        )
+        update_manifest(folder, "interval", {})
+        return record
     calibration = calibrate(
         y, bert, forest, count_words(texts), (record["bert_weight"], record["forest_weight"]), source=where
     )
-    update_manifest(folder, "blend", record)
     update_manifest(folder, "interval", calibration.to_dict())
     return record

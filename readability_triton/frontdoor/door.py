@@ -161,19 +161,26 @@ class Door:
 
         async def send():
             answer = None
+            repaired = False
+            pause = SHED_PAUSE
             try:
                 answer = await forward()
-                if self.on_dead_stub is not None and dead_stub(answer):
-                    self._hold_for_repair()
-                    await self._until_running()
+                while True:
+                    if self.on_dead_stub is not None and dead_stub(answer) and not repaired:
+                        repaired = True  # sent once more after the repair, as any request that met it
+                        self._hold_for_repair()
+                        await self._until_running()
+                    elif shed(answer) and not gone and self.gate.now() + pause < until:
+                        self.gate.stats.resent_after_shed += 1
+                        await asyncio.sleep(pause)
+                        pause = min(2 * pause, SHED_PAUSE_LIMIT)
+                        await self._until_running()  # not while a repair holds the queue
+                        if gone:
+                            return answer  # the client left during the pause: not sent again
+                    else:
+                        return answer
+                    self.gate.resend(ticket)
                     answer = await forward()
-                pause = SHED_PAUSE
-                while shed(answer) and not gone and self.gate.now() + pause < until:
-                    self.gate.stats.resent_after_shed += 1
-                    await asyncio.sleep(pause)
-                    pause = min(2 * pause, SHED_PAUSE_LIMIT)
-                    answer = await forward()
-                return answer
             finally:
                 self.gate.done(ticket, ok=answer is not None and ok(answer), client_gone=bool(gone))
                 self._pump()

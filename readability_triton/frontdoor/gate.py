@@ -7,8 +7,10 @@ keeps three promises:
 
 - **A stated wait.** A request is accepted only while the work ahead of it, at the rate the
   pipeline has lately finished texts, fits within `max_wait` seconds; else it is refused at
-  once ("busy: ...", retry after a moment). The rate is measured, not configured: texts
-  finished per second of time the pipeline had work, over the last `WINDOW` seconds.
+  once ("busy: ...", retry after a moment); one that finds nothing waiting here and room
+  inside goes straight in. The rate is measured, not configured: texts finished per second
+  of time the pipeline had work, over the last `WINDOW` seconds (lowered only on
+  `MIN_ANSWERS` answers, so that a cold start's first slow answers do not set it).
 - **Fair shares.** Each client (an address, or the value of a header the operator trusts)
   may hold at most its share of the work the wait allows (that work divided among the
   clients that have work waiting) once the pipeline is full; while there is room, one
@@ -41,8 +43,10 @@ from typing import Any, Callable
 
 #: Seconds over which the pipeline's rate (texts per busy second) is measured.
 WINDOW = 20.0
-#: Busy seconds the window must hold before its rate is trusted over the previous one.
+#: Busy seconds the window must hold before its rate is trusted over the previous one, and
+#: answered requests before it may lower it (a cold start's first slow answers alone do not).
 MIN_BUSY = 0.5
+MIN_ANSWERS = 8
 #: Work is kept in thousandths of a text, as integers: counts that go up and down stay exact.
 UNIT = 1000
 
@@ -130,7 +134,8 @@ class Gate:
         self._busy_since: float | None = None
         self._busy_total = 0.0
         self._done_total = 0
-        self._samples: collections.deque[tuple[float, float, int]] = collections.deque()
+        self._done_requests = 0
+        self._samples: collections.deque[tuple[float, float, int, int]] = collections.deque()
         self._service: collections.deque[float] = collections.deque(maxlen=64)  # seconds, sent to answered
         self._answer: collections.deque[float] = collections.deque(maxlen=4096)  # seconds, accepted to answered
 
@@ -152,10 +157,13 @@ class Gate:
         while len(self._samples) > 1 and now - self._samples[1][0] >= WINDOW:
             self._samples.popleft()
         if self._samples:
-            t0, busy0, done0 = self._samples[0]
+            t0, busy0, done0, answers0 = self._samples[0]
             busy, done = self._busy_until(now) - busy0, self._done_total - done0
             if busy >= MIN_BUSY and done > 0:
-                self._rate = done / busy
+                measured = done / busy
+                # a few answers may raise the rate, only enough of them may lower it
+                if measured > self._rate or self._done_requests - answers0 >= MIN_ANSWERS:
+                    self._rate = measured
         return self._rate
 
     def quickest(self) -> float:
@@ -194,8 +202,8 @@ class Gate:
         active = sum(1 for name, c in self._clients.items() if c.work and name != client) + 1
         share = capacity / active
         hard = self.overshoot * capacity
-        if total == 0 or total + texts <= capacity:
-            pass  # room for anyone
+        if total == 0 or total + texts <= capacity or (self.queued == 0 and self.room()):
+            pass  # room for anyone (or nothing waits here and it goes straight in)
         elif total + texts > hard:
             return self._refuse(
                 "busy",
@@ -259,7 +267,7 @@ class Gate:
             if self._busy_since is None:
                 self._busy_since = now
             if not self._samples:
-                self._samples.append((now, self._busy_total, self._done_total))
+                self._samples.append((now, self._busy_total, self._done_total, self._done_requests))
             return ticket
         return None
 
@@ -276,16 +284,24 @@ class Gate:
         self.inside_requests -= 1
         if ok:
             self._done_total += ticket.work
+            self._done_requests += 1
             self._service.append(now - ticket.sent_at)
             self._answer.append(now - ticket.arrived)
         if self.inside_requests == 0 and self._busy_since is not None:
             self._busy_total += now - self._busy_since
             self._busy_since = None
-        self._samples.append((now, self._busy_until(now), self._done_total))
+        self._samples.append((now, self._busy_until(now), self._done_total, self._done_requests))
         self.stats.answered += 1
         if client_gone:
             self.stats.abandoned_inside += 1
         self._forget(ticket.client, state)
+
+    def resend(self, ticket: Ticket) -> None:
+        """A ticket inside is sent once more (after a repair, or a refusal by the pipeline's
+        entrance): its service time counts from now, so that pauses and refused tries do
+        not make the pipeline look slower than it is."""
+        if ticket.state == "sent":
+            ticket.sent_at = self._clock()
 
     def release(self, ticket: Ticket) -> None:
         """A ticket marked sent whose client left before it was forwarded: it leaves the
