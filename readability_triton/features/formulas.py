@@ -133,8 +133,8 @@ def familiar_forms(entries, known=None) -> set[str]:
 # Each byte of a word gets a code from it and the byte before: a-z are 1-26, 27 is a
 # Latin-1 accented vowel (C3 then one of the continuation bytes below), 0 anything else.
 # Vowels: a e i o u y and 27, except a y before a, e, o or u. A syllable opens at a vowel
-# after a non-vowel, and inside the pairs ia, io (not after t s c x g), eo, iu, yi (not
-# after g), ua (not after q). Then the endings: a silent final e after a consonant (not
+# after a non-vowel, and inside the pairs ia, io (not after t s c x g), eo, iu, yi (none
+# of the three after g), ua (not after q). Then the endings: a silent final e after a consonant (not
 # the -le of a consonant + le), a silent -es (not after s x z c g, sh, ch, consonant + l)
 # and -ed (not after t d) after a consonant take one off; -ism adds one. At least 1.
 

@@ -17,10 +17,11 @@ clients do:
 the queue during a repair and `drain` refuses new requests and lets the accepted ones
 finish. When an answer says a python-backend stub died, the door holds its queue at once,
 tells the supervisor (`on_dead_stub`), and sends the requests that met the dead stub once
-more after the repair: a killed stub costs latency, not answers. A request the pipeline's
-own entrance refused uncomputed (its load shedding, `stub.admission`, there for clients
-that reach tritonserver directly) is sent again after a short pause, within the stated
-wait: behind the front door the honest client sees an answer or the front's own "busy".
+more after the repair: a killed stub costs latency, not answers. A request refused before
+anything computed it (the pipeline's own load shedding, `stub.admission`, there for clients
+that reach tritonserver directly; or a connection tritonserver's port refused while it
+restarts) is sent again after a short pause, within the stated wait: behind the front door
+the honest client sees an answer or the front's own "busy".
 """
 
 from __future__ import annotations
@@ -43,10 +44,10 @@ EXPIRE_FACTOR = 2.0
 #: The longest the front door holds its queue on its own after a dead-stub answer, waiting
 #: for the supervisor's repair to release it.
 HOLD_LIMIT = 120.0
-#: The first pause before a request the pipeline's entrance shed is sent again (seconds),
-#: doubled at each try up to SHED_PAUSE_LIMIT.
-SHED_PAUSE = 0.05
-SHED_PAUSE_LIMIT = 0.5
+#: The first pause before a request refused uncomputed is sent again (seconds), doubled at
+#: each try up to RESEND_PAUSE_LIMIT.
+RESEND_PAUSE = 0.05
+RESEND_PAUSE_LIMIT = 0.5
 
 
 class FrontDrain(TypedDict):
@@ -145,24 +146,25 @@ class Door:
         forward: Callable[[], Awaitable[Any]],
         ok: Callable[[Any], bool] = lambda answer: True,
         dead_stub: Callable[[Any], bool] = lambda answer: False,
-        shed: Callable[[Any], bool] = lambda answer: False,
+        uncomputed: Callable[[Any], bool] = lambda answer: False,
     ) -> Any:
         """`forward()` sent on for `ticket`, awaited to its end even if the client leaves
         (the caller is then cancelled and the answer dropped). `forward` must not touch the
         client's connection (it may be gone): it returns the answer, `ok(answer)` says
         whether it is a success (the gate's rate counts successes only),
         `dead_stub(answer)` whether it met a stub that had died (sent once more after the
-        repair, where a supervisor repairs: `on_dead_stub`) and `shed(answer)` whether the
-        pipeline's entrance refused it uncomputed (sent again after a pause, while its
-        client is there and within the stated wait from its arrival: the front door, not
-        the pipeline, answers "busy")."""
+        repair, where a supervisor repairs: `on_dead_stub`) and `uncomputed(answer)`
+        whether it was refused before anything computed it (the pipeline's entrance shed
+        it, or tritonserver's port refused the connection during a restart): sent again
+        after a pause, while its client is there and within the stated wait from its
+        arrival, so that the front door, not the pipeline, answers "busy"."""
         gone: list[bool] = []
         until = min(ticket.deadline, ticket.arrived + self.gate.max_wait)
 
         async def send():
             answer = None
             repaired = False
-            pause = SHED_PAUSE
+            pause = RESEND_PAUSE
             try:
                 answer = await forward()
                 while True:
@@ -170,10 +172,10 @@ class Door:
                         repaired = True  # sent once more after the repair, as any request that met it
                         self._hold_for_repair()
                         await self._until_running()
-                    elif shed(answer) and not gone and self.gate.now() + pause < until:
-                        self.gate.stats.resent_after_shed += 1
+                    elif uncomputed(answer) and not gone and self.gate.now() + pause < until:
+                        self.gate.stats.resent += 1
                         await asyncio.sleep(pause)
-                        pause = min(2 * pause, SHED_PAUSE_LIMIT)
+                        pause = min(2 * pause, RESEND_PAUSE_LIMIT)
                         await self._until_running()  # not while a repair holds the queue
                         if gone:
                             return answer  # the client left during the pause: not sent again

@@ -9,8 +9,10 @@ keeps three promises:
   pipeline has lately finished texts, fits within `max_wait` seconds; else it is refused at
   once ("busy: ...", retry after a moment); one that finds nothing waiting here and room
   inside goes straight in. The rate is measured, not configured: texts finished per second
-  of time the pipeline had work, over the last `WINDOW` seconds (lowered only on
-  `MIN_ANSWERS` answers, so that a cold start's first slow answers do not set it).
+  of time the pipeline had work, over the last `WINDOW` seconds, from the
+  `WARMUP_ANSWERS`-th answer on, and lowered only on `MIN_ANSWERS` answers (a cold
+  pipeline's first slow answers set it to 0.5 texts/s for seconds, and honest clients
+  were refused as busy).
 - **Fair shares.** Each client (an address, or the value of a header the operator trusts)
   may hold at most its share of the work the wait allows (that work divided among the
   clients that have work waiting) once the pipeline is full; while there is room, one
@@ -47,6 +49,9 @@ WINDOW = 20.0
 #: answered requests before it may lower it (a cold start's first slow answers alone do not).
 MIN_BUSY = 0.5
 MIN_ANSWERS = 8
+#: The first answers after the gate starts: a cold pipeline's (measured: 0.5-0.8 s each for
+#: the first two of the tiny set, against 30 ms after) are not measured.
+WARMUP_ANSWERS = 8
 #: Work is kept in thousandths of a text, as integers: counts that go up and down stay exact.
 UNIT = 1000
 
@@ -97,7 +102,7 @@ class Stats:
     abandoned_inside: int = 0  # the client left after it was sent on: computed, answer dropped
     expired: int = 0  # waited past the longest wait: refused after acceptance
     answered: int = 0
-    resent_after_shed: int = 0  # refused uncomputed by the pipeline's entrance, sent again
+    resent: int = 0  # sends again of requests refused before anything computed them
 
 
 class Gate:
@@ -112,11 +117,13 @@ class Gate:
         rate: float = 10.0,
         overshoot: float = 1.2,
         clock: Callable[[], float] = time.monotonic,
+        warmup: int = WARMUP_ANSWERS,
     ):
         if max_wait <= 0:
             raise ValueError("max_wait must be positive")
         self.max_wait, self.inside_seconds, self.overshoot = max_wait, inside, overshoot
         self.max_inside_requests = max_inside_requests
+        self.warmup = warmup
         self._clock = clock
         self._rate = rate * UNIT  # thousandths of a text per second
         self._clients: dict[str, _Client] = {}
@@ -290,6 +297,8 @@ class Gate:
         if self.inside_requests == 0 and self._busy_since is not None:
             self._busy_total += now - self._busy_since
             self._busy_since = None
+        if ok and self.warmup and self._done_requests == self.warmup:
+            self._samples.clear()  # the warm-up's answers are not measured: the window starts here
         self._samples.append((now, self._busy_until(now), self._done_total, self._done_requests))
         self.stats.answered += 1
         if client_gone:
@@ -385,5 +394,5 @@ class Gate:
             "abandoned_after_send": self.stats.abandoned_inside,
             "expired": self.stats.expired,
             "answered": self.stats.answered,
-            "resent_after_shed": self.stats.resent_after_shed,
+            "resent": self.stats.resent,
         }

@@ -23,7 +23,7 @@ import grpc.aio
 
 from .door import Door
 from .gate import Refusal
-from .wire import DEAD_STUB_SIGN, grpc_work, is_shed
+from .wire import DEAD_STUB_SIGN, grpc_work, is_no_connection, is_shed
 
 SERVICE = "/inference.GRPCInferenceService/"
 INFER = SERVICE + "ModelInfer"
@@ -48,7 +48,16 @@ async def open_grpc(door: Door) -> Callable[[], Awaitable[None]]:
     """Listen on the door's gRPC port; returns the coroutine function that closes it."""
     limit = door.max_request_bytes
     channel = grpc.aio.insecure_channel(
-        door.upstream_grpc, options=[("grpc.max_send_message_length", limit), ("grpc.max_receive_message_length", -1)]
+        door.upstream_grpc,
+        options=[
+            ("grpc.max_send_message_length", limit),
+            ("grpc.max_receive_message_length", -1),
+            # tritonserver restarts on the same port: reconnect within a second, not after
+            # gRPC's default backoff (up to 120 s), during which every call fails at once
+            ("grpc.initial_reconnect_backoff_ms", 100),
+            ("grpc.min_reconnect_backoff_ms", 100),
+            ("grpc.max_reconnect_backoff_ms", 1000),
+        ],
     )
     calls: dict[str, Any] = {}
 
@@ -85,7 +94,14 @@ async def open_grpc(door: Door) -> Callable[[], Awaitable[None]]:
             lambda: forward(INFER, request, metadata),
             ok=lambda r: not isinstance(r, grpc.aio.AioRpcError),
             dead_stub=lambda r: isinstance(r, grpc.aio.AioRpcError) and DEAD_STUB_SIGN in (r.details() or ""),
-            shed=lambda r: isinstance(r, grpc.aio.AioRpcError) and is_shed(r.details() or ""),
+            uncomputed=lambda r: (
+                isinstance(r, grpc.aio.AioRpcError)
+                and (
+                    is_shed(r.details() or "")
+                    or r.code() == grpc.StatusCode.UNAVAILABLE
+                    and is_no_connection(r.details() or "")
+                )
+            ),
         )
         return await answer(reply, context)
 

@@ -12,11 +12,11 @@ import json
 import re
 from typing import Awaitable, Callable
 
-from aiohttp import ClientError, ClientSession, ClientTimeout, TCPConnector, web
+from aiohttp import ClientConnectorError, ClientError, ClientSession, ClientTimeout, TCPConnector, web
 
 from .door import Door
 from .gate import Refusal
-from .wire import DEAD_STUB_SIGN, http_work, is_shed
+from .wire import DEAD_STUB_SIGN, NO_CONNECTION_SIGNS, http_work, is_no_connection, is_shed
 
 INFER_PATH = re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$")
 #: Headers of one hop, never passed on (RFC 9110 7.6.1), plus what the hop recomputes.
@@ -100,13 +100,20 @@ async def open_http(door: Door) -> Callable[[], Awaitable[None]]:
         outcome = await door.admit(client, work)
         if isinstance(outcome, Refusal):
             return _error(503, outcome.reason, {"Retry-After": str(max(1, round(outcome.retry_after)))})
+
+        async def forward_infer() -> web.Response:
+            try:
+                return await forward(request, body)
+            except ClientConnectorError as err:  # never reached tritonserver: may be sent again
+                return _error(503, f"{NO_CONNECTION_SIGNS[1]} ({type(err).__name__}); retry in a moment")
+
         try:
             return await door.run(
                 outcome,
-                lambda: forward(request, body),
+                forward_infer,
                 ok=lambda reply: reply.status == 200,
                 dead_stub=lambda reply: reply.status >= 500 and DEAD_STUB_SIGN.encode() in reply.body,
-                shed=lambda reply: reply.status >= 400 and is_shed(reply.body),
+                uncomputed=lambda reply: reply.status >= 400 and (is_shed(reply.body) or is_no_connection(reply.body)),
             )
         except (OSError, ClientError) as err:
             return _error(503, f"the server is not answering ({type(err).__name__}); retry in a moment")

@@ -35,6 +35,17 @@ DEAD_STUB_SIGN = "is not healthy"
 SHED_SIGNS = ("parameter MAX_PENDING_REQUESTS", "parameter MAX_QUEUE_SECONDS")
 
 
+#: What an answer says when tritonserver's port refused the connection (it is restarting):
+#: gRPC's words, and the front door's own 503 for HTTP (`http_front`).
+NO_CONNECTION_SIGNS = ("failed to connect to all addresses", "tritonserver refused the connection")
+
+
+def is_no_connection(message: str | bytes) -> bool:
+    """Whether an error says the request never reached tritonserver (see NO_CONNECTION_SIGNS)."""
+    text = message.decode("utf-8", "replace") if isinstance(message, bytes) else message
+    return any(sign in text for sign in NO_CONNECTION_SIGNS)
+
+
 def is_shed(message: str | bytes) -> bool:
     """Whether an error message is a refusal by the pipeline's entrance (see SHED_SIGNS)."""
     text = message.decode("utf-8", "replace") if isinstance(message, bytes) else message

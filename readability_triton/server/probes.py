@@ -38,10 +38,10 @@ _METRICS = (
         "Accepted requests refused after waiting twice the stated wait",
     ),
     (
-        "resent_after_shed",
+        "resent",
         "readability_front_resent_total",
         "counter",
-        "Sends again of requests the pipeline's entrance refused uncomputed (its load shedding)",
+        "Sends again of requests refused before anything computed them (load shedding, a restart)",
     ),
     ("texts_waiting", "readability_front_texts_waiting", "gauge", "Texts waiting at the front door"),
     ("texts_inside", "readability_front_texts_inside", "gauge", "Texts sent on to tritonserver, not answered yet"),
