@@ -56,15 +56,49 @@ def test_an_idle_pipeline_takes_a_request_larger_than_the_wait_allows():
 
 
 def test_a_client_alone_may_use_all_the_room_but_only_its_share_once_others_come():
-    gate, _ = _gate(max_wait=10.0, rate=10.0, overshoot=1.2)  # capacity 100, hard bound 120
+    gate, _ = _gate(max_wait=10.0, rate=10.0)  # 100 texts fit
     for _ in range(10):
         assert isinstance(gate.offer("abuser", 10), Ticket)
     assert gate.queued == 100_000  # thousandths of a text
-    honest = gate.offer("honest", 1)  # its first request: within the hard bound, accepted
+    more = gate.offer("abuser", 1)
+    assert isinstance(more, Refusal) and more.kind == "busy"
+    assert more.reason.startswith("busy: 100 texts are waiting or in the pipeline ahead of this request")
+    # another client's texts wait behind the abuser's in the fair order, one of its texts
+    # for each of its own: it may place about half of what the wait allows
+    placed = 0
+    while isinstance(gate.offer("honest", 1), Ticket):
+        placed += 1
+    assert placed == 50
+    # the share rule, where the fair order alone would let a client hold more: another
+    # client's later texts do not wait before its own
+    gate, _ = _gate(max_wait=10.0, rate=10.0)
+    assert isinstance(gate.offer("early", 30), Ticket)
+    for _ in range(6):
+        assert isinstance(gate.offer("x", 10), Ticket)  # starts 0, 10, ... 50 in the order
+    assert isinstance(gate.offer("y", 10), Ticket)
+    refused = gate.offer("early", 5)  # 80 texts ahead of it, but 35 > its share of 33
+    assert isinstance(refused, Refusal) and refused.kind == "share"
+    assert "its share while 3 clients wait is 33" in refused.reason
+
+
+def test_a_newcomer_is_not_refused_for_a_queue_it_would_not_wait_for():
+    # a flood filled the queue, then the rate fell: 200 texts wait where 2 s hold 100
+    gate, clock = _gate(max_wait=2.0, rate=100.0, inside=0.0, max_inside_requests=2, warmup=0)
+    for _ in range(20):
+        assert isinstance(gate.offer("flood", 10), Ticket)
+    for _ in range(4):
+        _serve(gate, clock, 0.4)  # 2 requests of 10 texts in 0.4 s: 50 texts a second
+    assert gate.rate() == pytest.approx(50.0)
+    refused = gate.offer("flood", 10)
+    assert isinstance(refused, Refusal) and refused.kind == "busy", refused
+    assert refused.reason.startswith("busy: 120 texts are waiting or in the pipeline ahead of this request")
+    honest = gate.offer("honest", 1)  # ahead of it in the fair order: nothing but what is inside
     assert isinstance(honest, Ticket)
-    more = gate.offer("abuser", 1)  # over its share of 50 while two clients have work
-    assert isinstance(more, Refusal) and more.kind == "share" and "its share while 2 clients wait is 50" in more.reason
-    assert isinstance(gate.offer("honest", 1), Ticket)  # within its share
+    assert gate.next() is honest
+    # a newcomer's place is after the tickets that start before it, not after the queue
+    other = gate.offer("other", 5)
+    assert isinstance(other, Ticket)
+    assert gate.stats.refused["busy"] == 1
 
 
 def test_accepted_work_is_sent_on_in_fair_order():
@@ -103,13 +137,13 @@ def test_a_ticket_released_after_it_was_marked_sent_leaves_no_trace_inside():
     assert gate.inside == 0 and gate.stats.answered == 0
 
 
-def test_the_rate_is_measured_from_answers_per_busy_second_and_errors_do_not_count():
-    gate, clock = _gate(max_wait=10.0, rate=1.0, inside=100.0, max_inside_requests=100, warmup=0)
+def test_the_rate_is_measured_from_answers_per_full_second_and_errors_do_not_count():
+    gate, clock = _gate(max_wait=10.0, rate=100.0, inside=100.0, max_inside_requests=5, warmup=0)
     for _ in range(4):
         for _ in range(5):
-            gate.offer("c", 10)
-        _serve(gate, clock, 1.0)  # 50 texts a second
-        clock.now += 5.0  # idle: not counted as busy
+            assert isinstance(gate.offer("c", 10), Ticket)
+        assert len(_serve(gate, clock, 1.0)) == 5  # 5 requests: full; 50 texts a second
+        clock.now += 5.0  # idle: not counted
     assert gate.rate() == pytest.approx(50.0)
     for _ in range(5):
         gate.offer("c", 10)
@@ -118,33 +152,100 @@ def test_the_rate_is_measured_from_answers_per_busy_second_and_errors_do_not_cou
     assert gate.capacity() == pytest.approx(10 * gate.rate())
 
 
+def test_answers_paced_by_the_clients_do_not_lower_the_rate():
+    # two clients sending one text at a time, each answer 0.1 s on a loaded machine: the
+    # pipeline holds 2 texts against the 20 the gate aims to keep in it, so its answers say
+    # how fast the clients ask, not how fast it computes (measured, they said 20 texts/s)
+    gate, clock = _gate(max_wait=2.0, rate=100.0, inside=0.2, warmup=0)
+    for _ in range(100):
+        gate.offer("honest-1", 1)
+        gate.offer("honest-2", 1)
+        _serve(gate, clock, 0.1)
+    assert gate.rate() == pytest.approx(100.0)
+
+    # a job's texts fill it: those answers are measured, and raise the rate
+    def computed_at(speed: float) -> None:  # a pipeline that computes `speed` texts a second
+        while gate.queued:
+            sent = []
+            while (ticket := gate.next()) is not None:
+                sent.append(ticket)
+            clock.now += sum(t.work for t in sent) / 1000 / speed
+            for ticket in sent:
+                gate.done(ticket)
+
+    for _ in range(20):
+        assert isinstance(gate.offer("job", 10), Ticket)
+    computed_at(200.0)
+    assert gate.rate() == pytest.approx(200.0)
+    # answers paced by the clients but faster than the rate raise it: the pipeline is at
+    # least that fast
+    slow, slow_clock = _gate(max_wait=2.0, rate=10.0, inside=0.2, warmup=0)
+    for _ in range(50):
+        slow.offer("honest-1", 1)
+        slow.offer("honest-2", 1)
+        _serve(slow, slow_clock, 0.02)
+    assert slow.rate() == pytest.approx(100.0)
+    # and full for a window's length with slower answers, it is lowered
+    for _ in range(15):
+        for _ in range(8):
+            assert isinstance(gate.offer("job", 10), Ticket)
+        computed_at(50.0)
+    assert gate.rate() == pytest.approx(50.0, rel=0.2)
+
+
+def test_a_pipeline_that_slows_down_is_believed_at_once():
+    # inside=0: full whenever 2 requests are inside
+    gate, clock = _gate(max_wait=100.0, rate=200.0, inside=0.0, warmup=0)
+
+    def full_for(seconds: float, speed: float) -> None:
+        for _ in range(round(seconds / (20 / speed))):
+            gate.offer("c", 10), gate.offer("c", 10)
+            _serve(gate, clock, 20 / speed)
+
+    full_for(15.0, 200.0)
+    assert gate.rate() == pytest.approx(200.0)
+    full_for(4.0, 100.0)  # the window says 179 texts a second; its last 3 s say 100
+    assert gate.rate() == pytest.approx(100.0)
+    full_for(2.0, 200.0)  # faster again: only the whole window may raise it
+    assert 100.0 < gate.rate() < 200.0
+
+
 def test_a_cold_starts_first_slow_answers_do_not_set_the_rate():
-    gate, clock = _gate(max_wait=10.0, rate=10.0, inside=100.0, max_inside_requests=100)  # warm-up: 8
-    for _ in range(3):
-        gate.offer("c", 0.3)
-    _serve(gate, clock, 2.0)  # the first answers, 2 s each: 0.45 texts a second
+    # inside=0: full whenever 2 requests are inside, and at most 2 go in
+    gate, clock = _gate(max_wait=10.0, rate=10.0, inside=0.0)  # warm-up: 8
+    gate.offer("c", 0.3), gate.offer("c", 0.3)
+    _serve(gate, clock, 2.0)  # the first answers, 2 s each: 0.3 texts a second
     assert gate.rate() == pytest.approx(10.0)
-    for _ in range(5):
-        gate.offer("c", 0.3)
-    _serve(gate, clock, 0.02)  # the 8th answer ends the warm-up: measured from here on
+    for _ in range(3):
+        gate.offer("c", 0.3), gate.offer("c", 0.3)
+        _serve(gate, clock, 0.02)  # the 8th answer ends the warm-up: measured from here on
     for _ in range(10):
-        gate.offer("c", 0.3)
-        _serve(gate, clock, 0.06)  # 5 texts a second
+        gate.offer("c", 0.3), gate.offer("c", 0.3)
+        _serve(gate, clock, 0.12)  # 5 texts a second
     assert gate.rate() == pytest.approx(5.0)
     # without a warm-up, a few answers may raise the rate but only 8 may lower it
-    gate2, clock2 = _gate(max_wait=10.0, rate=10.0, inside=100.0, max_inside_requests=100, warmup=0)
-    for _ in range(3):
-        gate2.offer("c", 0.3)
+    gate2, clock2 = _gate(max_wait=10.0, rate=10.0, inside=0.0, warmup=0)
+    gate2.offer("c", 0.3), gate2.offer("c", 0.3)
     _serve(gate2, clock2, 2.0)
-    assert gate2.rate() == pytest.approx(10.0)  # 3 slow answers: not enough to lower it
-    for _ in range(6):
-        gate2.offer("c", 0.3)
-    _serve(gate2, clock2, 0.02)
-    assert gate2.rate() == pytest.approx(2.7 / 2.02, rel=1e-3)  # 9: trusted, slow ones included
-    gate3, clock3 = _gate(max_wait=10.0, rate=1.0, inside=100.0, max_inside_requests=100, warmup=0)
-    gate3.offer("c", 10)
+    assert gate2.rate() == pytest.approx(10.0)  # 2 slow answers: not enough to lower it
+    for _ in range(3):
+        gate2.offer("c", 0.3), gate2.offer("c", 0.3)
+        _serve(gate2, clock2, 0.02)
+    assert gate2.rate() == pytest.approx(2.4 / 2.06, rel=1e-3)  # 8: trusted, slow ones included
+    gate3, clock3 = _gate(max_wait=10.0, rate=1.0, inside=0.0, warmup=0)
+    gate3.offer("c", 5), gate3.offer("c", 5)
     _serve(gate3, clock3, 1.0)
-    assert gate3.rate() == pytest.approx(10.0)  # one answer may raise it
+    assert gate3.rate() == pytest.approx(10.0)  # two answers may raise it
+
+
+def test_a_rate_measured_before_the_gate_opened_is_its_start_and_ends_the_warm_up():
+    gate, clock = _gate(max_wait=10.0, rate=10.0, inside=0.0)  # warm-up: 8 answers
+    gate.seed(60.0)
+    assert gate.rate() == pytest.approx(60.0) and gate.capacity() == pytest.approx(600.0)
+    for _ in range(5):
+        gate.offer("c", 3), gate.offer("c", 3)
+        _serve(gate, clock, 0.2)  # 30 texts a second, measured from the first answer on
+    assert gate.rate() == pytest.approx(30.0)
 
 
 def test_a_request_that_finds_nothing_waiting_and_room_inside_goes_straight_in():

@@ -5,14 +5,15 @@ Work is counted in texts weighed by their length (`wire.work_of`: a text that fi
 texts is 64 times the work of a request of one. "Texts" below means such work. The gate
 keeps three promises:
 
-- **A stated wait.** A request is accepted only while the work ahead of it, at the rate the
+- **A stated wait.** A request is accepted only while the work ahead of it in the fair order
+  (below: what is inside, and the queued requests that start before it), at the rate the
   pipeline has lately finished texts, fits within `max_wait` seconds; else it is refused at
   once ("busy: ...", retry after a moment); one that finds nothing waiting here and room
-  inside goes straight in. The rate is measured, not configured: texts finished per second
-  of time the pipeline had work, over the last `WINDOW` seconds, from the
-  `WARMUP_ANSWERS`-th answer on, and lowered only on `MIN_ANSWERS` answers (a cold
-  pipeline's first slow answers set it to 0.5 texts/s for seconds, and honest clients
-  were refused as busy).
+  inside goes straight in. So a client that sends one text at a time is not refused as busy
+  because another filled the queue: its text would not wait for that queue. The rate is
+  measured, not configured (`rate.Meter`): texts computed per second while the pipeline
+  was full, believed at once when it slows down; answers paced by the clients may raise
+  it, never lower it.
 - **Fair shares.** Each client (an address, or the value of a header the operator trusts)
   may hold at most its share of the work the wait allows (that work divided among the
   clients that have work waiting) once the pipeline is full; while there is room, one
@@ -43,17 +44,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-#: Seconds over which the pipeline's rate (texts per busy second) is measured.
-WINDOW = 20.0
-#: Busy seconds the window must hold before its rate is trusted over the previous one, and
-#: answered requests before it may lower it (a cold start's first slow answers alone do not).
-MIN_BUSY = 0.5
-MIN_ANSWERS = 8
-#: The first answers after the gate starts: a cold pipeline's (measured: 0.5-0.8 s each for
-#: the first two of the tiny set, against 30 ms after) are not measured.
-WARMUP_ANSWERS = 8
-#: Work is kept in thousandths of a text, as integers: counts that go up and down stay exact.
-UNIT = 1000
+from .rate import UNIT, WARMUP_ANSWERS, Meter
 
 
 @dataclass(eq=False)
@@ -67,6 +58,7 @@ class Ticket:
     serial: int
     state: str = "queued"  # queued, sent, done, dropped
     sent_at: float = 0.0
+    full_at_send: float = 0.0  # the pipeline's full seconds so far when it was sent (`rate.Meter`)
     deadline: float = math.inf  # when its client gives up (a gRPC deadline), on the gate's clock
     waiter: object = None  # the front's handle (an asyncio future); the gate never touches it
 
@@ -115,17 +107,15 @@ class Gate:
         inside: float = 0.2,
         max_inside_requests: int = 48,
         rate: float = 10.0,
-        overshoot: float = 1.2,
         clock: Callable[[], float] = time.monotonic,
         warmup: int = WARMUP_ANSWERS,
     ):
         if max_wait <= 0:
             raise ValueError("max_wait must be positive")
-        self.max_wait, self.inside_seconds, self.overshoot = max_wait, inside, overshoot
+        self.max_wait, self.inside_seconds = max_wait, inside
         self.max_inside_requests = max_inside_requests
-        self.warmup = warmup
         self._clock = clock
-        self._rate = rate * UNIT  # thousandths of a text per second
+        self.meter = Meter(rate, inside, max_inside_requests, clock, warmup)
         self._clients: dict[str, _Client] = {}
         self._heap: list[Ticket] = []
         self._serial = itertools.count()
@@ -137,12 +127,6 @@ class Gate:
         self.closed = ""  # why new requests are refused ('' while open)
         self.late: list[Ticket] = []  # dropped by next() as too late to answer; the front tells their clients
         self.stats = Stats()
-        # rate measurement: finished texts and busy time, per moment
-        self._busy_since: float | None = None
-        self._busy_total = 0.0
-        self._done_total = 0
-        self._done_requests = 0
-        self._samples: collections.deque[tuple[float, float, int, int]] = collections.deque()
         self._service: collections.deque[float] = collections.deque(maxlen=64)  # seconds, sent to answered
         self._answer: collections.deque[float] = collections.deque(maxlen=4096)  # seconds, accepted to answered
 
@@ -151,27 +135,13 @@ class Gate:
         return self._clock()
 
     # -- the rate -------------------------------------------------------------------
-    def _busy_until(self, now: float) -> float:
-        return self._busy_total + (now - self._busy_since if self._busy_since is not None else 0.0)
-
     def rate(self) -> float:
-        """Texts per busy second over the last WINDOW seconds (the last trusted value while
-        the window holds too little)."""
-        return self._units_rate() / UNIT
+        """The pipeline's rate now (texts per second, `rate.Meter`)."""
+        return self.meter.units() / UNIT
 
-    def _units_rate(self) -> float:
-        now = self._clock()
-        while len(self._samples) > 1 and now - self._samples[1][0] >= WINDOW:
-            self._samples.popleft()
-        if self._samples:
-            t0, busy0, done0, answers0 = self._samples[0]
-            busy, done = self._busy_until(now) - busy0, self._done_total - done0
-            if busy >= MIN_BUSY and done > 0:
-                measured = done / busy
-                # a few answers may raise the rate, only enough of them may lower it
-                if measured > self._rate or self._done_requests - answers0 >= MIN_ANSWERS:
-                    self._rate = measured
-        return self._rate
+    def seed(self, rate: float) -> None:
+        """Start from a `rate` measured before the gate opened (`serve`'s warm-up)."""
+        self.meter.seed(rate)
 
     def quickest(self) -> float:
         """The shortest time a request lately spent inside tritonserver (0 before any): a
@@ -183,7 +153,7 @@ class Gate:
         return self.max_wait * self.rate()
 
     def _capacity_units(self) -> float:
-        return self.max_wait * self._units_rate()
+        return self.max_wait * self.meter.units()
 
     # -- admission ------------------------------------------------------------------
     def offer(self, client: str, work: float, patience: float = math.inf) -> Ticket | Refusal:
@@ -205,19 +175,19 @@ class Gate:
         state = self._clients.get(client) or _Client()
         total = self.queued + self.inside
         capacity = self._capacity_units()
-        rate = self._rate
+        rate = self.meter.last()
         active = sum(1 for name, c in self._clients.items() if c.work and name != client) + 1
         share = capacity / active
-        hard = self.overshoot * capacity
+        start = max(self._now_start, state.finish)  # its place in the fair order
         if total == 0 or total + texts <= capacity or (self.queued == 0 and self.room()):
             pass  # room for anyone (or nothing waits here and it goes straight in)
-        elif total + texts > hard:
+        elif (ahead := self._ahead(start)) + texts > capacity:
             return self._refuse(
                 "busy",
-                f"busy: {total / UNIT:.0f} texts are waiting or in the pipeline, about "
-                f"{total / rate:.1f} s of work at {rate / UNIT:.1f} texts/s; the stated wait is "
+                f"busy: {ahead / UNIT:.0f} texts are waiting or in the pipeline ahead of this request, "
+                f"about {ahead / rate:.1f} s of work at {rate / UNIT:.1f} texts/s; the stated wait is "
                 f"{self.max_wait:g} s",
-                (total + texts - capacity) / rate,
+                (ahead + texts - capacity) / rate,
             )
         elif state.work and state.work + texts > share:
             return self._refuse(
@@ -227,15 +197,28 @@ class Gate:
                 (state.work + texts - share) / rate,
             )
         self._clients[client] = state
-        ticket = Ticket(
-            client, texts, now, max(self._now_start, state.finish), next(self._serial), deadline=now + patience
-        )
+        ticket = Ticket(client, texts, now, start, next(self._serial), deadline=now + patience)
         state.finish = ticket.start + texts
         state.queued += texts
         self.queued += texts
         heapq.heappush(self._heap, ticket)
         self.stats.accepted += 1
         return ticket
+
+    def _ahead(self, start: float) -> int:
+        """The work a new ticket starting at `start` would wait for: what is inside, and the
+        queued tickets that start no later (the heap's tickets in order, from its root,
+        leaving each subtree whose root starts later: all of it does)."""
+        ahead, todo = self.inside, [0] if self._heap else []
+        while todo:
+            i = todo.pop()
+            ticket = self._heap[i]
+            if ticket.start > start:
+                continue
+            if ticket.state == "queued":
+                ahead += ticket.work
+            todo.extend(child for child in (2 * i + 1, 2 * i + 2) if child < len(self._heap))
+        return ahead
 
     def _refuse(self, kind: str, reason: str, wait: float) -> Refusal:
         self.stats.refused[kind] += 1
@@ -249,7 +232,7 @@ class Gate:
             return False
         if self.inside_requests >= self.max_inside_requests:
             return False
-        return self.inside_requests < 2 or self.inside < self.inside_seconds * self._units_rate()
+        return self.inside_requests < 2 or self.inside < self.inside_seconds * self.meter.units()
 
     def next(self) -> Ticket | None:
         """The next ticket to send on (marked sent), or None: nothing waits, or no room."""
@@ -271,10 +254,8 @@ class Gate:
             self.inside_requests += 1
             self._now_start = max(self._now_start, ticket.start)
             ticket.state, ticket.sent_at = "sent", now
-            if self._busy_since is None:
-                self._busy_since = now
-            if not self._samples:
-                self._samples.append((now, self._busy_total, self._done_total, self._done_requests))
+            self.meter.changed(self.inside, self.inside_requests, now)
+            ticket.full_at_send = self.meter.sent(now)
             return ticket
         return None
 
@@ -290,16 +271,11 @@ class Gate:
         self.inside -= ticket.work
         self.inside_requests -= 1
         if ok:
-            self._done_total += ticket.work
-            self._done_requests += 1
             self._service.append(now - ticket.sent_at)
             self._answer.append(now - ticket.arrived)
-        if self.inside_requests == 0 and self._busy_since is not None:
-            self._busy_total += now - self._busy_since
-            self._busy_since = None
-        if ok and self.warmup and self._done_requests == self.warmup:
-            self._samples.clear()  # the warm-up's answers are not measured: the window starts here
-        self._samples.append((now, self._busy_until(now), self._done_total, self._done_requests))
+        self.meter.answered(
+            ticket.work, ticket.sent_at, ticket.full_at_send, ok, self.inside, self.inside_requests, now
+        )
         self.stats.answered += 1
         if client_gone:
             self.stats.abandoned_inside += 1
@@ -311,6 +287,7 @@ class Gate:
         not make the pipeline look slower than it is."""
         if ticket.state == "sent":
             ticket.sent_at = self._clock()
+            ticket.full_at_send = self.meter.full_seconds(ticket.sent_at)
 
     def release(self, ticket: Ticket) -> None:
         """A ticket marked sent whose client left before it was forwarded: it leaves the
@@ -322,9 +299,7 @@ class Gate:
         state.inside -= ticket.work
         self.inside -= ticket.work
         self.inside_requests -= 1
-        if self.inside_requests == 0 and self._busy_since is not None:
-            self._busy_total += self._clock() - self._busy_since
-            self._busy_since = None
+        self.meter.changed(self.inside, self.inside_requests, self._clock())
         self.stats.dropped += 1
         self._forget(ticket.client, state)
 
