@@ -26,6 +26,7 @@ from served import CLIENTS, Failure, assemble_portable, score_texts, start_serve
 from readability_triton import contracts as C
 from readability_triton.client.honest import Target
 from readability_triton.server.tritonserver import free_port
+from readability_triton.server.warmup import warm_up
 
 pytestmark = pytest.mark.integration
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -276,6 +277,16 @@ def test_the_health_port_shows_the_front_doors_counts(served):
     with urllib.request.urlopen(f"http://{target.health}/metrics") as reply:
         text = reply.read().decode()
     assert "readability_front_accepted_total " in text and 'readability_front_refused_total{reason="busy"}' in text
+
+
+def test_serve_warms_the_pipeline_and_starts_from_its_measured_rate(served, direct):
+    target, folder = served
+    log = (folder / "serve.log").read_text()
+    line = next(line for line in log.splitlines() if "warmed up with" in line)
+    assert "warmed up with 81 texts" in line and "the front door's starting rate" in line
+    assert log.index("warmed up with") < log.index("serving ")  # before the ports opened
+    warm = warm_up(direct.grpc_url, "grpc")  # the same, straight at tritonserver
+    assert warm.texts == 81 and warm.rate > 0 and warm.seconds > 0
 
 
 def test_a_repository_without_the_ensemble_is_a_stated_error_not_a_restart_loop(tiny_artifacts, tmp_path):

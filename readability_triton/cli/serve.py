@@ -162,8 +162,8 @@ def register(subparsers) -> None:
         "--max-wait",
         type=float,
         default=float(env("READABILITY_TRITON_MAX_WAIT", "10")),
-        help="the stated wait: a request is accepted only while the work ahead of it, at the rate the "
-        "pipeline lately finished texts, is answered within this many seconds; else it is refused "
+        help="the stated wait: a request is accepted only while the work ahead of it (in the fair order), "
+        "at the rate the pipeline lately computed texts, is answered within this many seconds; else it is refused "
         "at once as busy (default 10, or $READABILITY_TRITON_MAX_WAIT)",
     )
     p.add_argument(
@@ -173,6 +173,13 @@ def register(subparsers) -> None:
         metavar="BYTES",
         help=f"the largest HTTP body or gRPC message accepted (default {DEFAULT_MAX_REQUEST_BYTES}); "
         "larger ones are refused (413, RESOURCE_EXHAUSTED) before they are read whole",
+    )
+    p.add_argument(
+        "--no-warm-up",
+        dest="warm_up",
+        action="store_false",
+        help="open the ports without first sending the pipeline 81 generated texts (by default the "
+        "first clients do not pay a cold pipeline's start, and the front door starts from a measured rate)",
     )
     p.add_argument(
         "--client-header",
@@ -280,6 +287,7 @@ def cmd_serve(args) -> int:
         max_wait=args.max_wait,
         max_request_bytes=args.max_request_bytes,
         client_header=args.client_header,
+        warm_up=args.warm_up,
     )
     try:
         return Service(options).run()

@@ -32,12 +32,10 @@ import math
 from typing import Any, Awaitable, Callable, TypedDict
 
 from .gate import UNIT, Gate, Refusal, Ticket
+from .wire import DEFAULT_MAX_REQUEST_BYTES
 
 log = logging.getLogger(__name__)
 
-#: Default largest request body or gRPC message: 64 texts of the largest text the steps
-#: accept (100,000 bytes), escaped as JSON, with room to spare.
-DEFAULT_MAX_REQUEST_BYTES = 16 << 20
 #: A request that has waited this many times the stated wait is refused ("busy") rather
 #: than kept: only a repair that holds the queue can make one wait that long.
 EXPIRE_FACTOR = 2.0

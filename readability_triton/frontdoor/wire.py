@@ -24,6 +24,9 @@ from __future__ import annotations
 import json
 import struct
 
+#: Default largest request body or gRPC message: 64 texts of the largest text the steps
+#: accept (100,000 bytes), escaped as JSON, with room to spare.
+DEFAULT_MAX_REQUEST_BYTES = 16 << 20
 #: A text this long (bytes) or longer fills BERT's 256 tokens: one text of work.
 FULL_TEXT_BYTES = 1200
 #: The least a text counts.

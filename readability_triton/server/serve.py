@@ -6,7 +6,9 @@ restricted APIs closed by the admin key (handed over through `keyshim`, never on
 line); the front door (`frontdoor.front.FrontDoor`) on the published HTTP and gRPC ports, the
 only way in for clients; tritonserver's metrics on the published metrics port; the
 supervisor (`health.Supervisor`), which holds the front door's queue while it repairs the
-server; and the probes (`probes`) on the health port.
+server; and the probes (`probes`) on the health port. Before the ports open, the pipeline
+answers 81 generated texts (`warmup`): the first clients do not pay a cold start, and the
+front door starts from a measured rate.
 
 On SIGTERM or Ctrl-C: readiness turns false, the front door refuses new requests and lets
 every accepted one finish (at most the drain timeout), then tritonserver, with nothing in
@@ -27,9 +29,10 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from .. import contracts as C
-from ..errors import ServerError
-from ..frontdoor.door import DEFAULT_MAX_REQUEST_BYTES, FrontDrain
+from ..errors import ReadabilityError, ServerError
+from ..frontdoor.door import FrontDrain
 from ..frontdoor.front import FrontDoor
+from ..frontdoor.wire import DEFAULT_MAX_REQUEST_BYTES
 from ..repository.canary import Canary
 from .admin import ADMIN_HEADER, ADMIN_KEY_ENV
 from .backends import check_servable, writable_forest_view
@@ -37,6 +40,7 @@ from .health import Supervisor
 from .probes import health_endpoint
 from .processes import become_subreaper
 from .tritonserver import TritonServer
+from .warmup import warm_up
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +63,7 @@ class ServeOptions:
     max_wait: float = 10.0  # the stated wait of an accepted request (the front door's bound)
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     client_header: str | None = None
+    warm_up: bool = True  # send the pipeline generated texts before the ports open (`warmup`)
 
 
 def check_repository(repository: str) -> None:
@@ -173,8 +178,10 @@ class Service:
             if o.health_port:
                 probes = health_endpoint(o.health_port, self.status, o.address)
             server.start(timeout=o.timeout)
-            supervisor.started()
+            if o.warm_up:
+                self._warm_up(server, door)
             door.start()
+            supervisor.started()  # ready: only now that the front door's ports are open
             self._announce(canary is None, probes is not None)
             if o.health_interval > 0:
                 watcher.start()
@@ -200,6 +207,17 @@ class Service:
                 signal.signal(sig, handler)
             stack.close()
         return self._report(code, drained)
+
+    def _warm_up(self, server: TritonServer, door: FrontDoor) -> None:
+        """Warm the pipeline and start the gate from its measured rate; a failure is logged
+        (the supervisor judges health) and the gate starts from its guess."""
+        try:
+            warm = warm_up(server.grpc_url, "grpc")
+        except ReadabilityError as err:
+            log.warning(f"the warm-up failed ({err}): the first clients pay a cold pipeline's start")
+            return
+        door.gate.seed(warm.rate)
+        log.info(warm.describe())
 
     def _announce(self, no_canary: bool, probes: bool) -> None:
         o, server = self.options, self.server
