@@ -137,7 +137,7 @@ def run(
                 elif name == "disconnects":
                     report = abuse.disconnects(target, durations[name])
                 elif name == "flood":
-                    report = abuse.flood(target, texts_for_flood(64 if short else 256), seconds=durations[name])
+                    report = abuse.flood(target, texts_for_flood(256), seconds=durations[name])
                 elif name == "huge":
                     report = abuse.huge(target, count=1 if short else 4)
                 elif name == "kill_stub":

@@ -446,3 +446,27 @@ print('ok')
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert result.returncode == 0 and result.stdout.strip().endswith("ok"), result.stdout + result.stderr[-3000:]
+
+
+def test_a_command_imports_only_the_module_that_registers_it():
+    """`COMMANDS` names every command's module, and a `score` job (many start at once in a
+    batch system) imports neither the front door, nor the server's management, nor training."""
+    from readability_triton.cli.app import COMMANDS, build_parser
+
+    def commands(parser) -> set[str]:
+        action = next(a for a in parser._actions if a.dest == "command")  # argparse's own
+        return set(action.choices)
+
+    assert commands(build_parser()) == set(COMMANDS)
+    for command in COMMANDS:
+        assert command in commands(build_parser(command))
+    code = (
+        "import sys\n"
+        "from readability_triton.cli.app import build_parser\n"
+        "build_parser('score').parse_args(['score', 'a text'])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('aiohttp', 'grpc', 'sklearn', 'torch')\n"
+        "      or m.startswith(('readability_triton.server', 'readability_triton.frontdoor',\n"
+        "                       'readability_triton.repository', 'readability_triton.artifacts'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "[]", out.stdout

@@ -283,6 +283,21 @@ def test_serve_and_score_commands(repo, tmp_path, expected):
         score_at = len(C.OUTPUTS)  # the score column, counted from the right
         assert [float(r.rsplit(",", score_at)[1]) for r in rows[1:]] == pytest.approx(mean.tolist(), abs=1e-5)
 
+        # several requests in flight at once: the scores keep the texts' order
+        many = [f"Text {i}: " + " ".join(["a short word"] * (i + 1)) + "." for i in range(7)]
+        csv_in.write_text("excerpt\n" + "\n".join(many) + "\n")
+        result = _cli(
+            "score", "--csv", str(csv_in), "--out", str(csv_out), "--batch-size", "2", "--concurrency", "3",
+            "--protocol", "grpc", "--url", f"127.0.0.1:{ports[1]}",
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        rows = csv_out.read_text().strip().splitlines()[1:]
+        assert [r.split(",")[0] for r in rows] == many
+        assert [float(r.rsplit(",", score_at)[1]) for r in rows] == pytest.approx(
+            expected(many)["score"].tolist(), abs=1e-5
+        )
+        assert _cli("score", "x", "--concurrency", "0", "--url", f"127.0.0.1:{ports[0]}").returncode == 2
+
         result = _cli("score", "--url", f"127.0.0.1:{ports[0]}", input=texts[0] + "\n\n" + texts[1] + "\n")
         assert result.returncode == 0 and len(result.stdout.strip().splitlines()) == 4, result.stderr
 

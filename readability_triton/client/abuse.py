@@ -11,7 +11,7 @@ short ones.
   flight (Triton 2.51 crashes on such cancellations, server#7368, when it sees them);
 - `disconnects`: HTTP clients that send a request and close the connection at once, from
   their own address;
-- `flood`: `score --batch-size 64` jobs, many at once (work, not requests);
+- `flood`: `score --batch-size 64 --concurrency 2` jobs, many at once (work, not requests);
 - `huge`: 300 MB gRPC messages and HTTP bodies;
 - `kill_stub`: kill -9 of a python-backend stub under load (local servers only);
 - `sigterm`: SIGTERM to serve under load: every request in flight must be answered.
@@ -104,12 +104,13 @@ def flood(
     texts: Sequence[str],
     jobs: int = 16,
     batch: int = 64,
+    concurrency: int = 2,
     seconds: float = 120.0,
     executable: Sequence[str] = (sys.executable, "-m", "readability_triton.cli"),
 ) -> Report:
-    """`jobs` concurrent `score --batch-size <batch>` jobs over gRPC (each with its own
-    copy of `texts`, retrying "busy" as `score` does), started again as they finish until
-    `seconds` have passed, beside 2 honest HTTP clients from 127.0.0.3."""
+    """`jobs` concurrent `score --batch-size <batch> --concurrency <concurrency>` jobs over
+    gRPC (each with its own copy of `texts`, retrying "busy" as `score` does), started again
+    as they finish until `seconds` have passed, beside 2 honest HTTP clients from 127.0.0.3."""
 
     def attack(deadline: float, counts: dict) -> None:
         with tempfile.TemporaryDirectory() as tmp:
@@ -128,6 +129,8 @@ def flood(
                         os.path.join(tmp, f"{n}.csv"),
                         "--batch-size",
                         str(batch),
+                        "--concurrency",
+                        str(concurrency),
                         "--protocol",
                         "grpc",
                         "--url",

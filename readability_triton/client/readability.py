@@ -8,6 +8,7 @@ the request that carried it.
 
 from __future__ import annotations
 
+import concurrent.futures
 import random
 import threading
 import time
@@ -248,20 +249,61 @@ class ReadabilityClient:
             got[name] = array.reshape(-1)
         return got, elapsed
 
-    def score(self, texts: list[str], progress=no_progress, outputs=C.OUTPUTS) -> list[Score]:
-        """Scores of `texts`, one request per `batch_size` texts, asking for `outputs`
-        (`progress`: see `readability_triton.progress`)."""
+    def score(self, texts: list[str], progress=no_progress, outputs=C.OUTPUTS, concurrency: int = 1) -> list[Score]:
+        """Scores of `texts`, in their order, one request per `batch_size` texts with up to
+        `concurrency` of them in flight (each on its own connection), asking for `outputs`
+        (`progress`: see `readability_triton.progress`). The first request that fails ends
+        the call with its error; the ones not sent yet are not sent."""
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         names = parse_outputs(outputs)
-        results: list[Score] = []
+        chunks = [texts[start : start + self.batch_size] for start in range(0, len(texts), self.batch_size)]
+
+        def scored(client: "ReadabilityClient", chunk: list[str]) -> list[Score]:
+            out, elapsed = client.infer_batch(chunk, names)
+            columns = {name: (out[name].tolist() if name in out else [None] * len(chunk)) for name in C.OUTPUTS}
+            return [
+                Score(text, {name: columns[name][i] for name in C.OUTPUTS}, elapsed) for i, text in enumerate(chunk)
+            ]
+
         with (progress or no_progress)(total=len(texts), desc="scoring", unit="text") as bar:
-            for start in range(0, len(texts), self.batch_size):
-                chunk = texts[start : start + self.batch_size]
-                out, elapsed = self.infer_batch(chunk, names)
-                columns = {name: (out[name].tolist() if name in out else [None] * len(chunk)) for name in C.OUTPUTS}
-                for i, text in enumerate(chunk):
-                    results.append(Score(text, {name: columns[name][i] for name in C.OUTPUTS}, elapsed))
-                bar.update(len(chunk))
-        return results
+            if concurrency == 1 or len(chunks) <= 1:
+                results: list[Score] = []
+                for chunk in chunks:
+                    results += scored(self, chunk)
+                    bar.update(len(chunk))
+                return results
+            return self._score_at_once(chunks, scored, concurrency, bar)
+
+    def _score_at_once(self, chunks, scored, concurrency: int, bar) -> list[Score]:
+        local, made, lock = threading.local(), [], threading.Lock()
+
+        def run(chunk: list[str]) -> list[Score]:
+            if getattr(local, "client", None) is None:
+                local.client = ReadabilityClient(
+                    self.url,
+                    self.protocol,
+                    self.model,
+                    self.batch_size,
+                    self.timeout,
+                    self.retries,
+                    self.backoff,
+                    self.busy_patience,
+                )
+                with lock:
+                    made.append(local.client)
+            return scored(local.client, chunk)
+
+        pool = concurrent.futures.ThreadPoolExecutor(min(concurrency, len(chunks)), thread_name_prefix="score")
+        try:
+            futures = [pool.submit(run, chunk) for chunk in chunks]
+            for future in concurrent.futures.as_completed(futures):
+                bar.update(len(future.result()))  # the first error ends the call
+            return [score for future in futures for score in future.result()]
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+            for client in made:
+                client.close()
 
 
 def served_parameters(url: str, protocol: str = "http") -> dict[str, str]:
