@@ -86,6 +86,7 @@ class Report:
     restarts: int = 0
     memory_mb: dict = field(default_factory=dict)  # tritonserver's: start, peak, end
     front: dict = field(default_factory=dict)  # the front door's counts afterwards
+    events: list[str] = field(default_factory=list)  # the supervisor's, during the attack
     notes: list[str] = field(default_factory=list)
 
 
@@ -205,6 +206,7 @@ class _Watch:
         first = target.status()
         self.pids = [first.get("pid")]
         self.restarts0 = int(first.get("restarts") or 0)
+        self.started = time.time()
         start = target.server_memory_mb()
         self.memory = [start] if start is not None else []
         self._stop = threading.Event()
@@ -238,6 +240,7 @@ class _Watch:
                 "end": round(self.memory[-1]),
             }
         report.front = last.get("front") or {}
+        report.events = [f"{e['kind']}: {e['message']}" for e in last.get("events") or [] if e["at"] >= self.started]
         return report
 
 

@@ -211,6 +211,10 @@ class Supervisor:
             else {"kind": probe.kind, "message": probe.message, "seconds": round(probe.seconds, 3)},
             "restarts": self.restarts,
             "pid": self.server.process.pid if self.server.process else None,
+            # the last repairs and what they found, oldest first (what an operator asks first)
+            "events": [
+                {"at": round(at, 3), "kind": kind, "message": message[:300]} for at, kind, message in self.events[-8:]
+            ],
         }
 
     def _set(self, phase: str | None = None, problem: str | None = None) -> None:
