@@ -192,3 +192,26 @@ def test_instance_names_map_to_models():
     assert P.instance_model("featurize_0_0") == "featurize"
     assert P.instance_model("bert_portable_x_1_3") == "bert_portable_x"
     assert P.instance_model("postprocess") == "postprocess"
+
+
+def test_a_server_that_aborts_while_it_starts_again_is_started_once_more_in_the_same_repair(world):
+    # Triton 2.51 now and then aborts (status -6) while it starts after a stub was killed:
+    # the abuse suite's kill_stub then restarted twice and 2 honest requests failed
+    server, supervisor, state = world
+    real_start = server.start
+
+    def start(timeout):
+        if server.starts == 0:
+            server.starts += 1
+            raise RuntimeError("tritonserver exited with status -6 before it was ready")
+        real_start(timeout)
+
+    server.start = start
+    held = []
+    supervisor.hold, supervisor.release = (lambda: held.append("hold")), (lambda: held.append("release"))
+    state["dead"].add(11)
+    assert supervisor.check_once() == "restart"
+    assert server.starts == 2 and supervisor.restarts == 1 and held == ["hold", "release"]
+    assert server.stops[-1] == {"drain": False, "timeout": 5}
+    assert supervisor.status()["ready"]
+    assert any("starting it once more" in e["message"] for e in supervisor.status()["events"])

@@ -330,14 +330,22 @@ class Supervisor:
         try:
             self.server.stop(drain=drain, drain_timeout=self.drain_timeout, timeout=5, abandon=abandon)
             self.restarts += 1
-            try:
-                self.server.start(timeout=self.start_timeout)
-            except Exception as exc:  # noqa: BLE001 - say so; the next round tries again
-                self._set("failed", f"tritonserver did not start again: {exc}")
-                self._event("failed", f"tritonserver did not start again: {exc}")
-                self._next_repair = time.monotonic() + self._backoff
-                self._backoff = min(2 * self._backoff, 300.0)
-                return "restart"
+            for attempt in (1, 2):
+                try:
+                    self.server.start(timeout=self.start_timeout)
+                    break
+                except Exception as exc:  # noqa: BLE001 - say so; the next round tries again
+                    if attempt == 1:
+                        # Triton 2.51 now and then aborts (status -6) while it starts again
+                        # after a stub was killed: once more at once, the queue still held
+                        self._event("failed", f"tritonserver did not start again ({exc}); starting it once more")
+                        self.server.stop(drain=False, timeout=5)
+                        continue
+                    self._set("failed", f"tritonserver did not start again: {exc}")
+                    self._event("failed", f"tritonserver did not start again: {exc}")
+                    self._next_repair = time.monotonic() + self._backoff
+                    self._backoff = min(2 * self._backoff, 300.0)
+                    return "restart"
         finally:
             self.release()
         self.started()
