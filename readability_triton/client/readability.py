@@ -137,23 +137,28 @@ def text_input(module, texts: Sequence[str | bytes], name: str = C.TEXT):
 class ThreadClients:
     """One client per thread (tritonclient's clients are not shared between threads), all
     closed by `close()` (a thread that asks again after that gets a new one): what the load
-    generators' workers use."""
+    generators' workers use. `make`: what each thread gets instead of tritonclient's
+    (module, client), e.g. a `ReadabilityClient` (it must have `close()`)."""
 
-    def __init__(self, url: str, protocol: str):
-        self.url, self.protocol = url, protocol
+    def __init__(self, url: str, protocol: str, make=None):
+        self.url, self.protocol, self._make = url, protocol, make
         self._local = threading.local()
         self._opened: list = []
         self._lock = threading.Lock()
         self._round = 0  # bumped by close(): clients of an earlier round are closed
 
     def get(self):
-        """(module, client) of the calling thread."""
+        """(module, client) of the calling thread, or what `make` made for it."""
         if getattr(self._local, "round", None) != self._round:
-            module, client = triton_client(self.url, self.protocol)
+            if self._make is None:
+                made = triton_client(self.url, self.protocol)
+                closable = made[1]
+            else:
+                made = closable = self._make()
             with self._lock:
-                self._opened.append(client)
-            self._local.module, self._local.client, self._local.round = module, client, self._round
-        return self._local.module, self._local.client
+                self._opened.append(closable)
+            self._local.made, self._local.round = made, self._round
+        return self._local.made
 
     def close(self) -> None:
         with self._lock:
@@ -276,23 +281,23 @@ class ReadabilityClient:
             return self._score_at_once(chunks, scored, concurrency, bar)
 
     def _score_at_once(self, chunks, scored, concurrency: int, bar) -> list[Score]:
-        local, made, lock = threading.local(), [], threading.Lock()
+        clients = ThreadClients(
+            self.url,
+            self.protocol,
+            make=lambda: ReadabilityClient(
+                self.url,
+                self.protocol,
+                self.model,
+                self.batch_size,
+                self.timeout,
+                self.retries,
+                self.backoff,
+                self.busy_patience,
+            ),
+        )
 
         def run(chunk: list[str]) -> list[Score]:
-            if getattr(local, "client", None) is None:
-                local.client = ReadabilityClient(
-                    self.url,
-                    self.protocol,
-                    self.model,
-                    self.batch_size,
-                    self.timeout,
-                    self.retries,
-                    self.backoff,
-                    self.busy_patience,
-                )
-                with lock:
-                    made.append(local.client)
-            return scored(local.client, chunk)
+            return scored(clients.get(), chunk)
 
         pool = concurrent.futures.ThreadPoolExecutor(min(concurrency, len(chunks)), thread_name_prefix="score")
         try:
@@ -302,8 +307,7 @@ class ReadabilityClient:
             return [score for future in futures for score in future.result()]
         finally:
             pool.shutdown(wait=True, cancel_futures=True)
-            for client in made:
-                client.close()
+            clients.close()
 
 
 def served_parameters(url: str, protocol: str = "http") -> dict[str, str]:
