@@ -9,7 +9,9 @@ Three things are measured side by side, in rotating rounds, one text per request
 - `ensemble`: the project's repository (the `portable` tiny set by default, whose BERT is
   almost free, so that what remains is the pipeline's plumbing);
 - `in process`: the same runners on the same texts in this process (`pipeline`), one
-  thread of calls, one text per call.
+  thread of calls, one text per call;
+- with `--baseline REPO`, a fourth: another assembled repository (for example one built by
+  an earlier commit, with the earlier wiring) served by the same code, side by side.
 
 The pipeline's own cost per text is (1/served rate − 1/in-process rate) at each client
 count; the chain's is 1/its rate (it does nothing else). Reported: texts/s, p50, the
@@ -118,6 +120,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--artifacts", required=True, help="the set to serve (portable)")
     parser.add_argument("--repository", default=None, help="serve this assembled repository instead")
+    parser.add_argument(
+        "--baseline", default=None, help="also serve this assembled repository, side by side (e.g. an earlier wiring)"
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--concurrency", default="1,4")
@@ -132,14 +137,18 @@ def main(argv=None) -> int:
         pipeline = repository.repository_pipeline(repo)
         chain = TritonServer(write_chain(os.path.join(tmp, "chain")), log_file=os.path.join(tmp, "chain.log"))
         served = TritonServer(repo, log_file=os.path.join(tmp, "ensemble.log"))
-        chain.start(timeout=300)
-        served.start(timeout=300)
+        baseline = TritonServer(args.baseline, log_file=os.path.join(tmp, "baseline.log")) if args.baseline else None
+        servers = [s for s in (chain, served, baseline) if s is not None]
         samples: dict = {}
         try:
+            for server in servers:
+                server.start(timeout=300)
             for round_ in range(args.rounds):
                 for c in clients:
                     order = [("chain", chain, "chain"), ("ensemble", served, C.ENSEMBLE), ("in process", None, None)]
-                    order = order[round_ % 3 :] + order[: round_ % 3]
+                    if baseline is not None:
+                        order.append(("baseline", baseline, C.ENSEMBLE))
+                    order = order[round_ % len(order) :] + order[: round_ % len(order)]
                     for name, server, model in order:
                         if server is None or model is None:
                             row = {"texts_per_s": in_process_rate(pipeline, texts, args.duration / 2)}
@@ -148,8 +157,8 @@ def main(argv=None) -> int:
                         samples.setdefault((name, c), []).append(row)
                         print(f"round {round_ + 1}, {c} client(s), {name}: {row}", file=sys.stderr, flush=True)
         finally:
-            chain.stop()
-            served.stop()
+            for server in servers:
+                server.stop()
     report: dict = {"cpus": os.cpu_count(), "rounds": args.rounds, "duration_s": args.duration, "rows": []}
     print(f"\n{args.rounds} rounds x {args.duration:g} s, 1 text per request over gRPC, {os.cpu_count()} CPUs\n")
     print(
@@ -181,6 +190,21 @@ def main(argv=None) -> int:
             f"{med['in process']:.1f} | {row['served_vs_in_process']:.2f} | {own:.2f} | {floor:.2f} | "
             f"{row['own_vs_chain']:.2f} |"
         )
+    if baseline is not None:
+        print(f"\nbaseline: {args.baseline}, served side by side\n")
+        print("| clients | baseline texts/s (p50 ms) | ensemble texts/s (p50 ms) | ensemble / baseline (texts/s) |")
+        print("|---|---|---|---|")
+        for c in clients:
+
+            def median(name, key, c=c):
+                return statistics.median(r[key] for r in samples[(name, c)])
+
+            base, new = median("baseline", "texts_per_s"), median("ensemble", "texts_per_s")
+            base_p50, new_p50 = median("baseline", "p50_ms"), median("ensemble", "p50_ms")
+            report.setdefault("baseline", []).append(
+                {"clients": c, "baseline_texts_per_s": base, "baseline_p50_ms": base_p50, "vs_baseline": new / base}
+            )
+            print(f"| {c} | {base:.1f} ({base_p50:.2f}) | {new:.1f} ({new_p50:.2f}) | {new / base:.2f} |")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(report, handle, indent=2)

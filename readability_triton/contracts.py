@@ -92,12 +92,16 @@ INTERVAL_QUANTILES = "INTERVAL_QUANTILES"  # one per band
 INTERVAL_MIN_WORDS = "INTERVAL_MIN_WORDS"
 #: The threads of an instance's runtimes (`threads`: 0 = the instance's share of the cores).
 THREADS = "THREADS"
-#: validate's load shedding: refuse new requests while this many wait in the later steps'
-#: queues, or while requests have lately waited this many seconds in one of them.
+#: The entrance's load shedding (validate, or featurize in the serial wiring): refuse new
+#: requests while this many wait in the later steps' queues, or while requests have lately
+#: waited this many seconds in one of them.
 MAX_PENDING_REQUESTS = "MAX_PENDING_REQUESTS"
 MAX_QUEUE_SECONDS = "MAX_QUEUE_SECONDS"
-#: Where validate reads the pending-request gauge (default: $READABILITY_TRITON_METRICS_URL).
+#: Where the entrance reads the pending-request gauge (default: $READABILITY_TRITON_METRICS_URL).
 METRICS_URL = "METRICS_URL"
+#: "true": refuse a text without a word (featurize as the serial wiring's first step, from
+#: the word counts it computes; `validate` always does).
+REQUIRE_WORDS = "REQUIRE_WORDS"
 
 #: Triton data type -> the datatype string of the KServe v2 protocol (clients).
 WIRE_DTYPES = {"TYPE_STRING": "BYTES", "TYPE_FP32": "FP32", "TYPE_INT64": "INT64"}
@@ -201,11 +205,16 @@ def contracts(max_length: int = DEFAULT_MAX_LENGTH, n_features: int = N_FEATURES
 #:    and the request is answered and released. The forest branch goes first (it is the
 #:    cheap one) and the BERT branch follows; preprocess's AFTER input carries the
 #:    ordering. From 26.02 the branches run in parallel (PARALLEL_STEPS).
-#: 3. Only the first step checks the text. `validate` refuses bad text before any other
-#:    step runs, both branches read its output VALID_TEXT (a buffer the ensemble owns and
-#:    reference-counts), and no later step refuses what it accepted: preprocess and
-#:    featurize make the same checks with the same MAX_TEXT_BYTES, and `validate` adds one
-#:    (a text must hold a word). With the parallel wiring this is what rule 2 requires.
+#: 3. Only the first step checks the text, and sheds load. No later step refuses what it
+#:    accepted: preprocess and featurize make the same checks with the same MAX_TEXT_BYTES.
+#:    In the serial wiring the first step is `featurize` itself (parameter REQUIRE_WORDS):
+#:    it refuses invalid UTF-8, a text over MAX_TEXT_BYTES and, from the word counts it
+#:    computes anyway, a text without a word; preprocess reads the ensemble's TEXT once the
+#:    forest has answered, with no other step of the request in flight. One Python hop
+#:    less per text (bench_overhead). In the parallel wiring a separate `validate` comes
+#:    first, and both branches read its output VALID_TEXT (a buffer the ensemble owns and
+#:    reference-counts): rule 2 requires it there, and merging it into one branch would
+#:    hold the other back (16 % of throughput with the MiniLM set, docs/architecture.md).
 PARALLEL_STEPS = (
     (VALIDATE, {TEXT: TEXT}, {VALID_TEXT: VALID_TEXT}),
     (PREPROCESS, {TEXT: VALID_TEXT}, {INPUT_IDS: INPUT_IDS, ATTENTION_MASK: ATTENTION_MASK}),
@@ -219,10 +228,9 @@ PARALLEL_STEPS = (
     ),
 )
 SERIAL_STEPS = (
-    (VALIDATE, {TEXT: TEXT}, {VALID_TEXT: VALID_TEXT}),
-    (FEATURIZE, {TEXT: VALID_TEXT}, {FEATURES: FEATURES, WORDS: WORDS, **{name: name for name in FORMULAS}}),
+    (FEATURIZE, {TEXT: TEXT}, {FEATURES: FEATURES, WORDS: WORDS, **{name: name for name in FORMULAS}}),
     (FOREST, {INPUT_0: FEATURES}, {OUTPUT_0: FOREST_OUTPUT}),
-    (PREPROCESS, {TEXT: VALID_TEXT, AFTER: FOREST_OUTPUT}, {INPUT_IDS: INPUT_IDS, ATTENTION_MASK: ATTENTION_MASK}),
+    (PREPROCESS, {TEXT: TEXT, AFTER: FOREST_OUTPUT}, {INPUT_IDS: INPUT_IDS, ATTENTION_MASK: ATTENTION_MASK}),
     (BERT, {INPUT_0: INPUT_IDS, INPUT_1: ATTENTION_MASK}, {OUTPUT_0: BERT_OUTPUT}),
     (
         POSTPROCESS,
@@ -235,6 +243,16 @@ SERIAL_STEPS = (
 def ensemble_steps(parallel: bool):
     """The wiring: the branches in parallel (Triton 26.02+) or one after the other."""
     return PARALLEL_STEPS if parallel else SERIAL_STEPS
+
+
+def step_models(parallel: bool) -> tuple[str, ...]:
+    """The models of a wiring, in step order (the serial one has no `validate`)."""
+    return tuple(model for model, _, _ in ensemble_steps(parallel))
+
+
+def entrance(parallel: bool) -> str:
+    """The wiring's first step: the one that checks the text and sheds load (rule 3)."""
+    return ensemble_steps(parallel)[0][0]
 
 
 #: Largest batch each model accepts. The ensemble's must not exceed any step's.

@@ -2,7 +2,7 @@
 
 The same runners the Python models run (`TokenizerRunner` + the ONNX or TorchScript
 runner for the BERT branch, `FeaturizeRunner` (features, word counts, formulas) +
-`GTILRunner` for the forest branch), the `validate` step's checks first, and
+`GTILRunner` for the forest branch), the first step's checks first, and
 `postprocess`'s blend and interval. Every file used is checked against
 `manifest.json`. A set from `train-forest` alone (no BERT model) gives the forest branch
 only, and one with only the BERT model and its tokenizer the BERT branch only; half a

@@ -1,5 +1,6 @@
-"""The checks every text gets before it is scored, in one place: the ensemble's `validate`
-step runs them on each request (`stub.requests.read_text_requests`), the in-process
+"""The checks every text gets before it is scored, in one place: the ensemble's first step
+runs them on each request (`stub.requests.read_text_requests`; `featurize` as the serial
+wiring's first step counts the words in its own pass, `NO_WORDS_AT`), the in-process
 pipeline on the texts it is given (`pipeline.Pipeline`). A text fails when it is
 over `max_text_bytes` bytes, is not valid UTF-8, or (`require_words`) holds no word.
 
@@ -19,6 +20,8 @@ from .texts import as_utf8, first_invalid_utf8
 
 #: Why a text without words is refused.
 NO_WORDS = "holds no words (it is empty, or only spaces, punctuation or control characters): there is nothing to score"
+#: The same, for row {row} of a request (the first step's answer).
+NO_WORDS_AT = "text {row} of the request " + NO_WORDS
 
 
 def size_and_encoding(rows: Sequence[bytes], max_text_bytes: int, where: str = "") -> str | None:

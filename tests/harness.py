@@ -18,6 +18,7 @@ import numpy as np
 import triton_python_backend_utils as pb_utils
 from google.protobuf import json_format, text_format
 
+from readability_triton import contracts
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs, profiles
 from readability_triton.texts import to_rows
@@ -67,8 +68,12 @@ def load_model(model_dir: str, kind: str = "CPU", device_id: int = 0, version: s
 def make_model_dir(
     root: str, model: str, profile: str = "portable", files: dict[str, str] | None = None, **render_kw
 ) -> str:
-    """A one-model folder: rendered config, the backend's model.py, and artifact files copied in."""
+    """A one-model folder: rendered config, the backend's model.py, and artifact files copied in.
+    `validate` is rendered for the wiring that has it (the parallel one, Triton 26.02+)."""
     import shutil
+
+    if model == contracts.VALIDATE:
+        render_kw.setdefault("triton_version", "26.02")
 
     model_dir = os.path.join(root, model)
     os.makedirs(os.path.join(model_dir, "1"), exist_ok=True)

@@ -26,6 +26,7 @@ from served import (
 )
 
 from readability_triton import contracts as C
+from readability_triton.repository import configs
 
 pytestmark = pytest.mark.integration
 
@@ -64,7 +65,6 @@ def direct(tiny_artifacts):
     scores = np.linspace(-2, 1, len(GOOD), dtype=np.float32).reshape(-1, 1)
     text = ("BYTES", text_rows(GOOD))
     return {
-        C.VALIDATE: ({C.TEXT: text}, {C.VALID_TEXT: text_rows(GOOD)}),
         C.PREPROCESS: ({C.TEXT: text}, {C.INPUT_IDS: ids, C.ATTENTION_MASK: mask}),
         C.FEATURIZE: (
             {C.TEXT: text},
@@ -201,10 +201,10 @@ CASES = [
         lambda d: to_model(C.BERT, _row(d[C.BERT][0], input__1=("INT64", d[C.BERT][0][C.INPUT_1][1][:1] * 7)), "http"),
         "only 0 and 1",
     ),
-    (
-        "wrong-shape-to-validate",
-        lambda d: to_model(C.VALIDATE, {C.TEXT: ("BYTES", np.array([[b"a", b"b"]], dtype=np.object_))}),
-        "shape",
+    (  # featurize is the first step of the served (serial) wiring: it refuses alone too
+        "wordless-straight-to-featurize",
+        lambda d: to_model(C.FEATURIZE, {C.TEXT: ("BYTES", text_rows(["w1 w2", " ... "]))}),
+        "text 1 of the request holds no words",
     ),
     (
         "wrong-shape-to-preprocess",
@@ -305,7 +305,7 @@ NEAR = (C.SCORE, C.BERT_SCORE, C.SCORE_LOW, C.SCORE_HIGH, C.OUTPUT_0)
 def test_nothing_was_taken_down(server, reference):
     """After every case above: the server and every stub still serve, and no stub died."""
     assert server.process.poll() is None
-    for model in C.ALL_MODELS:
+    for model in configs.repository_models():
         with urllib.request.urlopen(f"http://{server.http_url}/v2/models/{model}/ready") as reply:
             assert reply.status == 200, model
     for i, text in enumerate(GOOD):

@@ -11,7 +11,7 @@ from tritonclient.grpc import model_config_pb2
 
 from readability_triton import contracts as C
 from readability_triton.errors import AssemblyError
-from readability_triton.repository import configs, profiles
+from readability_triton.repository import configs, profiles, releases
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CANONICAL = os.path.join(ROOT, "model_repository")
@@ -38,8 +38,13 @@ def check_against_contract(config: model_config_pb2.ModelConfig, contract: C.Mod
     assert as_tuples(config.output) == [(s.name, s.data_type, s.dims) for s in contract.outputs]
 
 
+#: The canonical repository's models: the serial wiring of the tested release (no validate).
+CANONICAL_MODELS = configs.repository_models()
+
+
 def test_canonical_configs_are_the_rendered_gpu_profile():
-    for model in C.ALL_MODELS:
+    assert sorted(m for m in os.listdir(CANONICAL) if not m.endswith(".md")) == sorted(CANONICAL_MODELS)
+    for model in CANONICAL_MODELS:
         with open(os.path.join(CANONICAL, model, "config.pbtxt"), encoding="utf-8") as handle:
             committed = handle.read()
         assert committed == configs.render_config(model, "gpu"), (
@@ -48,7 +53,7 @@ def test_canonical_configs_are_the_rendered_gpu_profile():
         )
 
 
-@pytest.mark.parametrize("model", C.ALL_MODELS)
+@pytest.mark.parametrize("model", CANONICAL_MODELS)
 def test_canonical_config_parses_and_matches_contract(model):
     with open(os.path.join(CANONICAL, model, "config.pbtxt"), encoding="utf-8") as handle:
         config = parse(handle.read())
@@ -57,13 +62,13 @@ def test_canonical_config_parses_and_matches_contract(model):
 
 
 def test_canonical_python_models_link_to_the_backends():
-    for model in C.PYTHON_MODELS:
+    for model in [m for m in C.PYTHON_MODELS if m in CANONICAL_MODELS]:
         link = os.path.join(CANONICAL, model, "1", "model.py")
         assert os.path.islink(link)
         target = os.path.realpath(link)
         assert target == os.path.join(ROOT, "backends", model, "model.py")
         assert os.path.isfile(target)
-    for model in C.ALL_MODELS:
+    for model in CANONICAL_MODELS:
         assert os.path.isdir(os.path.join(CANONICAL, model, "1")), f"{model}/1 version folder is missing"
 
 
@@ -74,13 +79,22 @@ def test_parser_is_strict():
         parse('name: "x"\ninput [ { name: "a" data_type: TYPE_FLOAT32 dims: [ 1 ] } ]\n')
 
 
+#: A release of each wiring: serial (the tested one) and parallel (26.02+).
+WIRINGS = {"serial": "24.10", "parallel": "26.02"}
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
 @pytest.mark.parametrize("bert_format", ["onnx", "torchscript"])
 @pytest.mark.parametrize("profile", profiles.PROFILES)
 @pytest.mark.parametrize("max_length", [16, 256])
-def test_profile_configs(profile, max_length, bert_format):
+def test_profile_configs(profile, max_length, bert_format, wiring):
+    version = WIRINGS[wiring]
+    models = configs.repository_models(version)
     rendered = {
-        m: parse(configs.render_config(m, profile, max_length=max_length, bert_format=bert_format))
-        for m in C.ALL_MODELS
+        m: parse(
+            configs.render_config(m, profile, max_length=max_length, bert_format=bert_format, triton_version=version)
+        )
+        for m in models
     }
     contracts = C.contracts(max_length)
     for model, config in rendered.items():
@@ -101,10 +115,15 @@ def test_profile_configs(profile, max_length, bert_format):
         (group,) = config.instance_group
         assert group.count >= 1
         assert Kind.Name(group.kind) == profiles.placement(model, profile).kind
-    kinds = {m: Kind.Name(rendered[m].instance_group[0].kind) for m in C.STEP_MODELS}
+    kinds = {m: Kind.Name(rendered[m].instance_group[0].kind) for m in models if m != C.ENSEMBLE}
     expected_python = "KIND_GPU" if profile in ("gpu", "portable-gpu") else "KIND_CPU"
     assert {kinds[m] for m in C.PYTHON_MODELS if m != C.VALIDATE} == {expected_python}
-    assert kinds[C.VALIDATE] == "KIND_CPU"  # BYTES in and out: CPU work in every profile
+    if wiring == "parallel":
+        assert kinds[C.VALIDATE] == "KIND_CPU"  # BYTES in and out: CPU work in every profile
+    else:
+        assert C.VALIDATE not in rendered  # featurize checks the text first
+        with pytest.raises(AssemblyError, match="no validate model"):
+            configs.render_config(C.VALIDATE, profile, triton_version=version)
     expected_models = "KIND_GPU" if profile in ("gpu", "hybrid", "portable-gpu") else "KIND_CPU"
     assert {kinds[C.BERT], kinds[C.FOREST]} == {expected_models}
 
@@ -116,9 +135,10 @@ def test_profile_configs(profile, max_length, bert_format):
         assert ("INFERENCE_MODE" in bert.parameters) == (bert_format == "torchscript")
         assert forest.backend == "fil"
         assert forest.parameters["model_type"].string_value == "treelite_checkpoint"
-        assert forest.parameters["output_class"].string_value == "false"
+        key = "is_classifier" if releases.release(version).fil_is_classifier else "output_class"
+        assert forest.parameters[key].string_value == "false"
     for model in C.PYTHON_MODELS:
-        assert rendered[model].backend == "python"
+        assert model not in rendered or rendered[model].backend == "python"
     # GPU Python models that read another model's output take it on the GPU (DLPack)
     gpu_readers = [post] + ([bert, forest] if profile == "portable-gpu" else [])
     for config in (post, bert, forest):
@@ -131,23 +151,38 @@ def test_profile_configs(profile, max_length, bert_format):
         else:
             assert "FORCE_CPU_ONLY_INPUT_TENSORS" not in config.parameters, (profile, config.name)
     assert rendered[C.PREPROCESS].parameters["MAX_LENGTH"].string_value == str(max_length)
-    # validate refuses first only if no later step has a stricter limit: one value for all
-    limits = {rendered[m].parameters["MAX_TEXT_BYTES"].string_value for m in (C.VALIDATE, C.PREPROCESS, C.FEATURIZE)}
+    # the first step refuses first only if no later step has a stricter limit: one value for all
+    readers = [m for m in (C.VALIDATE, C.PREPROCESS, C.FEATURIZE) if m in rendered]
+    limits = {rendered[m].parameters["MAX_TEXT_BYTES"].string_value for m in readers}
     assert limits == {str(C.DEFAULT_MAX_TEXT_BYTES)}
+    # the entrance alone sheds load; featurize checks for words where it is the entrance
+    entrance = C.VALIDATE if wiring == "parallel" else C.FEATURIZE
+    shedding = [m for m, config in rendered.items() if "MAX_PENDING_REQUESTS" in config.parameters]
+    assert shedding == [entrance] and "MAX_QUEUE_SECONDS" in rendered[entrance].parameters
+    words = {
+        m: config.parameters[C.REQUIRE_WORDS].string_value
+        for m, config in rendered.items()
+        if C.REQUIRE_WORDS in config.parameters
+    }
+    assert words == ({} if wiring == "parallel" else {C.FEATURIZE: "true"})
     assert float(post.parameters["BERT_WEIGHT"].string_value) == 0.5
     assert float(post.parameters["FOREST_WEIGHT"].string_value) == 0.5
 
 
+@pytest.mark.parametrize("wiring", WIRINGS)
 @pytest.mark.parametrize("profile", profiles.PROFILES)
-def test_ensemble_graph(profile):
+def test_ensemble_graph(profile, wiring):
     """Every ensemble tensor is produced exactly once and consumed; dtypes and dims agree
     between producer and consumer; the ensemble's batch size fits every step; every
-    ensemble output is a leaf (no step reads it); only the first step reads TEXT, and
-    every other step depends on it (see the rules at contracts.ENSEMBLE_STEPS)."""
-    rendered = {m: parse(configs.render_config(m, profile)) for m in C.ALL_MODELS}
+    ensemble output is a leaf (no step reads it); every step runs after the first step
+    accepted the request, and the serial wiring runs one step at a time (see the rules at
+    contracts.PARALLEL_STEPS)."""
+    version = WIRINGS[wiring]
+    models = configs.repository_models(version)
+    rendered = {m: parse(configs.render_config(m, profile, triton_version=version)) for m in models}
     ensemble = rendered[C.ENSEMBLE]
     steps = ensemble.ensemble_scheduling.step
-    assert {s.model_name for s in steps} == set(C.STEP_MODELS)
+    assert {s.model_name for s in steps} == set(models) - {C.ENSEMBLE}
 
     def spec(config, tensors, name):
         (match,) = [t for t in tensors if t.name == name]
@@ -163,7 +198,9 @@ def test_ensemble_graph(profile):
         assert ready, f"unsatisfiable inputs in steps {[s.model_name for s in pending]}"
         for step in ready:
             step_config = rendered[step.model_name]
-            assert set(step.input_map) == {t.name for t in step_config.input}
+            # every input mapped but an optional one (AFTER, which orders the serial wiring only)
+            assert {t.name for t in step_config.input if not t.optional} <= set(step.input_map)
+            assert set(step.input_map) <= {t.name for t in step_config.input}
             assert set(step.output_map) == {t.name for t in step_config.output}
             for model_input, tensor in step.input_map.items():
                 assert produced[tensor] == spec(step_config, step_config.input, model_input), (
@@ -188,10 +225,20 @@ def test_ensemble_graph(profile):
         )
         consumed.add(output.name)
     assert consumed == set(produced), f"produced but never used: {set(produced) - consumed}"
-    # Rule 2: only the first step reads the client's input; every other step reads step
-    # outputs only, so each one runs after validate has accepted the request.
+    # Rule 3: every other step depends on the first step's outputs, so it runs only after the
+    # first step accepted the request; in the parallel wiring only validate reads TEXT.
+    first = steps[0].model_name
+    assert first == (C.VALIDATE if wiring == "parallel" else C.FEATURIZE)
+    after = {first}
+    for step in steps[1:]:  # listed in dependency order
+        assert any(producers[t] in after for t in step.input_map.values()), f"{step.model_name} may run first"
+        after.add(step.model_name)
     readers = [s.model_name for s in steps if any(producers[t] == "<input>" for t in s.input_map.values())]
-    assert readers == [C.VALIDATE]
+    assert readers == ([C.VALIDATE] if wiring == "parallel" else [C.FEATURIZE, C.PREPROCESS])
+    if wiring == "serial":  # Rule 2: one step at a time, each reads the one before it (or a later one)
+        order = [s.model_name for s in steps]
+        for i, step in enumerate(steps[1:], start=1):
+            assert order[i - 1] in {producers[t] for t in step.input_map.values()}, (order[i - 1], step.model_name)
 
 
 @pytest.mark.parametrize("profile", ["gpu", "hybrid"])

@@ -187,11 +187,12 @@ def test_what_the_metrics_count_for_refused_requests(server):
     want = {
         ("nv_inference_request_success", C.ENSEMBLE): 2,
         ("nv_inference_request_failure", C.ENSEMBLE): 4,  # 2 refused, counted twice
-        ("nv_inference_request_success", C.VALIDATE): 4,  # its refusals count as successes
-        ("nv_inference_request_failure", C.VALIDATE): 0,
-        ("nv_inference_request_success", C.PREPROCESS): 2,  # the branches see good ones only
-        ("nv_inference_request_success", C.FEATURIZE): 3,  # + the one refused directly
+        # featurize, the served wiring's first step: 2 good + 2 refused (its refusals count
+        # as successes) + the one refused directly
+        ("nv_inference_request_success", C.FEATURIZE): 5,
         ("nv_inference_request_failure", C.FEATURIZE): 0,
+        ("nv_inference_request_success", C.PREPROCESS): 2,  # the BERT branch sees good ones only
+        ("nv_inference_request_failure", C.PREPROCESS): 0,
     }
 
     def delta():

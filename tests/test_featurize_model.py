@@ -10,7 +10,7 @@ import pytest
 import triton_python_backend_utils as pb_utils
 from harness import CupyLikeRules, load_model, make_model_dir, output, text_request
 
-from readability_triton import contracts
+from readability_triton import contracts, validation
 from readability_triton import layout as artifact_manifest
 from readability_triton.device import Device
 from readability_triton.features import Vocabulary, build_vocabulary, featurize
@@ -34,6 +34,9 @@ def vocab_file(tmp_path, vocabulary):
 
 
 def model_dir(tmp_path, vocab_file, profile="cpu", **render_kw):
+    """featurize as a feature step (the parallel wiring's, 26.02+): it scores a text without
+    words too. As the serial wiring's first step it refuses one (`first_step_dir`)."""
+    render_kw.setdefault("triton_version", "26.02")
     return make_model_dir(
         str(tmp_path / "repo"),
         contracts.FEATURIZE,
@@ -78,6 +81,49 @@ def test_batches_all_requests_in_one_featurize_call(tmp_path, vocab_file, vocabu
             column = output(response, name)
             assert column.dtype == np.float32 and column.shape == (len(request_texts), 1)
             np.testing.assert_array_equal(column[:, 0], want[:, i])  # NaN for the text without words
+
+
+def first_step_dir(tmp_path, vocab_file, **render_kw):
+    """featurize as the serial wiring's first step (Triton before 26.02, the tested one)."""
+    return model_dir(tmp_path, vocab_file, triton_version="24.10", **render_kw)
+
+
+def test_as_the_first_step_it_refuses_a_request_with_a_text_without_words(tmp_path, vocab_file, vocabulary):
+    """From the word counts of its one pass: the request that holds a wordless text gets the
+    answer validate gives in the parallel wiring, the others their features."""
+    model = load_model(first_step_dir(tmp_path, vocab_file))
+    calls = []
+    real = model.runner
+    model.runner = lambda texts: calls.append(len(texts)) or real(texts)
+    groups = [["The cat sat.", "w1 w2"], ["fine", " ... \u2026 ", "w3"], ["w4"], [""], ["w5 w6", "w7"]]
+    responses = model.execute([text_request(g) for g in groups])
+    assert calls == [9]  # one pass, no second word count, no retry
+    for index in (0, 2, 4):
+        np.testing.assert_array_equal(output(responses[index], FEATURES), featurize(groups[index], vocabulary))
+        np.testing.assert_array_equal(
+            output(responses[index], contracts.WORDS)[:, 0], featurize(groups[index], vocabulary)[:, 0]
+        )
+    validate = load_model(make_model_dir(str(tmp_path / "v"), contracts.VALIDATE, "cpu", triton_version="26.02"))
+    for index, row in ((1, 1), (3, 0)):
+        error = responses[index].error()
+        assert error is not None and error.code() == pb_utils.TritonError.INVALID_ARG
+        assert error.message() == validation.NO_WORDS_AT.format(row=row)
+        (same,) = validate.execute([text_request(groups[index])])
+        assert same.error().message() == error.message()
+    # a request alone, and a batch of bad requests only
+    (alone,) = model.execute([text_request(["   "])])
+    assert alone.error().code() == pb_utils.TritonError.INVALID_ARG
+    assert all(r.has_error() for r in model.execute([text_request([""]), text_request([".", "w1"])]))
+
+
+def test_as_the_first_step_it_still_makes_the_other_checks(tmp_path, vocab_file, vocabulary):
+    model = load_model(first_step_dir(tmp_path, vocab_file, max_text_bytes=40))
+    responses = model.execute(
+        [text_request(["w1"]), text_request(["y" * 41]), text_request([b"\xc3\x28 w"]), text_request(["", "w2"])]
+    )
+    np.testing.assert_array_equal(output(responses[0], FEATURES), featurize(["w1"], vocabulary))
+    for index, expected in ((1, "MAX_TEXT_BYTES"), (2, "not valid UTF-8"), (3, "text 0 of the request holds no words")):
+        assert expected in responses[index].error().message()
 
 
 def test_bad_requests_fail_alone(tmp_path, vocab_file, vocabulary):
@@ -148,11 +194,13 @@ def test_gpu_instance_runs_the_featurizer_on_the_device_module(tmp_path, vocab_f
     DLPack is tested in test_runtime.py."""
     device_module = CupyLikeRules()
     monkeypatch.setattr(Device, "array_module", lambda self: device_module if self.is_gpu else np)
-    model = load_model(model_dir(tmp_path, vocab_file, profile="gpu"), kind="GPU", device_id=0)
+    # as the serial wiring's first step: the word check reads the device's word counts
+    model = load_model(first_step_dir(tmp_path, vocab_file, profile="gpu"), kind="GPU", device_id=0)
     assert model.runner.device == Device("gpu", 0) and model.runner.xp is device_module
-    texts = [["w1 w2"], ["bad \xff".encode("latin-1")], ["w3", "w4 w4. Don\u2019t!"]]
+    texts = [["w1 w2"], ["bad \xff".encode("latin-1")], ["w3", "w4 w4. Don\u2019t!"], ["w5", "?"]]
     responses = model.execute([text_request(t) for t in texts])
     assert responses[1].has_error() and "not valid UTF-8" in responses[1].error().message()
+    assert responses[3].error().message() == validation.NO_WORDS_AT.format(row=1)
     for response, group in ((responses[0], texts[0]), (responses[2], texts[2])):
         np.testing.assert_array_equal(output(response, FEATURES), featurize(group, vocabulary))
     assert any("on GPU 0 (cupy_like)" in text for _, text in pb_utils.Logger.records)
@@ -162,9 +210,10 @@ def test_gpu_instance_runs_the_featurizer_on_the_device_module(tmp_path, vocab_f
 def test_gpu_instance_with_cupy(tmp_path, vocab_file, vocabulary):
     import cupy
 
-    model = load_model(model_dir(tmp_path, vocab_file, profile="gpu"), kind="GPU")
+    model = load_model(first_step_dir(tmp_path, vocab_file, profile="gpu"), kind="GPU")
     texts = ["The cat sat on the mat.", "w1 w2 w2. w3?"]
-    responses = model.execute([text_request(texts[:1]), text_request(texts[1:])])
+    *responses, wordless = model.execute([text_request(texts[:1]), text_request(texts[1:]), text_request(["..."])])
+    assert wordless.error().message() == validation.NO_WORDS_AT.format(row=0)
     got: dict = {}
     for response in responses:
         for name in (FEATURES, contracts.WORDS, *contracts.FORMULAS):

@@ -25,6 +25,7 @@ from served import CLIENTS, Failure, assemble_portable, score_texts, start_serve
 
 from readability_triton import contracts as C
 from readability_triton.client.honest import Target
+from readability_triton.repository import configs
 from readability_triton.server.tritonserver import free_port
 from readability_triton.server.warmup import warm_up
 
@@ -151,7 +152,7 @@ def test_the_restricted_apis_stay_closed_without_the_key(served):
         urllib.request.urlopen(wrong)
     right = urllib.request.Request(index, method="POST", headers={"admin-key": target.key})
     with urllib.request.urlopen(right) as reply:
-        assert {m["name"] for m in json.loads(reply.read())} >= set(C.ALL_MODELS)
+        assert {m["name"] for m in json.loads(reply.read())} >= set(configs.repository_models())
 
     import tritonclient.grpc as grpcclient
     from tritonclient.utils import InferenceServerException
@@ -162,7 +163,7 @@ def test_the_restricted_apis_stay_closed_without_the_key(served):
             client.get_model_repository_index()
         assert "UNAVAILABLE" in str(closed.value.status())
         opened = client.get_model_repository_index(headers={"triton-grpc-protocol-admin-key": target.key})
-        assert {m.name for m in opened.models} >= set(C.ALL_MODELS)
+        assert {m.name for m in opened.models} >= set(configs.repository_models())
     finally:
         client.close()
 
@@ -318,19 +319,18 @@ def test_a_repository_without_the_ensemble_is_a_stated_error_not_a_restart_loop(
 
 
 def test_what_the_pipelines_entrance_sheds_the_front_door_sends_again(tiny_artifacts, tmp_path):
-    """validate sheds load at 1 request waiting in a later step (MAX_PENDING_REQUESTS 1):
+    """The entrance (featurize, the served wiring's first step) sheds load at 1 request
+    waiting in a later step (MAX_PENDING_REQUESTS 1):
     under 12 clients it refuses often, and the front door sends those requests again, so
     every client, gRPC and HTTP, gets its scores and no "busy" from inside the pipeline."""
     from served import side_by_side
-
-    from readability_triton.repository import configs
 
     repository = assemble_portable(tiny_artifacts, str(tmp_path / "repository"))
 
     def strict(config) -> None:
         config.parameters[C.MAX_PENDING_REQUESTS].string_value = "1"
 
-    configs.edit_config(os.path.join(repository, C.VALIDATE, "config.pbtxt"), strict)
+    configs.edit_config(os.path.join(repository, C.entrance(parallel=False), "config.pbtxt"), strict)
     target = _serve(repository, tmp_path, secrets.token_urlsafe(24))
     try:
         front = _front(target)

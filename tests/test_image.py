@@ -241,8 +241,8 @@ def test_a_killed_stub_heals_without_an_operator_and_the_health_status_says_so(c
     stubs = {
         load.process_name(p)[len("stub:") :] for p in container.processes() if load.process_name(p).startswith("stub:")
     }
-    assert stubs >= {"validate", "featurize", "preprocess", "postprocess"}  # bert and forest too in portable
-    for model in ("validate", "featurize", "forest", "preprocess", "bert", "postprocess"):
+    assert stubs >= {"featurize", "preprocess", "postprocess"}  # bert and forest too in portable
+    for model in ("featurize", "forest", "preprocess", "bert", "postprocess"):
         if model not in stubs:
             continue  # a native backend's model: no stub to kill
         (stub,) = [p for p in container.processes() if load.process_name(p) == f"stub:{model}"]

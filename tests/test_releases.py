@@ -129,7 +129,10 @@ def test_the_readme_table_is_the_one_the_rules_give():
 @pytest.mark.parametrize("profile", PROFILES)
 def test_configs_for_each_release_parse_with_tritons_proto(tmp_path, profile, version):
     repository.write_configs(str(tmp_path), profile, triton_version=version)
-    for model in C.ALL_MODELS:
+    models = configs.repository_models(version)
+    assert sorted(os.listdir(tmp_path)) == sorted(models)  # the wiring's models, no other
+    assert (C.VALIDATE in models) == releases.release(version).parallel_ensemble
+    for model in models:
         config = configs.read_config(str(tmp_path / model / "config.pbtxt"))
         assert config.name == model
         if config.backend == "fil":
@@ -142,7 +145,7 @@ def test_configs_for_each_release_parse_with_tritons_proto(tmp_path, profile, ve
 
 def test_only_the_forest_config_differs_between_releases():
     for profile in PROFILES:
-        for model in C.ALL_MODELS:
+        for model in configs.repository_models("24.10"):
             old, new = (configs.model_config(model, profile, triton_version=v) for v in ("24.10", "25.09"))
             if profiles.placement(model, profile).backend == "fil":
                 assert old != new
@@ -178,6 +181,10 @@ def test_assemble_for_a_release(tiny_artifacts, tmp_path):
     forest = (out / C.FOREST / "config.pbtxt").read_text()
     assert '"is_classifier"' in forest and "output_class" not in forest
     assert "for Triton 26.08" in (out / C.BERT / "config.pbtxt").read_text()
+    # 26.02+ runs the branches in parallel behind a validate step (contracts.PARALLEL_STEPS)
+    assert (out / C.VALIDATE / "config.pbtxt").is_file()
+    assert "MAX_PENDING_REQUESTS" in (out / C.VALIDATE / "config.pbtxt").read_text()
+    assert "MAX_PENDING_REQUESTS" not in (out / C.FEATURIZE / "config.pbtxt").read_text()
     with pytest.raises(AssemblyError, match="oldest release supported"):
         repository.assemble(tiny_artifacts, str(tmp_path / "old"), "cpu", triton_version="23.05")
 

@@ -92,6 +92,49 @@ def test_run_batch_isolates_a_request_that_breaks_the_batched_pass():
     assert [r.error().code() for r in out] == [pb_utils.TritonError.INTERNAL] * 3
 
 
+def test_run_batch_refuses_the_requests_whose_rows_the_pass_flags():
+    """`refuse` reads what the one pass computed (the first step's word counts): a request
+    with a flagged row gets INVALID_ARG naming its first one, the others their rows; also
+    on the request-by-request retry after a RequestError."""
+    requests = [text_request(["a", "bb"]), text_request(["ccc", "", "dd", ""]), text_request(["e"])]
+    calls = []
+
+    def compute(rows):
+        calls.append(len(rows))
+        if b"boom" in rows:
+            raise RequestError("cannot handle boom")
+        return _lengths(rows)
+
+    def empty(outputs):
+        return outputs["LENGTH"][:, 0] == 0
+
+    why = "text {row} of the request is empty"
+    out = responses.run_batch(
+        pb_utils, runtime_requests.read_text_requests(pb_utils, requests), compute, refuse=empty, why=why
+    )
+    assert calls == [7]
+    assert out[1].error().message() == "text 1 of the request is empty"
+    assert out[1].error().code() == pb_utils.TritonError.INVALID_ARG
+    assert out[0].output_tensors()[0].as_numpy().ravel().tolist() == [1.0, 2.0]
+    assert out[2].output_tensors()[0].as_numpy().ravel().tolist() == [1.0]
+    calls.clear()
+    requests.insert(1, text_request(["boom"]))
+    out = responses.run_batch(
+        pb_utils,
+        runtime_requests.read_text_requests(pb_utils, requests),
+        compute,
+        logger=pb_utils.Logger,
+        refuse=empty,
+        why=why,
+    )
+    assert calls == [8, 2, 1, 4, 1]  # the pass, then one by one
+    assert [r.has_error() for r in out] == [False, True, True, False]
+    assert (
+        out[1].error().message() == "cannot handle boom"
+        and out[2].error().message() == "text 1 of the request is empty"
+    )
+
+
 def test_read_array_requests_checks_shapes_and_concatenates():
     dims = {"A": (2,), "B": (2,)}
     requests = [
@@ -211,6 +254,11 @@ def test_parameters():
     with pytest.raises(ValueError, match="at least 5"):
         runtime.int_parameter(params, "A", 1, minimum=5)
     assert runtime.float_parameter(params, "W", 0.5) == 0.25
+    flags = {"T": "True", "F": "false", "X": "yes"}
+    assert runtime.bool_parameter(flags, "T") and not runtime.bool_parameter(flags, "F")
+    assert runtime.bool_parameter(flags, "MISSING", True) and not runtime.bool_parameter(flags, "MISSING")
+    with pytest.raises(ValueError, match="parameter X must be true or false"):
+        runtime.bool_parameter(flags, "X")
     assert runtime.instance_device({"model_instance_kind": "GPU", "model_instance_device_id": "1"}) == Device("gpu", 1)
     assert runtime.instance_device({"model_instance_kind": "CPU"}).array_module() is np
 

@@ -93,7 +93,7 @@ def test_health_readiness_and_metadata(server):
     grpc = grpcclient.InferenceServerClient(server.grpc_url)
     try:
         assert http.is_server_live() and grpc.is_server_ready()
-        for model in C.ALL_MODELS:
+        for model in configs.repository_models():
             assert http.is_model_ready(model) and grpc.is_model_ready(model), model
         meta = http.get_model_metadata(C.ENSEMBLE)
         assert [(t["name"], t["datatype"]) for t in meta["inputs"]] == [("TEXT", "BYTES")]
@@ -123,7 +123,7 @@ def test_ensemble_scores_equal_the_in_process_computation(server, expected, prot
 
 
 def test_step_models_answer_directly(server, expected):
-    texts = TEXTS + [""]  # the building blocks take an empty text (the ensemble's validate refuses it)
+    texts = TEXTS + [""]  # preprocess takes an empty text (the first step refuses it: below)
     want = expected(texts)
     client = httpclient.InferenceServerClient(server.http_url)
     try:
@@ -134,9 +134,15 @@ def test_step_models_answer_directly(server, expected):
         tokens = client.infer(C.PREPROCESS, [text])
         np.testing.assert_array_equal(tokens.as_numpy(C.INPUT_IDS), want["ids"])
         np.testing.assert_array_equal(tokens.as_numpy(C.ATTENTION_MASK), want["mask"])
-        features = client.infer(C.FEATURIZE, [text]).as_numpy(C.FEATURES)
-        assert features.dtype == np.float32 and features.shape == (len(texts), C.N_FEATURES)
-        np.testing.assert_array_equal(features, want["features"])
+        # featurize is the served wiring's first step: it refuses the request with a text
+        # without words, and answers the others
+        with pytest.raises(InferenceServerException, match=f"text {len(TEXTS)} of the request holds no words"):
+            client.infer(C.FEATURIZE, [text])
+        good = httpclient.InferInput("TEXT", [len(TEXTS), 1], "BYTES")
+        good.set_data_from_numpy(rows[: len(TEXTS)])
+        features = client.infer(C.FEATURIZE, [good]).as_numpy(C.FEATURES)
+        assert features.dtype == np.float32 and features.shape == (len(TEXTS), C.N_FEATURES)
+        np.testing.assert_array_equal(features, want["features"][: len(TEXTS)])
     finally:
         client.close()
 
@@ -179,13 +185,14 @@ def test_a_bad_request_among_good_ones_fails_alone(server, expected):
     bad = {3: b"broken \xff\xfe utf-8", 9: b"x" * (MAX_TEXT_BYTES + 1)}
     for index, payload in bad.items():
         payloads.insert(index, payload)
-    before = {m: _stats(server.http_url, m) for m in (C.VALIDATE, C.FEATURIZE)}
+    # featurize is the served (serial) wiring's first step; preprocess starts the BERT branch
+    first, branch = C.FEATURIZE, C.PREPROCESS
+    before = {m: _stats(server.http_url, m) for m in (first, branch)}
     results = _infer_concurrently(server.http_url, payloads)
     after = settled(
-        lambda: {m: _stats(server.http_url, m) for m in (C.VALIDATE, C.FEATURIZE)},
+        lambda: {m: _stats(server.http_url, m) for m in (first, branch)},
         lambda now: (
-            now[C.VALIDATE][0] - before[C.VALIDATE][0] >= len(payloads)
-            and now[C.FEATURIZE][0] - before[C.FEATURIZE][0] >= len(good)
+            now[first][0] - before[first][0] >= len(payloads) and now[branch][0] - before[branch][0] >= len(good)
         ),
     )
     mean = expected(good)["score"]
@@ -197,10 +204,10 @@ def test_a_bad_request_among_good_ones_fails_alone(server, expected):
         else:
             assert not isinstance(result, Exception), f"good request {index} failed: {result}"
             assert result == pytest.approx(mean[next(goods)], abs=1e-5)
-    # validate saw every request and refused the bad ones; the branches only the good ones
-    assert after[C.VALIDATE][0] - before[C.VALIDATE][0] == len(payloads)
-    inferences, executions = (after[C.FEATURIZE][i] - before[C.FEATURIZE][i] for i in (0, 1))
-    assert inferences == len(good)
+    # the first step saw every request and refused the bad ones; the BERT branch only the good ones
+    assert after[branch][0] - before[branch][0] == len(good)
+    inferences, executions = (after[first][i] - before[first][i] for i in (0, 1))
+    assert inferences == len(payloads)
     assert executions < inferences, "concurrent requests were batched into shared execute() calls"
 
 

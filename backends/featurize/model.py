@@ -2,8 +2,11 @@
 count (`FeaturizeRunner`).
 
 Parameter MAX_TEXT_BYTES; `vocabulary.json` in the version folder, whose feature count
-must be the dims of FEATURES. On a GPU instance it runs on CuPy (only the texts go there)
-and FEATURES leaves through DLPack; on a CPU instance on NumPy.
+must be the dims of FEATURES. In the serial wiring (Triton before 26.02) it is the
+ensemble's first step: REQUIRE_WORDS refuses a text without a word (from its own WORDS,
+no second pass), and MAX_PENDING_REQUESTS / MAX_QUEUE_SECONDS shed load. On a GPU
+instance it runs on CuPy (only the texts go there) and FEATURES leaves through DLPack; on
+a CPU instance on NumPy.
 """
 
 import triton_python_backend_utils as pb_utils

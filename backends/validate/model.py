@@ -1,4 +1,5 @@
-"""`validate`: TEXT -> VALID_TEXT, the ensemble's first step (always on the CPU).
+"""`validate`: TEXT -> VALID_TEXT, the first step of the parallel wiring (Triton 26.02+;
+always on the CPU). The serial wiring has no validate: featurize checks the text there.
 
 It refuses, request by request with INVALID_ARG, what no later step may refuse (invalid
 UTF-8, a text over MAX_TEXT_BYTES, a text without a word) and passes the others on

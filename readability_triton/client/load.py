@@ -4,7 +4,7 @@
   as soon as the previous one is answered, until `seconds` have passed; `work(client,
   i)` sends request `i` of `client` and returns an `Outcome`.
 - `mixed_worker(...)`: the soak's `work`: good texts whose answers are checked against
-  known scores, and one bad request (refused by `validate`) per `bad_every` - 1 good ones.
+  known scores, and one bad request (refused by the first step) per `bad_every` - 1 good ones.
 - `process_tree(pid)` / `rss_by_process(pid)`: the server and its python-backend stubs,
   with their resident memory (read from /proc).
 - `summarize(outcomes, ...)`: counts, failures of good requests, latency percentiles in

@@ -86,7 +86,7 @@ _TRANSIENT = (
     "failed to connect",
     "broken pipe",
 )
-#: What a saturated server says: validate's load shedding, a queue timeout.
+#: What a saturated server says: the first step's load shedding, a queue timeout.
 _BUSY = ("busy:", "request timeout expired", "exceeds maximum queue size")
 
 

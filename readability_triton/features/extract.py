@@ -4,7 +4,7 @@
   are `str` or UTF-8 `bytes` (invalid UTF-8: ValueError naming the text's index); `xp` is
   `numpy` (default) or `cupy` (the result is then a CuPy array on the current device,
   and only the texts, as one UTF-8 buffer, go there);
-- `count_words(texts)`: the number of words of each text (what `validate` checks).
+- `count_words(texts)`: the number of words of each text (what the first step checks).
 
 A batch is computed at once (see `words.py`): one byte buffer with separators, one
 table lookup for the character classes, word boundaries from one mask, word hashes from

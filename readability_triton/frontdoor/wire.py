@@ -33,7 +33,7 @@ FULL_TEXT_BYTES = 1200
 MIN_WORK = 0.1
 #: What tritonserver 2.51 answers for a request that reached a python-backend stub that died.
 DEAD_STUB_SIGN = "is not healthy"
-#: In every refusal by the pipeline's entrance (`stub.admission`, in `validate`): the request
+#: In every refusal by the pipeline's entrance (`stub.admission`, in the first step): the request
 #: was refused before any step computed it, so sending it again is safe.
 SHED_SIGNS = ("parameter MAX_PENDING_REQUESTS", "parameter MAX_QUEUE_SECONDS")
 

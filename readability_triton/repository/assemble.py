@@ -28,7 +28,7 @@ from ..scoring import Blender, weight_pair
 from ..tokenizer.runner import TokenizerRunner
 from . import releases
 from .canary import CANARY, Canary
-from .configs import edit_config, read_config, render_config
+from .configs import edit_config, read_config, render_config, repository_models
 from .profiles import (
     DEFAULT_BERT_FORMAT,
     DEFAULT_TENSORRT_CACHE,
@@ -49,8 +49,9 @@ def backends_root() -> str:
 
 
 def write_configs(out: str, profile: str, **render_kw) -> None:
-    """Configs, version folders and the Python models' `model.py` for `profile`."""
-    for model in C.ALL_MODELS:
+    """Configs, version folders and the Python models' `model.py` for `profile`: the models
+    of the wiring of the Triton release (`triton_version`, default the tested one)."""
+    for model in repository_models(render_kw.get("triton_version", releases.TESTED)):
         model_dir = os.path.join(out, model)
         os.makedirs(os.path.join(model_dir, VERSION), exist_ok=True)
         with open(os.path.join(model_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
@@ -200,8 +201,13 @@ def cpu_dry_run(repo: str) -> None:
         for group in config.instance_group:
             group.kind = group.KIND_CPU
 
-    for model in C.ALL_MODELS:
+    for model in present_models(repo):
         edit_config(os.path.join(repo, model, "config.pbtxt"), to_cpu)
+
+
+def present_models(repo: str) -> list[str]:
+    """The models of an assembled repository (the serial wiring has no `validate`)."""
+    return [m for m in C.ALL_MODELS if os.path.isfile(os.path.join(repo, m, "config.pbtxt"))]
 
 
 def served_bert(repo: str) -> str:

@@ -15,7 +15,8 @@ Profiles (same models, same tensor names; `../shared/design.md`):
 `tritonserver` in the nvidia-pytriton wheel): every step but `validate` on the GPU, the
 tensors between steps passed through DLPack.
 
-`validate` (the first step) runs on the CPU in every profile. The BERT model is ONNX
+`validate` (the first step of the parallel wiring, Triton 26.02+) runs on the CPU in every
+profile; the serial wiring has none (featurize checks the text first). The BERT model is ONNX
 (`model.onnx`, the onnxruntime backend; optionally TensorRT FP16 on a GPU) or
 TorchScript (`model.pt`, the pytorch_libtorch backend): `bert_format`.
 
@@ -157,7 +158,7 @@ QUEUE_TIMEOUT_S = {
 #: (SCORE alone, or all three) whatever the next one asks (tests/test_cache.py shows it);
 #: bert's requests always ask for its one output. Errors are never cached.
 CACHED_STEPS = (C.BERT,)
-#: validate refuses new requests (UNAVAILABLE "busy ...") while requests have lately waited
+#: The first step refuses new requests (UNAVAILABLE "busy ...") while requests have lately waited
 #: this long in a later step's queue: a wait clients notice, well inside the queue timeouts;
 #: 8 clients sending 64 texts at a time reach it on 2 cores, 16 sending 1 text do not.
 DEFAULT_MAX_QUEUE_SECONDS = 10.0

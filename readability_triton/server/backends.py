@@ -23,6 +23,8 @@ def backends_needed(repo: str) -> dict[str, str]:
     platforms = {"onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "pytorch", "ensemble": ""}
     out = {}
     for model in C.ALL_MODELS:
+        if not os.path.isfile(os.path.join(repo, model, "config.pbtxt")):
+            continue  # validate: only in the parallel wiring
         config = read_config(os.path.join(repo, model, "config.pbtxt"))
         out[model] = config.backend or platforms.get(config.platform, config.platform)
     return out

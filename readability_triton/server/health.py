@@ -55,7 +55,7 @@ log = logging.getLogger(__name__)
 
 _DEAD_STUB = re.compile(r"Stub process '(.+?)_\d+_\d+' is not healthy")
 _probes = itertools.count(int(time.time()))
-#: Answers that mean "busy, not broken": a queue timeout, validate's load shedding, a
+#: Answers that mean "busy, not broken": a queue timeout, the first step's load shedding, a
 #: deadline that passed while the canary waited behind real work.
 _BUSY = ("timeout expired", "busy:", "deadline exceeded", "timed out", "timeout")
 #: Answers that mean a model of the repository is not served.

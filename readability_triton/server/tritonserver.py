@@ -213,7 +213,7 @@ class TritonServer(ModelControl):
         env = server_environment(home=self.home)
         env.pop(ADMIN_KEY_ENV, None)  # tritonserver gets the key through the shim; its stubs need none
         env, secret_fd = keyshim.launch(self.secret_args(), env)
-        env[METRICS_URL_ENV] = self.metrics_url  # validate's load shedding reads the pending requests there
+        env[METRICS_URL_ENV] = self.metrics_url  # the first step's load shedding reads the pending requests there
         if threads.enabled():
             env.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # idle OpenMP threads sleep (readability_triton.threads)
         limit = self.shm_region_limit

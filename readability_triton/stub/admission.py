@@ -7,9 +7,10 @@ combined with gRPC cancellations left ensemble requests in flight for good (meas
 the ensemble could then never unload, and the server ended at its exit timeout with status
 1), while queue *timeouts* (an asynchronous REJECT) and cancellations alone left nothing
 behind. So the steps keep only timeouts, and the entrance sheds load instead: the first
-step, `validate`, reads how many requests wait in the queues of the steps after it
-(Triton's `nv_inference_pending_request_count` gauge, from the server's own metrics
-endpoint) and refuses the requests of an execute with UNAVAILABLE while that number is at
+step (`featurize` in the serial wiring, `validate` in the parallel one) reads how many
+requests wait in the queues of the steps after it (Triton's
+`nv_inference_pending_request_count` gauge, from the server's own metrics endpoint) and
+refuses the requests of an execute with UNAVAILABLE while that number is at
 `MAX_PENDING_REQUESTS` or more. A refusal by the first step is answered and released like
 any other error of a request with one step in flight.
 

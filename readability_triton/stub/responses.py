@@ -72,7 +72,31 @@ def respond(pb_utils, results: list[dict[str, Any] | tuple[str, str]]) -> list:
     ]
 
 
-def run_batch(pb_utils, batch: Batch, compute: Callable[[Any], dict[str, Any]], logger=None) -> list:
+def _refused(refuse, why: str, outputs: dict[str, Any], spans) -> dict[int, tuple[str, str]]:
+    """{request index: its INVALID_ARG} for each request that holds a row `refuse` flags in
+    `outputs` (`why` names the request's first such row: a format string with {row})."""
+    if refuse is None:
+        return {}
+    flagged = np.asarray(refuse(outputs), dtype=bool).reshape(-1)
+    if not flagged.any():
+        return {}
+    out = {}
+    for index, rows in spans:
+        if rows is not None:
+            hit = np.flatnonzero(flagged[rows])
+            if hit.size:
+                out[index] = (why.format(row=int(hit[0])), "INVALID_ARG")
+    return out
+
+
+def run_batch(
+    pb_utils,
+    batch: Batch,
+    compute: Callable[[Any], dict[str, Any]],
+    logger=None,
+    refuse: Callable[[dict[str, Any]], Any] | None = None,
+    why: str = "",
+) -> list:
     """Run `compute` once on the rows of all good requests and split the result back.
 
     When the batched pass raises a `RequestError` (a request's input is at fault: which one
@@ -80,11 +104,20 @@ def run_batch(pb_utils, batch: Batch, compute: Callable[[Any], dict[str, Any]], 
     with the error's message). Any other error is the server's: every request of the pass
     gets INTERNAL (one line; the traceback goes to the server log) and nothing is retried
     (on a device out of memory, N more passes would only fail N more times).
+
+    `refuse`, where given, flags rows by what the pass computed (a host bool per row: the
+    entrance's word check reads featurize's word counts); a request with a flagged row gets
+    INVALID_ARG (`why`, a format string with {row}: its first such row) and the others
+    their rows, without a second pass.
     """
     if len(batch.errors) == batch.n_requests:
         return respond(pb_utils, split(batch, {}))
     try:
-        return respond(pb_utils, split(batch, compute(batch.items)))
+        outputs = compute(batch.items)
+        results = split(batch, outputs)
+        for index, error in _refused(refuse, why, outputs, batch.spans()).items():
+            results[index] = error
+        return respond(pb_utils, results)
     except RequestError as exc:
         if logger is not None:
             logger.log_warn(
@@ -96,13 +129,15 @@ def run_batch(pb_utils, batch: Batch, compute: Callable[[Any], dict[str, Any]], 
             logger.log_error(f"the batched pass over {batch.n_requests} requests failed:\n{traceback.format_exc()}")
         error = _internal(exc)
         return respond(pb_utils, [batch.errors.get(index, error) for index, _ in batch.spans()])
-    results: list[dict[str, Any] | tuple[str, str]] = []
+    results = []
     for index, rows in batch.spans():
         if rows is None:
             results.append(batch.errors[index])
             continue
         try:
-            results.append(compute(batch.rows(rows.start, rows.stop)))
+            outputs = compute(batch.rows(rows.start, rows.stop))
+            refused = _refused(refuse, why, outputs, [(index, slice(0, rows.stop - rows.start))])
+            results.append(refused.get(index, outputs))
         except RequestError as exc:
             results.append((one_line(exc), "INVALID_ARG"))
         except Exception as exc:  # noqa: BLE001

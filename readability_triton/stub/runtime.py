@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import contracts, layout, threads
+from .. import contracts, layout, threads, validation
 from ..device import Device
 from .admission import Admission
 from .requests import read_array_requests, read_text_requests
@@ -104,6 +104,16 @@ def int_parameter(params: dict[str, str], name: str, default: int, minimum: int 
     return value
 
 
+def bool_parameter(params: dict[str, str], name: str, default: bool = False) -> bool:
+    """Parameter `name` as "true" or "false" (any case; unset: `default`)."""
+    raw = params.get(name, "").strip().lower()
+    if raw == "":
+        return default
+    if raw not in ("true", "false"):
+        raise ValueError(f"parameter {name} must be true or false, got {params[name]!r}")
+    return raw == "true"
+
+
 def float_parameter(params: dict[str, str], name: str, default: float) -> float:
     value = _parameter(params, name, float, "a number")
     if value is None:
@@ -116,11 +126,19 @@ def float_parameter(params: dict[str, str], name: str, default: float) -> float:
 # ------------------------------------------------------------------------- the model
 
 
+def _wordless(outputs: dict[str, Any]) -> np.ndarray:
+    """The rows whose word count (the WORDS output) is 0, on the host (one small copy per
+    execute on a GPU instance)."""
+    words = outputs[contracts.WORDS].reshape(-1) == 0
+    return words.get() if hasattr(words, "get") else np.asarray(words)
+
+
 class PythonModel:
     """One Python model instance, as an adapter holds it (see the module doc).
 
     The model's inputs come from its config: a BYTES input is read as texts (checked for
-    UTF-8 and `MAX_TEXT_BYTES`, and with `require_words` for a word), numeric inputs as
+    UTF-8 and `MAX_TEXT_BYTES`, and with `require_words` or the parameter REQUIRE_WORDS for
+    a word: from the runner's WORDS output where it has one, else before the pass), numeric inputs as
     arrays of the config's dims (with `finite`, NaN and infinity are refused). The runner
     takes the texts, or the arrays in config order, and returns one array per output (a
     tuple for several), in config order."""
@@ -134,7 +152,12 @@ class PythonModel:
         self.name = args.get("model_name") or self.config.get("name", "model")
         self.device: Device = instance_device(args)
         self.folder = version_dir(args)
-        self.require_words, self.finite = require_words, finite
+        self.finite = finite
+        self.require_words = require_words or bool_parameter(self.params, contracts.REQUIRE_WORDS)
+        # featurize first in the serial wiring: its own word counts decide, no second pass
+        self.words_from_output = self.require_words and contracts.WORDS in [
+            spec["name"] for spec in self.config.get("output", [])
+        ]
         # The ordering input (contracts.AFTER) only sequences the ensemble's steps: not read.
         self.inputs = [
             (spec["name"], spec["data_type"], tuple(int(d) for d in spec.get("dims", [])))
@@ -251,8 +274,17 @@ class PythonModel:
         if busy is not None:
             return [error_response(pb, (busy, "UNAVAILABLE")) for _ in requests]
         if self.text_input:
-            batch = read_text_requests(pb, requests, self.inputs[0][0], self.max_text_bytes, self.require_words)
-            return run_batch(pb, batch, lambda texts: self._outputs(runner(texts)), logger=pb.Logger)
+            batch = read_text_requests(
+                pb, requests, self.inputs[0][0], self.max_text_bytes, self.require_words and not self.words_from_output
+            )
+            return run_batch(
+                pb,
+                batch,
+                lambda texts: self._outputs(runner(texts)),
+                logger=pb.Logger,
+                refuse=_wordless if self.words_from_output else None,
+                why=validation.NO_WORDS_AT,
+            )
         names = [name for name, _, _ in self.inputs]
         first = not any(sum(c.values()) for c in self.arrivals.values())
         batch = read_array_requests(

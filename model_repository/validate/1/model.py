@@ -1,1 +1,0 @@
-../../../backends/validate/model.py
