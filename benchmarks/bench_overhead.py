@@ -141,8 +141,8 @@ def main(argv=None) -> int:
         servers = [s for s in (chain, served, baseline) if s is not None]
         samples: dict = {}
         try:
-            for server in servers:
-                server.start(timeout=300)
+            for each in servers:
+                each.start(timeout=300)
             for round_ in range(args.rounds):
                 for c in clients:
                     order = [("chain", chain, "chain"), ("ensemble", served, C.ENSEMBLE), ("in process", None, None)]
@@ -157,8 +157,8 @@ def main(argv=None) -> int:
                         samples.setdefault((name, c), []).append(row)
                         print(f"round {round_ + 1}, {c} client(s), {name}: {row}", file=sys.stderr, flush=True)
         finally:
-            for server in servers:
-                server.stop()
+            for each in servers:
+                each.stop()
     report: dict = {"cpus": os.cpu_count(), "rounds": args.rounds, "duration_s": args.duration, "rows": []}
     print(f"\n{args.rounds} rounds x {args.duration:g} s, 1 text per request over gRPC, {os.cpu_count()} CPUs\n")
     print(

@@ -44,6 +44,20 @@ def repo(tiny_artifacts, tmp_path_factory):
     return assemble_portable(tiny_artifacts, str(tmp_path_factory.mktemp("supervision") / "repository"))
 
 
+#: Every `Serve` started by a test: one a failed assertion left running is stopped after it
+#: (`_stop_what_a_test_left`), so that it does not load the machine for the tests after it.
+_STARTED: list["Serve"] = []
+
+
+@pytest.fixture(autouse=True)
+def _stop_what_a_test_left():
+    yield
+    while _STARTED:
+        serve = _STARTED.pop()
+        if serve.process.poll() is None:
+            serve.stop(timeout=60)
+
+
 class Serve:
     """`readability-triton serve` in a subprocess, on ports of its own."""
 
@@ -75,6 +89,7 @@ class Serve:
             text=True,
             env={**os.environ, ADMIN_KEY_ENV: KEY},
         )
+        _STARTED.append(self)
         self.http, self.grpc = f"127.0.0.1:{self.ports[0]}", f"127.0.0.1:{self.ports[1]}"
         deadline = time.monotonic() + 240
         while self.probe("readyz") != 200:
