@@ -36,7 +36,7 @@ def assemble_portable(artifacts: str, out: str, batch_window_us: int | None = No
         def widen(config) -> None:
             config.dynamic_batching.max_queue_delay_microseconds = batch_window_us
 
-        for model in repository.present_models(out):
+        for model in configs.present_models(out):
             if model != C.ENSEMBLE:
                 configs.edit_config(os.path.join(out, model, "config.pbtxt"), widen)
     return out

@@ -270,6 +270,7 @@ def test_a_read_only_fil_checkpoint_is_served_from_a_copy(tiny_artifacts, tmp_pa
 
     from readability_triton import contracts as C
     from readability_triton.repository import assemble as repository
+    from readability_triton.repository import configs
     from readability_triton.server.backends import writable_forest_view
 
     cpu, portable = str(tmp_path / "cpu"), str(tmp_path / "portable")
@@ -280,7 +281,7 @@ def test_a_read_only_fil_checkpoint_is_served_from_a_copy(tiny_artifacts, tmp_pa
     monkeypatch.setattr(os, "access", lambda path, mode: False if mode == os.W_OK else real_access(path, mode))
     assert writable_forest_view(portable, str(tmp_path / "v1")) is None  # the Python forest reads it with GTIL
     view = writable_forest_view(cpu, str(tmp_path / "v2"))
-    models = repository.present_models(cpu)
+    models = configs.present_models(cpu)
     assert view == str(tmp_path / "v2") and sorted(os.listdir(view)) == sorted(models)
     for model in models:
         assert os.path.islink(os.path.join(view, model)) == (model != C.FOREST)

@@ -28,7 +28,7 @@ from ..scoring import Blender, weight_pair
 from ..tokenizer.runner import TokenizerRunner
 from . import releases
 from .canary import CANARY, Canary
-from .configs import edit_config, read_config, render_config, repository_models
+from .configs import edit_config, present_models, read_config, render_config, repository_models
 from .profiles import (
     DEFAULT_BERT_FORMAT,
     DEFAULT_TENSORRT_CACHE,
@@ -203,11 +203,6 @@ def cpu_dry_run(repo: str) -> None:
 
     for model in present_models(repo):
         edit_config(os.path.join(repo, model, "config.pbtxt"), to_cpu)
-
-
-def present_models(repo: str) -> list[str]:
-    """The models of an assembled repository (the serial wiring has no `validate`)."""
-    return [m for m in C.ALL_MODELS if os.path.isfile(os.path.join(repo, m, "config.pbtxt"))]
 
 
 def served_bert(repo: str) -> str:

@@ -317,6 +317,11 @@ def repository_models(triton_version: str = releases.TESTED) -> tuple[str, ...]:
     return C.step_models(releases.release(triton_version).parallel_ensemble) + (C.ENSEMBLE,)
 
 
+def present_models(repo: str) -> list[str]:
+    """The models of an assembled repository (the serial wiring has no `validate`)."""
+    return [m for m in C.ALL_MODELS if os.path.isfile(os.path.join(repo, m, "config.pbtxt"))]
+
+
 def write_canonical(root: str) -> None:
     """Rewrite the configs of the source tree's `model_repository/` (the `gpu` profile)."""
     for model in repository_models():

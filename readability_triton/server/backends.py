@@ -10,7 +10,7 @@ import shutil
 
 from .. import contracts as C
 from ..layout import CHECKPOINT
-from ..repository.configs import read_config
+from ..repository.configs import present_models, read_config
 from ..repository.profiles import VERSION
 from .installation import available_backends, prepare_backends
 
@@ -22,9 +22,7 @@ def backends_needed(repo: str) -> dict[str, str]:
     onnxruntime_onnx counts as the backend that serves it)."""
     platforms = {"onnxruntime_onnx": "onnxruntime", "pytorch_libtorch": "pytorch", "ensemble": ""}
     out = {}
-    for model in C.ALL_MODELS:
-        if not os.path.isfile(os.path.join(repo, model, "config.pbtxt")):
-            continue  # validate: only in the parallel wiring
+    for model in present_models(repo):  # validate: only in the parallel wiring
         config = read_config(os.path.join(repo, model, "config.pbtxt"))
         out[model] = config.backend or platforms.get(config.platform, config.platform)
     return out

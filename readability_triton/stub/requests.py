@@ -106,7 +106,8 @@ def input_array(tensor, xp):
     return xp.from_dlpack(tensor)
 
 
-def _host(array) -> np.ndarray:
+def host(array) -> np.ndarray:
+    """A NumPy array of `array` (a CuPy one is copied down)."""
     return array.get() if hasattr(array, "get") else np.asarray(array)
 
 
@@ -159,7 +160,7 @@ def read_array_requests(
         ok = xp.ones(rows, dtype=bool)
         for name in names:
             ok &= xp.isfinite(joined[name].reshape(rows, -1)).all(axis=1)
-        ok = _host(ok)  # one small copy per execute, also on a GPU instance
+        ok = host(ok)  # one small copy per execute, also on a GPU instance
         if not ok.all():
             start, keep = 0, np.ones(rows, dtype=bool)
             for index in order:

@@ -13,7 +13,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import RequestError
-from .requests import Batch
+from .requests import Batch, host
 
 #: DLPack device types whose memory the host can read: kDLCPU, kDLCUDAHost (pinned).
 _HOST_DEVICES = (1, 3)
@@ -77,7 +77,7 @@ def _refused(refuse, why: str, outputs: dict[str, Any], spans) -> dict[int, tupl
     `outputs` (`why` names the request's first such row: a format string with {row})."""
     if refuse is None:
         return {}
-    flagged = np.asarray(refuse(outputs), dtype=bool).reshape(-1)
+    flagged = host(refuse(outputs)).astype(bool).reshape(-1)  # one small copy on a GPU instance
     if not flagged.any():
         return {}
     out = {}
@@ -105,7 +105,8 @@ def run_batch(
     gets INTERNAL (one line; the traceback goes to the server log) and nothing is retried
     (on a device out of memory, N more passes would only fail N more times).
 
-    `refuse`, where given, flags rows by what the pass computed (a host bool per row: the
+    `refuse`, where given, flags rows by what the pass computed (a bool per row, on either
+    device: the
     entrance's word check reads featurize's word counts); a request with a flagged row gets
     INVALID_ARG (`why`, a format string with {row}: its first such row) and the others
     their rows, without a second pass.

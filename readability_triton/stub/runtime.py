@@ -126,11 +126,9 @@ def float_parameter(params: dict[str, str], name: str, default: float) -> float:
 # ------------------------------------------------------------------------- the model
 
 
-def _wordless(outputs: dict[str, Any]) -> np.ndarray:
-    """The rows whose word count (the WORDS output) is 0, on the host (one small copy per
-    execute on a GPU instance)."""
-    words = outputs[contracts.WORDS].reshape(-1) == 0
-    return words.get() if hasattr(words, "get") else np.asarray(words)
+def _wordless(outputs: dict[str, Any]):
+    """The rows whose word count (the WORDS output) is 0, on the runner's device."""
+    return outputs[contracts.WORDS].reshape(-1) == 0
 
 
 class PythonModel:
@@ -154,10 +152,6 @@ class PythonModel:
         self.folder = version_dir(args)
         self.finite = finite
         self.require_words = require_words or bool_parameter(self.params, contracts.REQUIRE_WORDS)
-        # featurize first in the serial wiring: its own word counts decide, no second pass
-        self.words_from_output = self.require_words and contracts.WORDS in [
-            spec["name"] for spec in self.config.get("output", [])
-        ]
         # The ordering input (contracts.AFTER) only sequences the ensemble's steps: not read.
         self.inputs = [
             (spec["name"], spec["data_type"], tuple(int(d) for d in spec.get("dims", [])))
@@ -165,6 +159,8 @@ class PythonModel:
             if spec["name"] != contracts.AFTER
         ]
         self.output_names = [spec["name"] for spec in self.config.get("output", [])]
+        # featurize first in the serial wiring: its own word counts decide, no second pass
+        self.words_from_output = self.require_words and contracts.WORDS in self.output_names
         self.text_input = len(self.inputs) == 1 and self.inputs[0][1] == "TYPE_STRING"
         self.max_text_bytes = self.int_parameter(contracts.MAX_TEXT_BYTES, contracts.DEFAULT_MAX_TEXT_BYTES)
         instances = sum(int(group.get("count", 1)) for group in self.config.get("instance_group", [])) or 1
