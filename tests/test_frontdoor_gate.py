@@ -24,6 +24,7 @@ class Clock:
 def _gate(**kw) -> tuple[Gate, Clock]:
     clock = Clock()
     kw.setdefault("rate", 10.0)
+    kw.setdefault("aim", 1.0)  # the arithmetic below fills the whole stated wait
     return Gate(clock=clock, **kw), clock
 
 
@@ -47,6 +48,19 @@ def test_work_is_counted_in_texts_against_the_stated_wait():
     assert refused.reason.startswith("busy: 94 texts") and "retry in" in refused.reason
     assert 0 < refused.retry_after <= 10.0
     assert isinstance(gate.offer("a", 6), Ticket)  # small work still fits
+
+
+def test_admission_keeps_headroom_below_the_stated_wait_for_a_pipeline_that_slows():
+    gate = Gate(max_wait=10.0, rate=10.0, clock=Clock())  # the default aim: 75 of 100 texts
+    assert gate.admitted_wait() == pytest.approx(7.5) and gate.capacity() == pytest.approx(75.0)
+    assert isinstance(gate.offer("a", 64), Ticket)
+    assert isinstance(gate.offer("a", 11), Ticket)  # 75 texts
+    refused = gate.offer("a", 1)
+    assert isinstance(refused, Refusal) and refused.kind == "busy"
+    assert "the stated wait is 10 s, of which 7.5 s is admitted" in refused.reason
+    assert gate.snapshot()["admitted_wait_s"] == pytest.approx(7.5)
+    with pytest.raises(ValueError):
+        Gate(aim=0.0)
 
 
 def test_an_idle_pipeline_takes_a_request_larger_than_the_wait_allows():
