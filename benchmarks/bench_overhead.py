@@ -11,7 +11,13 @@ Three things are measured side by side, in rotating rounds, one text per request
 - `in process`: the same runners on the same texts in this process (`pipeline`), one
   thread of calls, one text per call;
 - with `--baseline REPO`, a fourth: another assembled repository (for example one built by
-  an earlier commit, with the earlier wiring) served by the same code, side by side.
+  an earlier commit, with the earlier wiring) served by the same code, side by side;
+- with `--bls`, the alternative to the ensemble the issue asked to measure before choosing:
+  the same step models driven by a BLS orchestrator (a Python model that calls them with
+  `InferenceRequest.async_exec`, once per step for the whole batch it was given), two ways: `bls`, the
+  steps one after another in the ensemble's order; `bls dag`, each step as soon as its inputs
+  are there (after the first step, which checks the text: the forest beside preprocess and
+  BERT). Both are checked to answer what the ensemble answers before they are timed.
 
 The pipeline's own cost per text is (1/served rate − 1/in-process rate) at each client
 count; the chain's is 1/its rate (it does nothing else). Reported: texts/s, p50, the
@@ -88,6 +94,141 @@ def write_chain(root: str) -> str:
     return root
 
 
+_BLS = """
+import asyncio
+import json
+
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+#: [model, {{its input: tensor}}, {{its output: tensor}}] in the ensemble's step order
+STEPS = json.loads({steps!r})
+#: for each step after the first, the steps it waits for (None: every step after the last)
+DAG = {dag!r}
+OUTPUTS = {outputs!r}
+
+
+class TritonPythonModel:
+    async def execute(self, requests):
+        # one pass for the whole batch: the requests' texts go through the steps together
+        sizes = [len(pb_utils.get_input_tensor_by_name(r, "TEXT").as_numpy()) for r in requests]
+        texts = np.concatenate([pb_utils.get_input_tensor_by_name(r, "TEXT").as_numpy() for r in requests])
+        tensors = {{"TEXT": texts}}
+        try:
+            if DAG is None:  # one after another
+                for index in range(len(STEPS)):
+                    await self._step(index, tensors)
+            else:  # the first step alone (it checks the text), then each step once its inputs are made
+                await self._step(0, tensors)
+                tasks = {{}}
+
+                async def run(index):
+                    await asyncio.gather(*(tasks[i] for i in DAG[index]))
+                    await self._step(index, tensors)
+
+                for index in range(1, len(STEPS)):
+                    tasks[index] = asyncio.ensure_future(run(index))
+                for outcome in await asyncio.gather(*tasks.values(), return_exceptions=True):
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+        except pb_utils.TritonModelException as exc:  # a step refused the batch: every request of it
+            return [pb_utils.InferenceResponse(error=pb_utils.TritonError(str(exc))) for _ in requests]
+        responses, start = [], 0
+        for request, size in zip(requests, sizes):
+            wanted = request.requested_output_names() or OUTPUTS
+            responses.append(
+                pb_utils.InferenceResponse([pb_utils.Tensor(n, tensors[n][start : start + size]) for n in wanted])
+            )
+            start += size
+        return responses
+
+    async def _step(self, index, tensors):
+        model, inputs, outputs = STEPS[index]
+        request = pb_utils.InferenceRequest(
+            model_name=model,
+            requested_output_names=list(outputs),
+            inputs=[pb_utils.Tensor(name, tensors[t]) for name, t in inputs.items() if t in tensors],
+        )
+        response = await request.async_exec()
+        if response.has_error():
+            raise pb_utils.TritonModelException(response.error().message())
+        for name, t in outputs.items():
+            tensors[t] = pb_utils.get_output_tensor_by_name(response, name).as_numpy()
+"""
+
+
+def write_bls(repo: str, root: str) -> str:
+    """A copy of the assembled repository `repo` at `root`, with two BLS orchestrators of its
+    ensemble's steps beside the ensemble: `bls` (one step after another) and `bls_dag`."""
+    import shutil
+
+    from google.protobuf import json_format, text_format
+
+    from readability_triton.repository.configs import read_config
+
+    shutil.copytree(repo, root)
+    ensemble = read_config(os.path.join(root, C.ENSEMBLE, "config.pbtxt"))
+    steps = [
+        [step.model_name, dict(step.input_map), dict(step.output_map)] for step in ensemble.ensemble_scheduling.step
+    ]
+    maker = {t: i for i, (_, _, outputs) in enumerate(steps) for t in outputs.values()}
+    # a step waits for the steps whose tensors it reads, but not for the serial wiring's
+    # ordering input (AFTER, optional: the DAG leaves it out)
+    dag = {
+        i: sorted({maker[t] for name, t in inputs.items() if t in maker and name != C.AFTER} - {0})
+        for i, (_, inputs, _) in enumerate(steps)
+    }
+    for i, (_, inputs, _) in enumerate(steps):
+        if i:
+            steps[i][1] = {name: t for name, t in inputs.items() if name != C.AFTER}
+    outputs = [o.name for o in ensemble.output]
+    for name, order in (("bls", None), ("bls_dag", dag)):
+        config = json_format.MessageToDict(ensemble, preserving_proto_field_name=True)
+        config.pop("ensemble_scheduling", None)
+        config.pop("platform", None)
+        config.update(
+            name=name,
+            backend="python",
+            dynamic_batching={},
+            instance_group=[{"count": 1, "kind": "KIND_CPU"}],
+        )
+        message = json_format.ParseDict(config, type(ensemble)())
+        os.makedirs(os.path.join(root, name, "1"))
+        with open(os.path.join(root, name, "config.pbtxt"), "w", encoding="utf-8") as handle:
+            handle.write(text_format.MessageToString(message))
+        source = _BLS.format(
+            steps=json.dumps(steps),
+            dag=order,
+            outputs=outputs,
+        )
+        with open(os.path.join(root, name, "1", "model.py"), "w", encoding="utf-8") as handle:
+            handle.write(source)
+    return root
+
+
+def same_answers(url: str, models: list[str], texts: list[str]) -> None:
+    """Every model answers every text with the same outputs (the BLS orchestrators against
+    the ensemble), or SystemExit says where they differ."""
+    import numpy as np
+
+    pool = ThreadClients(url, "grpc")
+    try:
+        module, triton = pool.get()
+        for text in texts:
+            answers = []
+            for model in models:
+                result = triton.infer(model, [text_input(module, [text])])
+                outputs = [o["name"] for o in result.get_response(as_json=True)["outputs"]]
+                answers.append({name: result.as_numpy(name) for name in outputs})
+            for model, answer in zip(models[1:], answers[1:]):
+                if sorted(answer) != sorted(answers[0]) or not all(
+                    np.array_equal(answer[n], answers[0][n]) for n in answer
+                ):
+                    raise SystemExit(f"{model} answered {text[:40]!r} differently from {models[0]}")
+    finally:
+        pool.close()
+
+
 def served_row(url: str, model: str, texts: list[str], clients: int, seconds: float) -> dict:
     pool = ThreadClients(url, "grpc")
 
@@ -123,6 +264,9 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--baseline", default=None, help="also serve this assembled repository, side by side (e.g. an earlier wiring)"
     )
+    parser.add_argument(
+        "--bls", action="store_true", help="also serve the steps driven by BLS orchestrators (bls, bls dag)"
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--concurrency", default="1,4")
@@ -138,16 +282,25 @@ def main(argv=None) -> int:
         chain = TritonServer(write_chain(os.path.join(tmp, "chain")), log_file=os.path.join(tmp, "chain.log"))
         served = TritonServer(repo, log_file=os.path.join(tmp, "ensemble.log"))
         baseline = TritonServer(args.baseline, log_file=os.path.join(tmp, "baseline.log")) if args.baseline else None
-        servers = [s for s in (chain, served, baseline) if s is not None]
+        bls = (
+            TritonServer(write_bls(repo, os.path.join(tmp, "bls")), log_file=os.path.join(tmp, "bls.log"))
+            if args.bls
+            else None
+        )
+        servers = [s for s in (chain, served, baseline, bls) if s is not None]
         samples: dict = {}
         try:
             for each in servers:
                 each.start(timeout=300)
+            if bls is not None:
+                same_answers(bls.grpc_url, [C.ENSEMBLE, "bls", "bls_dag"], texts[:20])
             for round_ in range(args.rounds):
                 for c in clients:
                     order = [("chain", chain, "chain"), ("ensemble", served, C.ENSEMBLE), ("in process", None, None)]
                     if baseline is not None:
                         order.append(("baseline", baseline, C.ENSEMBLE))
+                    if bls is not None:
+                        order += [("bls", bls, "bls"), ("bls dag", bls, "bls_dag")]
                     order = order[round_ % len(order) :] + order[: round_ % len(order)]
                     for name, server, model in order:
                         if server is None or model is None:
@@ -205,6 +358,29 @@ def main(argv=None) -> int:
                 {"clients": c, "baseline_texts_per_s": base, "baseline_p50_ms": base_p50, "vs_baseline": new / base}
             )
             print(f"| {c} | {base:.1f} ({base_p50:.2f}) | {new:.1f} ({new_p50:.2f}) | {new / base:.2f} |")
+    if bls is not None:
+        print("\nthe same steps driven by a BLS orchestrator instead of the ensemble, side by side\n")
+        print("| clients | ensemble texts/s (p50 ms) | bls | bls dag | bls / ensemble | bls dag / ensemble |")
+        print("|---|---|---|---|---|---|")
+        for c in clients:
+            med = {
+                name: (
+                    statistics.median(r["texts_per_s"] for r in samples[(name, c)]),
+                    statistics.median(r["p50_ms"] for r in samples[(name, c)]),
+                )
+                for name in ("ensemble", "bls", "bls dag")
+            }
+            ratios = {name: med[name][0] / med["ensemble"][0] for name in ("bls", "bls dag")}
+            report.setdefault("bls", []).append(
+                {
+                    "clients": c,
+                    **{f"{name.replace(' ', '_')}_texts_per_s": med[name][0] for name in ("bls", "bls dag")},
+                    **{f"{name.replace(' ', '_')}_p50_ms": med[name][1] for name in ("bls", "bls dag")},
+                    **{f"{name.replace(' ', '_')}_vs_ensemble": r for name, r in ratios.items()},
+                }
+            )
+            cells = " | ".join(f"{med[n][0]:.1f} ({med[n][1]:.2f})" for n in ("ensemble", "bls", "bls dag"))
+            print(f"| {c} | {cells} | {ratios['bls']:.2f} | {ratios['bls dag']:.2f} |")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(report, handle, indent=2)
