@@ -17,7 +17,10 @@ Three things are measured side by side, in rotating rounds, one text per request
   `InferenceRequest.async_exec`, once per step for the whole batch it was given), two ways: `bls`, the
   steps one after another in the ensemble's order; `bls dag`, each step as soon as its inputs
   are there (after the first step, which checks the text: the forest beside preprocess and
-  BERT). Both are checked to answer what the ensemble answers before they are timed.
+  BERT). Both are checked to answer what the ensemble answers before they are timed;
+- with `--unbatched`, a copy of the repository whose steps have no dynamic batcher: each
+  request goes straight to the step's instance (one thread hop less per step in
+  tritonserver), and no step batches across requests.
 
 The pipeline's own cost per text is (1/served rate − 1/in-process rate) at each client
 count; the chain's is 1/its rate (it does nothing else). Reported: texts/s, p50, the
@@ -206,6 +209,20 @@ def write_bls(repo: str, root: str) -> str:
     return root
 
 
+def write_unbatched(repo: str, root: str) -> str:
+    """A copy of the assembled repository `repo` at `root` whose steps have no
+    dynamic_batching (the ensemble is left as it is)."""
+    import shutil
+
+    from readability_triton.repository.configs import edit_config, present_models
+
+    shutil.copytree(repo, root)
+    for model in present_models(root):
+        if model != C.ENSEMBLE:
+            edit_config(os.path.join(root, model, "config.pbtxt"), lambda config: config.ClearField("dynamic_batching"))
+    return root
+
+
 def same_answers(url: str, models: list[str], texts: list[str]) -> None:
     """Every model answers every text with the same outputs (the BLS orchestrators against
     the ensemble), or SystemExit says where they differ."""
@@ -267,6 +284,9 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--bls", action="store_true", help="also serve the steps driven by BLS orchestrators (bls, bls dag)"
     )
+    parser.add_argument(
+        "--unbatched", action="store_true", help="also serve a copy whose steps have no dynamic batcher"
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=10.0)
     parser.add_argument("--concurrency", default="1,4")
@@ -287,7 +307,14 @@ def main(argv=None) -> int:
             if args.bls
             else None
         )
-        servers = [s for s in (chain, served, baseline, bls) if s is not None]
+        unbatched = (
+            TritonServer(
+                write_unbatched(repo, os.path.join(tmp, "unbatched")), log_file=os.path.join(tmp, "unbatched.log")
+            )
+            if args.unbatched
+            else None
+        )
+        servers = [s for s in (chain, served, baseline, bls, unbatched) if s is not None]
         samples: dict = {}
         try:
             for each in servers:
@@ -301,6 +328,8 @@ def main(argv=None) -> int:
                         order.append(("baseline", baseline, C.ENSEMBLE))
                     if bls is not None:
                         order += [("bls", bls, "bls"), ("bls dag", bls, "bls_dag")]
+                    if unbatched is not None:
+                        order.append(("unbatched", unbatched, C.ENSEMBLE))
                     order = order[round_ % len(order) :] + order[: round_ % len(order)]
                     for name, server, model in order:
                         if server is None or model is None:
@@ -381,6 +410,27 @@ def main(argv=None) -> int:
             )
             cells = " | ".join(f"{med[n][0]:.1f} ({med[n][1]:.2f})" for n in ("ensemble", "bls", "bls dag"))
             print(f"| {c} | {cells} | {ratios['bls']:.2f} | {ratios['bls dag']:.2f} |")
+    if unbatched is not None:
+        print("\nthe steps without dynamic batchers, side by side\n")
+        print("| clients | ensemble texts/s (p50 ms) | unbatched texts/s (p50 ms) | unbatched / ensemble |")
+        print("|---|---|---|---|")
+        for c in clients:
+            (rate, p50), (un_rate, un_p50) = (
+                (
+                    statistics.median(r["texts_per_s"] for r in samples[(name, c)]),
+                    statistics.median(r["p50_ms"] for r in samples[(name, c)]),
+                )
+                for name in ("ensemble", "unbatched")
+            )
+            report.setdefault("unbatched", []).append(
+                {
+                    "clients": c,
+                    "unbatched_texts_per_s": un_rate,
+                    "unbatched_p50_ms": un_p50,
+                    "vs_ensemble": un_rate / rate,
+                }
+            )
+            print(f"| {c} | {rate:.1f} ({p50:.2f}) | {un_rate:.1f} ({un_p50:.2f}) | {un_rate / rate:.2f} |")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(report, handle, indent=2)
