@@ -8,11 +8,11 @@ keeps three promises:
 - **A stated wait.** A request is accepted only while the work ahead of it in the fair order
   (below: what is inside, and the queued requests that start before it), at the rate the
   pipeline has lately finished texts, fits within `AIM` of `max_wait` seconds; else it is
-  refused at once ("busy: ...", retry after a moment). The headroom is for the rate, which
-  lags a pipeline that slows down: its machine's CPUs taken by other work (a flood of score
-  jobs, each a Python process starting, on 2 shared cores, measured 3.2 s at p99 against a
-  stated 2 s, admitting the whole wait); one that finds nothing waiting here and room
-  inside goes straight in. So a client that sends one text at a time is not refused as busy
+  refused at once ("busy: ...", retry after a moment). One that finds nothing waiting here
+  and room inside goes straight in. The headroom is for the rate, which lags a pipeline
+  that slows down when its machine's CPUs are taken by other work: a flood of score jobs,
+  each a Python process starting, on 2 shared cores, was answered at p99 3.2 s against a
+  stated 2 s while admission filled the whole wait. So a client that sends one text at a time is not refused as busy
   because another filled the queue: its text would not wait for that queue. The rate is
   measured, not configured (`rate.Meter`): texts computed per second while the pipeline
   was full, believed at once when it slows down; answers paced by the clients may raise
