@@ -12,10 +12,10 @@ Three things are measured side by side, in rotating rounds, one text per request
   thread of calls, one text per call;
 - with `--baseline REPO`, a fourth: another assembled repository (for example one built by
   an earlier commit, with the earlier wiring) served by the same code, side by side;
-- with `--bls`, the alternative to the ensemble the issue asked to measure before choosing:
-  the same step models driven by a BLS orchestrator (a Python model that calls them with
-  `InferenceRequest.async_exec`, once per step for the whole batch it was given), two ways: `bls`, the
-  steps one after another in the ensemble's order; `bls dag`, each step as soon as its inputs
+- with `--bls`, the alternative to an ensemble: the same step models driven by a BLS
+  orchestrator (a Python model that calls them with `InferenceRequest.async_exec`, once per
+  step for the whole batch it was given), two ways: `bls`, the steps one after another in
+  the ensemble's order; `bls dag`, each step as soon as its inputs
   are there (after the first step, which checks the text: the forest beside preprocess and
   BERT). Both are checked to answer what the ensemble answers before they are timed;
 - with `--unbatched`, a copy of the repository whose steps have no dynamic batcher: each
@@ -106,7 +106,7 @@ import triton_python_backend_utils as pb_utils
 
 #: [model, {{its input: tensor}}, {{its output: tensor}}] in the ensemble's step order
 STEPS = json.loads({steps!r})
-#: for each step after the first, the steps it waits for (None: every step after the last)
+#: for each step, the steps after the first that it waits for (None: one after another)
 DAG = {dag!r}
 OUTPUTS = {outputs!r}
 
