@@ -171,6 +171,39 @@ def _throughput(http: str, clients: int, seconds: float) -> dict:
     return {"clients": clients, "texts_per_s": len(ok) / seconds, "p50_ms": p50, "errors": len(outcomes) - len(ok)}
 
 
+def _statistics(http: str, protocol: str = "http") -> dict[str, dict]:
+    """{model: its statistics}, read with urllib (no tritonclient on the GPU machine)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{http}/v2/models/stats", timeout=30) as reply:
+        return {entry["name"]: entry for entry in json.loads(reply.read()).get("model_stats", [])}
+
+
+def step_costs(before: dict[str, dict], after: dict[str, dict]) -> dict:
+    """The pipeline's own cost on this machine, from Triton's statistics over one throughput
+    row: per step, the compute (input + infer + output) and queue ms a request was charged,
+    and the average batch; and the share of the steps' compute that is not BERT's (the goal:
+    at most 10 % on a GPU)."""
+    from readability_triton.client.bench import breakdown
+
+    rows = breakdown(before, after)
+    phases = ("compute_input", "compute_infer", "compute_output")
+    compute: dict[str, float] = {
+        model: sum(row.get(f"{key}_ms_per_request") or 0.0 for key in phases) for model, row in rows.items()
+    }
+    steps = {
+        model: {
+            "compute_ms": compute[model],
+            "queue_ms": row.get("queue_ms_per_request") or 0.0,
+            "average_batch": row.get("average_batch"),
+        }
+        for model, row in rows.items()
+    }
+    total = sum(compute.values())
+    beside = (total - compute.get("bert", 0.0)) / total if total else None
+    return {"steps": steps, "beside_bert_share": beside}
+
+
 def log_counts(text: str) -> dict[str, int]:
     return {needle: text.count(needle) for needle in LOG_COUNTED}
 
@@ -210,7 +243,14 @@ def phase2(result: dict, dry: bool, deadline: Deadline) -> None:
         result["scores_match"] = diffs["FOREST_SCORE"] == 0.0 and diffs["BERT_SCORE"] < 1e-4 and diffs["SCORE"] < 1e-4
         each = min(5.0, deadline.share("2", "throughput") / 3)
         if each >= 1:
-            result["throughput"] = [_throughput(server.http_url, c, each) for c in (1, 8, 32)]
+            from readability_triton.client.bench import settled_statistics
+
+            rows = result["throughput"] = []
+            for clients in (1, 8, 32):
+                before = settled_statistics(server.http_url, "http", read=_statistics)
+                row = _throughput(server.http_url, clients, each)
+                row.update(step_costs(before, settled_statistics(server.http_url, "http", read=_statistics)))
+                rows.append(row)
     finally:
         if server.process is not None:
             stop = max(10.0, deadline.share("2", "stop"))
@@ -245,3 +285,8 @@ def phase2(result: dict, dry: bool, deadline: Deadline) -> None:
             f"   {row['clients']:>3} clients: {row['texts_per_s']:.1f} texts/s, p50 {row['p50_ms']} ms, "
             f"{row['errors']} errors"
         )
+        if row.get("beside_bert_share") is not None:
+            steps = ", ".join(
+                f"{m} {c['compute_ms']:.2f} (batch {c['average_batch'] or 0:.1f})" for m, c in row["steps"].items()
+            )
+            say(f"       compute ms per request: {steps}; beside BERT {100 * row['beside_bert_share']:.0f} %")

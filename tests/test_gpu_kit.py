@@ -368,3 +368,8 @@ def test_phase_2_dry_run_serves_the_gpu_profile_on_the_cpu(tmp_path):
     assert serve["log"]["not healthy"] == 0 and serve["log"]["tokenizes on the CPU"] == 0
     assert serve["max_abs_diff_vs_cpu"]["FOREST_SCORE"] == 0.0
     assert [row["errors"] for row in serve["throughput"]] == [0, 0, 0]
+    # the pipeline's own cost: every step's compute per request, and the share beside BERT
+    for row in serve["throughput"]:
+        assert set(row["steps"]) == {"featurize", "forest", "preprocess", "bert", "postprocess"}, row
+        assert all(step["compute_ms"] > 0 for step in row["steps"].values()), row
+        assert 0 < row["beside_bert_share"] < 1
