@@ -266,6 +266,12 @@ def served_row(url: str, model: str, texts: list[str], clients: int, seconds: fl
     return {"texts_per_s": len(outcomes) / seconds, "p50_ms": percentiles([o.latency for o in outcomes])["p50"]}
 
 
+def medians(samples: dict, name: str, clients: int) -> tuple[float, float]:
+    """The medians of a served variant's rounds at `clients`: texts/s and p50 ms."""
+    rows = samples[(name, clients)]
+    return statistics.median(r["texts_per_s"] for r in rows), statistics.median(r["p50_ms"] for r in rows)
+
+
 def in_process_rate(pipeline, texts: list[str], seconds: float) -> float:
     done, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
@@ -349,11 +355,10 @@ def main(argv=None) -> int:
     )
     print("|---|---|---|---|---|---|---|---|")
     for c in clients:
-        med = {
-            name: statistics.median(r["texts_per_s"] for r in samples[(name, c)])
-            for name in ("chain", "ensemble", "in process")
-        }
-        p50 = {name: statistics.median(r["p50_ms"] for r in samples[(name, c)]) for name in ("chain", "ensemble")}
+        measured = {name: medians(samples, name, c) for name in ("chain", "ensemble")}
+        med = {name: rate for name, (rate, _) in measured.items()}
+        med["in process"] = statistics.median(r["texts_per_s"] for r in samples[("in process", c)])
+        p50 = {name: latency for name, (_, latency) in measured.items()}
         own = 1e3 / med["ensemble"] - 1e3 / med["in process"]
         floor = 1e3 / med["chain"]
         row = {
@@ -377,12 +382,7 @@ def main(argv=None) -> int:
         print("| clients | baseline texts/s (p50 ms) | ensemble texts/s (p50 ms) | ensemble / baseline (texts/s) |")
         print("|---|---|---|---|")
         for c in clients:
-
-            def median(name, key, c=c):
-                return statistics.median(r[key] for r in samples[(name, c)])
-
-            base, new = median("baseline", "texts_per_s"), median("ensemble", "texts_per_s")
-            base_p50, new_p50 = median("baseline", "p50_ms"), median("ensemble", "p50_ms")
+            (base, base_p50), (new, new_p50) = medians(samples, "baseline", c), medians(samples, "ensemble", c)
             report.setdefault("baseline", []).append(
                 {"clients": c, "baseline_texts_per_s": base, "baseline_p50_ms": base_p50, "vs_baseline": new / base}
             )
@@ -392,36 +392,24 @@ def main(argv=None) -> int:
         print("| clients | ensemble texts/s (p50 ms) | bls | bls dag | bls / ensemble | bls dag / ensemble |")
         print("|---|---|---|---|---|---|")
         for c in clients:
-            med = {
-                name: (
-                    statistics.median(r["texts_per_s"] for r in samples[(name, c)]),
-                    statistics.median(r["p50_ms"] for r in samples[(name, c)]),
-                )
-                for name in ("ensemble", "bls", "bls dag")
-            }
-            ratios = {name: med[name][0] / med["ensemble"][0] for name in ("bls", "bls dag")}
+            pair = {name: medians(samples, name, c) for name in ("ensemble", "bls", "bls dag")}
+            ratios = {name: pair[name][0] / pair["ensemble"][0] for name in ("bls", "bls dag")}
             report.setdefault("bls", []).append(
                 {
                     "clients": c,
-                    **{f"{name.replace(' ', '_')}_texts_per_s": med[name][0] for name in ("bls", "bls dag")},
-                    **{f"{name.replace(' ', '_')}_p50_ms": med[name][1] for name in ("bls", "bls dag")},
+                    **{f"{name.replace(' ', '_')}_texts_per_s": pair[name][0] for name in ("bls", "bls dag")},
+                    **{f"{name.replace(' ', '_')}_p50_ms": pair[name][1] for name in ("bls", "bls dag")},
                     **{f"{name.replace(' ', '_')}_vs_ensemble": r for name, r in ratios.items()},
                 }
             )
-            cells = " | ".join(f"{med[n][0]:.1f} ({med[n][1]:.2f})" for n in ("ensemble", "bls", "bls dag"))
+            cells = " | ".join(f"{pair[n][0]:.1f} ({pair[n][1]:.2f})" for n in ("ensemble", "bls", "bls dag"))
             print(f"| {c} | {cells} | {ratios['bls']:.2f} | {ratios['bls dag']:.2f} |")
     if unbatched is not None:
         print("\nthe steps without dynamic batchers, side by side\n")
         print("| clients | ensemble texts/s (p50 ms) | unbatched texts/s (p50 ms) | unbatched / ensemble |")
         print("|---|---|---|---|")
         for c in clients:
-            (rate, p50), (un_rate, un_p50) = (
-                (
-                    statistics.median(r["texts_per_s"] for r in samples[(name, c)]),
-                    statistics.median(r["p50_ms"] for r in samples[(name, c)]),
-                )
-                for name in ("ensemble", "unbatched")
-            )
+            (rate, rate_p50), (un_rate, un_p50) = medians(samples, "ensemble", c), medians(samples, "unbatched", c)
             report.setdefault("unbatched", []).append(
                 {
                     "clients": c,
@@ -430,7 +418,7 @@ def main(argv=None) -> int:
                     "vs_ensemble": un_rate / rate,
                 }
             )
-            print(f"| {c} | {rate:.1f} ({p50:.2f}) | {un_rate:.1f} ({un_p50:.2f}) | {un_rate / rate:.2f} |")
+            print(f"| {c} | {rate:.1f} ({rate_p50:.2f}) | {un_rate:.1f} ({un_p50:.2f}) | {un_rate / rate:.2f} |")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(report, handle, indent=2)

@@ -172,7 +172,8 @@ def _throughput(http: str, clients: int, seconds: float) -> dict:
 
 
 def _statistics(http: str, protocol: str = "http") -> dict[str, dict]:
-    """{model: its statistics}, read with urllib (no tritonclient on the GPU machine)."""
+    """{model: its statistics}, read with urllib (no tritonclient on the GPU machine); HTTP
+    whatever `protocol` says (the signature `bench.settled_statistics` reads with)."""
     import urllib.request
 
     with urllib.request.urlopen(f"http://{http}/v2/models/stats", timeout=30) as reply:

@@ -106,10 +106,9 @@ def run_batch(
     (on a device out of memory, N more passes would only fail N more times).
 
     `refuse`, where given, flags rows by what the pass computed (a bool per row, on either
-    device: the
-    entrance's word check reads featurize's word counts); a request with a flagged row gets
-    INVALID_ARG (`why`, a format string with {row}: its first such row) and the others
-    their rows, without a second pass.
+    device: the entrance's word check reads featurize's word counts); a request with a
+    flagged row gets INVALID_ARG (`why`, a format string with {row}: its first such row)
+    and the others their rows, without a second pass.
     """
     if len(batch.errors) == batch.n_requests:
         return respond(pb_utils, split(batch, {}))
