@@ -20,7 +20,11 @@ Three things are measured side by side, in rotating rounds, one text per request
   BERT). Both are checked to answer what the ensemble answers before they are timed;
 - with `--unbatched`, a copy of the repository whose steps have no dynamic batcher: each
   request goes straight to the step's instance (one thread hop less per step in
-  tritonserver), and no step batches across requests.
+  tritonserver), and no step batches across requests;
+- with `--steps`, where each step's time goes: Triton's statistics of every step of the
+  ensemble, read around its rounds (queue and compute per request, requests per execution),
+  beside the chain's steps read the same way (a bare hop: what a step costs that does
+  nothing).
 
 The pipeline's own cost per text is (1/served rate − 1/in-process rate) at each client
 count; the chain's is 1/its rate (it does nothing else). Reported: texts/s, p50, the
@@ -39,12 +43,17 @@ import sys
 import tempfile
 import time
 
+import numpy as np
+
 from readability_triton import contracts as C
 from readability_triton.artifacts.corpus import default_texts
+from readability_triton.client.bench import STEPS as GRAPH_STEPS
+from readability_triton.client.bench import breakdown, settled_statistics
 from readability_triton.client.load import closed_loop, percentiles
 from readability_triton.client.readability import ThreadClients, text_input
 from readability_triton.repository import assemble as repository
 from readability_triton.server.tritonserver import TritonServer
+from readability_triton.validation import checked_texts
 
 STEPS = 6
 _IDENTITY = """
@@ -272,6 +281,51 @@ def medians(samples: dict, name: str, clients: int) -> tuple[float, float]:
     return statistics.median(r["texts_per_s"] for r in rows), statistics.median(r["p50_ms"] for r in rows)
 
 
+def step_rows(samples: list[dict[str, dict]]) -> dict[str, dict[str, float]]:
+    """{step: medians over the rounds} of `breakdown`'s rows (one dict per round): queue and
+    compute (input + infer + output) per request in ms, and requests per execution."""
+    out: dict[str, dict[str, float]] = {}
+    for step in samples[0] if samples else {}:
+        rows = [s[step] for s in samples if s.get(step, {}).get("requests")]
+        if not rows:
+            continue
+        compute = [
+            sum(r[f"{k}_ms_per_request"] or 0.0 for k in ("compute_input", "compute_infer", "compute_output"))
+            for r in rows
+        ]
+        out[step] = {
+            "queue_ms": statistics.median(r["queue_ms_per_request"] or 0.0 for r in rows),
+            "compute_ms": statistics.median(compute),
+            "requests_per_execution": statistics.median(r["requests"] / max(r["executions"], 1) for r in rows),
+        }
+    return out
+
+
+def runner_times(pipeline, texts: list[str], seconds: float) -> dict[str, float]:
+    """{step: ms per text} of each step's runner in this process, one text at a time through
+    all of them in the ensemble's order (what `in process` runs), timed runner by runner."""
+    spent = dict.fromkeys(C.step_models(False), 0.0)
+    done, began = 0, time.perf_counter()
+    while time.perf_counter() - began < seconds:
+        chunk = [texts[done % len(texts)]]
+        t0 = time.perf_counter()
+        rows = checked_texts(chunk, C.DEFAULT_MAX_TEXT_BYTES)  # the entrance's check, as featurize runs it
+        features, words, *_ = pipeline.features(rows)
+        t1 = time.perf_counter()
+        forest = pipeline.forest(features).reshape(-1)
+        t2 = time.perf_counter()
+        ids, mask = pipeline.tokenizer(rows)
+        t3 = time.perf_counter()
+        bert = pipeline.bert(ids, mask).reshape(-1)
+        t4 = time.perf_counter()
+        pipeline.blender(bert, forest, words.reshape(-1).astype(np.float32))
+        t5 = time.perf_counter()
+        for step, (a, b) in zip(spent, ((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5))):
+            spent[step] += b - a
+        done += 1
+    return {step: total * 1e3 / done for step, total in spent.items()}
+
+
 def in_process_rate(pipeline, texts: list[str], seconds: float) -> float:
     done, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
@@ -292,6 +346,9 @@ def main(argv=None) -> int:
     )
     parser.add_argument(
         "--unbatched", action="store_true", help="also serve a copy whose steps have no dynamic batcher"
+    )
+    parser.add_argument(
+        "--steps", action="store_true", help="also show each step's queue and compute beside a bare hop's"
     )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--duration", type=float, default=10.0)
@@ -322,6 +379,9 @@ def main(argv=None) -> int:
         )
         servers = [s for s in (chain, served, baseline, bls, unbatched) if s is not None]
         samples: dict = {}
+        step_samples: dict = {}  # (name, clients): [breakdown of one round]
+        hot: list[dict[str, float]] = []  # each round's runner_times
+        chain_steps = tuple(f"step{i}" for i in range(STEPS))
         try:
             for each in servers:
                 each.start(timeout=300)
@@ -340,8 +400,17 @@ def main(argv=None) -> int:
                     for name, server, model in order:
                         if server is None or model is None:
                             row = {"texts_per_s": in_process_rate(pipeline, texts, args.duration / 2)}
+                            if args.steps:
+                                hot.append(runner_times(pipeline, texts, args.duration / 4))
                         else:
+                            watched = args.steps and name in ("chain", "ensemble")
+                            if watched:
+                                before = settled_statistics(server.grpc_url, "grpc")
                             row = served_row(server.grpc_url, model, texts, c, args.duration)
+                            if watched:
+                                after = settled_statistics(server.grpc_url, "grpc")
+                                models = chain_steps if name == "chain" else GRAPH_STEPS
+                                step_samples.setdefault((name, c), []).append(breakdown(before, after, models))
                         samples.setdefault((name, c), []).append(row)
                         print(f"round {round_ + 1}, {c} client(s), {name}: {row}", file=sys.stderr, flush=True)
         finally:
@@ -419,6 +488,29 @@ def main(argv=None) -> int:
                 }
             )
             print(f"| {c} | {rate:.1f} ({rate_p50:.2f}) | {un_rate:.1f} ({un_p50:.2f}) | {un_rate / rate:.2f} |")
+    if args.steps:
+        print("\nwhere each step's time goes (Triton's statistics, per request, medians of the rounds)\n")
+        print(
+            "| clients | step | requests per execution | queue ms | compute ms | compute beyond a bare hop ms "
+            "| its runner in process ms |"
+        )
+        print("|---|---|---|---|---|---|---|")
+        in_process = {step: statistics.median(h[step] for h in hot) for step in hot[0]}
+        report["runner_in_process_ms"] = in_process
+        for c in clients:
+            bare = step_rows(step_samples[("chain", c)])
+            hop = statistics.median(r["compute_ms"] for r in bare.values())
+            hop_queue = statistics.median(r["queue_ms"] for r in bare.values())
+            hop_batch = statistics.median(r["requests_per_execution"] for r in bare.values())
+            rows = step_rows(step_samples[("ensemble", c)])
+            report.setdefault("steps", []).append({"clients": c, "bare_hop_compute_ms": hop, "steps": rows})
+            print(f"| {c} | a bare hop (chain) | {hop_batch:.2f} | {hop_queue:.2f} | {hop:.2f} | | |")
+            for step, r in rows.items():
+                runner = f"{in_process[step]:.2f}" if step in in_process else ""
+                print(
+                    f"| {c} | {step} | {r['requests_per_execution']:.2f} | {r['queue_ms']:.2f} | "
+                    f"{r['compute_ms']:.2f} | {r['compute_ms'] - hop:.2f} | {runner} |"
+                )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(report, handle, indent=2)

@@ -76,3 +76,32 @@ def test_the_orchestrators_refuse_a_wordless_text_as_the_first_step_does(bls_ser
             client.infer(model, [text_input(module, [" ... "])])
         messages.append(str(refused.value))
     assert all("holds no words" in m for m in messages), messages
+
+
+def test_step_rows_are_medians_of_the_rounds_with_the_compute_phases_summed():
+    def round_(queue, infer, executions):
+        return {
+            C.FOREST: {
+                "requests": 10,
+                "executions": executions,
+                "queue_ms_per_request": queue,
+                "compute_input_ms_per_request": 0.1,
+                "compute_infer_ms_per_request": infer,
+                "compute_output_ms_per_request": 0.2,
+            },
+            C.BERT: {"requests": 0, "executions": 0},  # not reached in these rounds: left out
+        }
+
+    rows = _bench().step_rows([round_(1.0, 1.0, 10), round_(3.0, 2.0, 5), round_(2.0, 9.0, 4)])
+    assert list(rows) == [C.FOREST]
+    assert rows[C.FOREST]["queue_ms"] == pytest.approx(2.0)
+    assert rows[C.FOREST]["compute_ms"] == pytest.approx(2.3)  # the median of 1.3, 2.3, 9.3
+    assert rows[C.FOREST]["requests_per_execution"] == pytest.approx(2.0)
+
+
+def test_runner_times_times_each_step_of_the_serial_wiring(tiny_artifacts):
+    from readability_triton.pipeline import Pipeline
+
+    times = _bench().runner_times(Pipeline.from_folder(tiny_artifacts), default_texts()[0][:4], 0.3)
+    assert list(times) == list(C.step_models(parallel=False))
+    assert all(0 < ms < 1000 for ms in times.values()), times
