@@ -108,9 +108,13 @@ def test_profile_configs(profile, max_length, bert_format, wiring):
             ((output),) = config.output
             assert tuple(output.dims) == (-1, 1) and tuple(output.reshape.shape) == (-1,)
         else:
-            # every other step batches dynamically
+            # every other step batches dynamically, with no queue policy: one turns off the
+            # batcher's prefetching and lets a request sleep 500 ms (profiles.dynamic_batching)
             assert config.max_batch_size == C.MAX_BATCH_SIZE[model] > 0
             assert config.HasField("dynamic_batching")
+            assert not config.dynamic_batching.HasField("default_queue_policy")
+            assert not config.dynamic_batching.priority_queue_policy
+            assert config.dynamic_batching.priority_levels == 0
         # ... and runs on the device the profile says
         (group,) = config.instance_group
         assert group.count >= 1

@@ -3,9 +3,9 @@
 
 Each config is built as Triton's own `ModelConfig` message (tritonclient's copy of the
 proto: a field that does not exist or a bad enum value cannot be written) and printed in
-protobuf's text format, which leaves out fields at their default: a queue policy's
-`timeout_action: REJECT` and a `max_queue_delay_microseconds` of 0 (the CPU instances) are
-set but not shown. Changes to a written config are field edits (`edit_config`).
+protobuf's text format, which leaves out fields at their default: a
+`max_queue_delay_microseconds` of 0 (the CPU instances) is set but not shown. Changes to a
+written config are field edits (`edit_config`).
 
 `model_repository/` in the source tree holds the canonical (`gpu`) configs, written by
 `python -m readability_triton.repository.configs model_repository`; a test keeps the two
@@ -31,9 +31,8 @@ from .profiles import (
     DEFAULT_MAX_PENDING_REQUESTS,
     DEFAULT_MAX_QUEUE_SECONDS,
     DEFAULT_TENSORRT_CACHE,
-    QUEUE_TIMEOUT_S,
+    dynamic_batching,
     placement,
-    queue_delay_us,
 )
 
 
@@ -198,14 +197,7 @@ def model_config(
     if where.backend == "fil":
         config.update(fil_io(contract))
     else:
-        config["dynamic_batching"] = {
-            "max_queue_delay_microseconds": queue_delay_us(model, where.kind),
-            "default_queue_policy": {
-                "timeout_action": "REJECT",
-                "default_timeout_microseconds": int(QUEUE_TIMEOUT_S[model] * 1e6),
-                "allow_timeout_override": True,
-            },
-        }
+        config["dynamic_batching"] = dynamic_batching(model, where.kind)
     config["instance_group"] = [{"kind": where.kind, "count": 1}]
     if model == C.BERT and tensorrt:
         config["optimization"] = tensorrt_optimization(max_length, C.MAX_BATCH_SIZE[C.BERT], tensorrt_cache)

@@ -135,22 +135,29 @@ def queue_delay_us(model: str, kind: str | None) -> int:
     return QUEUE_DELAY_US[model] if kind == "KIND_GPU" else 0
 
 
-#: How long a request may wait in each step's queue (seconds) before Triton refuses it with
-#: UNAVAILABLE "Request timeout expired" (an asynchronous REJECT; clients retry with
-#: backoff; a request may ask for less with the `timeout` parameter): the last bound, for
-#: when the entrance's load shedding (below) is off or slow to see a burst. bert computes
-#: 25-75 ms per text on 2 CPU cores (MiniLM), 1.6-4.8 s per request of 64 texts; every other
-#: step under 10 ms per request. No step has a `max_queue_size`: Triton 2.51 refuses that
-#: synchronously, and combined with gRPC cancellations it left ensemble requests in flight
-#: for good (triton.admission).
-QUEUE_TIMEOUT_S = {
-    C.VALIDATE: 30.0,
-    C.FEATURIZE: 30.0,
-    C.FOREST: 30.0,
-    C.PREPROCESS: 30.0,
-    C.BERT: 60.0,
-    C.POSTPROCESS: 30.0,
-}
+def dynamic_batching(model: str, kind: str | None) -> dict:
+    """A batching step's `dynamic_batching`: its queue delay (`queue_delay_us`) and no queue
+    policy (no queue timeout, `allow_timeout_override` or `max_queue_size`).
+
+    Any queue policy turns off the dynamic batcher's prefetching (core:
+    `PriorityQueue::SupportPrefetching`). Without it the batcher hands a batch on only while
+    the instance waits for one (`RateLimiter::PayloadSlotAvailable`), and a request that
+    arrives after the instance has sent its answers but before it waits again wakes nobody:
+    the batcher sleeps out its 500 ms default wait, unless another request arrives. Measured
+    on Triton 2.51 (tests/test_queue_policy.py; docs/performance.md): a trivial model with a
+    queue timeout answered 8 to 14 of 1,500 sequential requests after ~500 ms; the portable
+    tiny set stalled 1 to 9 times in 10 s at 4 and 16 clients, and served 1.02 to 1.40 times
+    the texts/s without one. The same gate also starves a batcher whose payloads merge (a queue
+    delay, as on a GPU instance) over minutes (server#8870, core#509).
+
+    What a queue timeout bounded is bounded elsewhere: the first step sheds load from the
+    later steps' queues (`DEFAULT_MAX_QUEUE_SECONDS`, `DEFAULT_MAX_PENDING_REQUESTS`), serve's
+    front door bounds the work inside, and a client's deadline cancels its request in any
+    step's queue. (A `max_queue_size` is also refused synchronously by Triton 2.51, which,
+    with gRPC cancellations, left ensemble requests in flight for good: `stub.admission`.)"""
+    return {"max_queue_delay_microseconds": queue_delay_us(model, kind)}
+
+
 #: The steps whose answers Triton's response cache keeps with `assemble --response-cache`
 #: (`serve --cache-size`): bert, where the time goes. A request of texts seen before skips
 #: it. Not the ensemble itself: Triton keys a cached answer by the inputs alone, not by the
@@ -159,8 +166,8 @@ QUEUE_TIMEOUT_S = {
 #: bert's requests always ask for its one output. Errors are never cached.
 CACHED_STEPS = (C.BERT,)
 #: The first step refuses new requests (UNAVAILABLE "busy ...") while requests have lately waited
-#: this long in a later step's queue: a wait clients notice, well inside the queue timeouts;
-#: 8 clients sending 64 texts at a time reach it on 2 cores, 16 sending 1 text do not.
+#: this long in a later step's queue: a wait clients notice; 8 clients sending 64 texts at a
+#: time reach it on 2 cores, 16 sending 1 text do not.
 DEFAULT_MAX_QUEUE_SECONDS = 10.0
 #: ... or while this many requests wait there, whatever they carry.
 DEFAULT_MAX_PENDING_REQUESTS = 64
