@@ -48,7 +48,7 @@ import numpy as np
 from readability_triton import contracts as C
 from readability_triton.artifacts.corpus import default_texts
 from readability_triton.client.bench import STEPS as GRAPH_STEPS
-from readability_triton.client.bench import breakdown, settled_statistics
+from readability_triton.client.bench import breakdown, compute_ms, settled_statistics
 from readability_triton.client.load import closed_loop, percentiles
 from readability_triton.client.readability import ThreadClients, text_input
 from readability_triton.repository import assemble as repository
@@ -289,13 +289,9 @@ def step_rows(samples: list[dict[str, dict]]) -> dict[str, dict[str, float]]:
         rows = [s[step] for s in samples if s.get(step, {}).get("requests")]
         if not rows:
             continue
-        compute = [
-            sum(r[f"{k}_ms_per_request"] or 0.0 for k in ("compute_input", "compute_infer", "compute_output"))
-            for r in rows
-        ]
         out[step] = {
             "queue_ms": statistics.median(r["queue_ms_per_request"] or 0.0 for r in rows),
-            "compute_ms": statistics.median(compute),
+            "compute_ms": statistics.median(compute_ms(r) for r in rows),
             "requests_per_execution": statistics.median(r["requests"] / max(r["executions"], 1) for r in rows),
         }
     return out

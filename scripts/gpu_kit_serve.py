@@ -185,13 +185,10 @@ def step_costs(before: dict[str, dict], after: dict[str, dict]) -> dict:
     row: per step, the compute (input + infer + output) and queue ms a request was charged,
     and the average batch; and the share of the steps' compute that is not BERT's (the goal:
     at most 10 % on a GPU)."""
-    from readability_triton.client.bench import breakdown
+    from readability_triton.client.bench import breakdown, compute_ms
 
     rows = breakdown(before, after)
-    phases = ("compute_input", "compute_infer", "compute_output")
-    compute: dict[str, float] = {
-        model: sum(row.get(f"{key}_ms_per_request") or 0.0 for key in phases) for model, row in rows.items()
-    }
+    compute = {model: compute_ms(row) for model, row in rows.items()}
     steps = {
         model: {
             "compute_ms": compute[model],

@@ -147,6 +147,12 @@ def breakdown(before: dict[str, dict], after: dict[str, dict], models=STEPS) -> 
     return out
 
 
+def compute_ms(row: dict) -> float:
+    """A `breakdown` row's compute per request in ms: input + infer + output (a phase
+    Triton did not report counts 0)."""
+    return sum(row.get(f"{key}_ms_per_request") or 0.0 for key in _DURATIONS[1:])
+
+
 def _work(url: str, protocol: str, texts, per_request: int):
     clients = ThreadClients(url, protocol)
 
@@ -345,8 +351,7 @@ def plot(rows: list[Row], path: str, title: str = "readability ensemble") -> Non
     for model in models:
         values = np.array(
             [
-                (r.models.get(model, {}).get("queue_ms_per_request") or 0.0)
-                + sum(r.models.get(model, {}).get(f"{k}_ms_per_request") or 0.0 for k in _DURATIONS[1:])
+                (r.models.get(model, {}).get("queue_ms_per_request") or 0.0) + compute_ms(r.models.get(model, {}))
                 for r in rows
             ]
         )
