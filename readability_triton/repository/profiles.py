@@ -145,9 +145,9 @@ def dynamic_batching(model: str, kind: str | None) -> dict:
     arrives after the instance has sent its answers but before it waits again wakes nobody:
     the batcher sleeps out its 500 ms default wait, unless another request arrives. Measured
     on Triton 2.51 (tests/test_queue_policy.py; docs/performance.md): a trivial model with a
-    queue timeout answered 8 to 14 of 1,500 sequential requests after ~500 ms; the portable
-    tiny set stalled 1 to 9 times in 10 s at 4 and 16 clients, and served 1.02 to 1.40 times
-    the texts/s without one. The same gate also starves a batcher whose payloads merge (a queue
+    queue timeout answered 8 and 10 of 1,100-2,500 sequential requests (4 s) after ~500 ms;
+    the portable tiny set stalled 1 to 9 times in 10 s at 4 and 16 clients, and served 1.02
+    to 1.40 times the texts/s without one. The same gate also starves a batcher whose payloads merge (a queue
     delay, as on a GPU instance) over minutes (server#8870, core#509).
 
     What a queue timeout bounded is bounded elsewhere: the first step sheds load from the
