@@ -11,6 +11,7 @@ import math
 import os
 import time
 import warnings
+from typing import Any
 
 import numpy as np
 import torch
@@ -87,7 +88,7 @@ def _new_model(base: str, seed: int, dropout: float | None, mean_target: float, 
     from transformers import AutoModelForSequenceClassification
 
     torch.manual_seed(seed)
-    extra = {}
+    extra: dict[str, Any] = {}  # keyword arguments of from_pretrained (typed per name since transformers 5)
     if dropout is not None:
         extra = {"hidden_dropout_prob": dropout, "attention_probs_dropout_prob": dropout, "classifier_dropout": dropout}
     with warnings.catch_warnings():
