@@ -24,7 +24,9 @@ Three things are measured side by side, in rotating rounds, one text per request
 - with `--steps`, where each step's time goes: Triton's statistics of every step of the
   ensemble, read around its rounds (queue and compute per request, requests per execution),
   beside the chain's steps read the same way (a bare hop: what a step costs that does
-  nothing).
+  nothing); and inside each step's `execute`, timed in its stub (`stub.phases`): the
+  admission gate, reading the requests, the runner and answering, beside a bare hop's whole
+  `execute`.
 
 The pipeline's own cost per text is (1/served rate − 1/in-process rate) at each client
 count; the chain's is 1/its rate (it does nothing else). Reported: texts/s, p50, the
@@ -36,6 +38,7 @@ served/in-process ratio, both costs and their ratio.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -53,21 +56,31 @@ from readability_triton.client.load import closed_loop, percentiles
 from readability_triton.client.readability import ThreadClients, text_input
 from readability_triton.repository import assemble as repository
 from readability_triton.server.tritonserver import TritonServer
+from readability_triton.stub.phases import PHASES, PHASES_ENV, phase_rows, read_phases
 from readability_triton.validation import checked_texts
 
 STEPS = 6
 _IDENTITY = """
 import triton_python_backend_utils as pb_utils
 
+from readability_triton.stub.phases import Phases
+
+
+def answer(requests):
+    return [
+        pb_utils.InferenceResponse([pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())])
+        for r in requests
+    ]
+
 
 class TritonPythonModel:
+    def initialize(self, args):
+        self.phases = Phases.from_environment(args["model_name"])  # with --steps: its execute, timed
+
     def execute(self, requests):
-        return [
-            pb_utils.InferenceResponse(
-                [pb_utils.Tensor("OUT", pb_utils.get_input_tensor_by_name(r, "IN").as_numpy())]
-            )
-            for r in requests
-        ]
+        if self.phases is None:
+            return answer(requests)
+        return self.phases.measure(len(requests), lambda mark: answer(requests))
 """
 _STEP_CONFIG = """name: "{name}"
 backend: "python"
@@ -255,6 +268,50 @@ def same_answers(url: str, models: list[str], texts: list[str]) -> None:
         pool.close()
 
 
+@contextlib.contextmanager
+def environment(name: str, value: str | None):
+    """`name` set to `value` in this process's environment (none: left as it is) for the
+    block: what a server started in it inherits."""
+    if value is None:
+        yield
+        return
+    before = os.environ.get(name)
+    os.environ[name] = value
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = before
+
+
+def phase_snapshot(folder: str, url: str, model: str, text: str) -> dict[str, dict]:
+    """The stubs' phase totals (`stub.phases`), all written: one more request once their
+    write interval has passed (each step writes before it answers)."""
+    import tritonclient.grpc as grpcclient
+
+    time.sleep(0.25)
+    client = grpcclient.InferenceServerClient(url)
+    try:
+        client.infer(model, [text_input(grpcclient, [text])])
+    finally:
+        client.close()
+    return read_phases(folder)
+
+
+def median_phases(samples: list[dict[str, dict]]) -> dict[str, dict[str, float]]:
+    """{step: medians over the rounds} of `phase_rows`' rows."""
+    steps = [step for step in samples[0]] if samples else []
+    return {
+        step: {
+            key: statistics.median(s[step][key] for s in samples if step in s)
+            for key in ("execute", *PHASES, "requests_per_execute")
+        }
+        for step in steps
+    }
+
+
 def served_row(url: str, model: str, texts: list[str], clients: int, seconds: float) -> dict:
     pool = ThreadClients(url, "grpc")
 
@@ -374,13 +431,22 @@ def main(argv=None) -> int:
             else None
         )
         servers = [s for s in (chain, served, baseline, bls, unbatched) if s is not None]
+        # with --steps, the chain's and the ensemble's stubs time their executes (stub.phases)
+        phase_dirs = {}
+        if args.steps:
+            phase_dirs = {name: os.path.join(tmp, f"phases-{name}") for name in ("chain", "ensemble")}
+            for folder in phase_dirs.values():
+                os.makedirs(folder)
         samples: dict = {}
         step_samples: dict = {}  # (name, clients): [breakdown of one round]
+        phase_samples: dict = {}  # (name, clients): [phase_rows of one round]
         hot: list[dict[str, float]] = []  # each round's runner_times
         chain_steps = tuple(f"step{i}" for i in range(STEPS))
         try:
             for each in servers:
-                each.start(timeout=300)
+                timed_in = phase_dirs.get("chain" if each is chain else "ensemble" if each is served else "")
+                with environment(PHASES_ENV, timed_in):
+                    each.start(timeout=300)
             if bls is not None:
                 same_answers(bls.grpc_url, [C.ENSEMBLE, "bls", "bls_dag"], texts[:20])
             for round_ in range(args.rounds):
@@ -401,12 +467,15 @@ def main(argv=None) -> int:
                         else:
                             watched = args.steps and name in ("chain", "ensemble")
                             if watched:
+                                phases_before = phase_snapshot(phase_dirs[name], server.grpc_url, model, texts[0])
                                 before = settled_statistics(server.grpc_url, "grpc")
                             row = served_row(server.grpc_url, model, texts, c, args.duration)
                             if watched:
                                 after = settled_statistics(server.grpc_url, "grpc")
                                 models = chain_steps if name == "chain" else GRAPH_STEPS
                                 step_samples.setdefault((name, c), []).append(breakdown(before, after, models))
+                                phases_after = phase_snapshot(phase_dirs[name], server.grpc_url, model, texts[0])
+                                phase_samples.setdefault((name, c), []).append(phase_rows(phases_before, phases_after))
                         samples.setdefault((name, c), []).append(row)
                         print(f"round {round_ + 1}, {c} client(s), {name}: {row}", file=sys.stderr, flush=True)
         finally:
@@ -507,6 +576,27 @@ def main(argv=None) -> int:
                     f"| {c} | {step} | {r['requests_per_execution']:.2f} | {r['queue_ms']:.2f} | "
                     f"{r['compute_ms']:.2f} | {r['compute_ms'] - hop:.2f} | {runner} |"
                 )
+        print("\ninside each step's execute (timed in its stub, ms per execute, medians of the rounds)\n")
+        print(
+            "| clients | step | requests per execute | execute | gate | read | runner | answer "
+            "| beyond a bare hop's execute |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
+        for c in clients:
+            bare_phases = median_phases(phase_samples[("chain", c)])
+            bare_execute = statistics.median(r["execute"] for r in bare_phases.values())
+            bare_batch = statistics.median(r["requests_per_execute"] for r in bare_phases.values())
+            rows = median_phases(phase_samples[("ensemble", c)])
+            report.setdefault("phases", []).append({"clients": c, "bare_hop_execute_ms": bare_execute, "steps": rows})
+            print(f"| {c} | a bare hop (chain) | {bare_batch:.2f} | {bare_execute:.3f} | | | | | |")
+            for step in GRAPH_STEPS:
+                if step in rows:
+                    r = rows[step]
+                    cells = " | ".join(f"{r[k]:.3f}" for k in ("execute", *PHASES))
+                    print(
+                        f"| {c} | {step} | {r['requests_per_execute']:.2f} | {cells} | "
+                        f"{r['execute'] - bare_execute:.3f} |"
+                    )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump(report, handle, indent=2)

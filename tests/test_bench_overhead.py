@@ -15,6 +15,7 @@ from readability_triton import contracts as C
 from readability_triton.artifacts.corpus import default_texts
 from readability_triton.client.readability import text_input, triton_client
 from readability_triton.repository.configs import read_config
+from readability_triton.stub.phases import PHASES, PHASES_ENV, phase_rows
 
 pytestmark = pytest.mark.integration
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -34,14 +35,18 @@ def _bench():
 def bls_server(tiny_artifacts, tmp_path_factory):
     root = tmp_path_factory.mktemp("bls")
     repo = assemble_portable(tiny_artifacts, str(root / "repository"))
-    bls = _bench().write_bls(repo, str(root / "bls"))
-    server = start_server(bls, str(root / "server.log"), str(root / "backends"))
-    yield bls, server
+    bench = _bench()
+    bls = bench.write_bls(repo, str(root / "bls"))
+    phases = root / "phases"
+    phases.mkdir()
+    with bench.environment(PHASES_ENV, str(phases)):  # as --steps serves the ensemble
+        server = start_server(bls, str(root / "server.log"), str(root / "backends"))
+    yield bls, server, str(phases)
     assert server.stop() == 0
 
 
 def test_the_orchestrators_are_wired_from_the_ensembles_steps(bls_server):
-    bls, _ = bls_server
+    bls, _, _ = bls_server
     source = open(os.path.join(bls, "bls_dag", "1", "model.py"), encoding="utf-8").read()
     # after the first step (featurize, which checks the text): the forest and preprocess at
     # once, BERT after preprocess, postprocess after both branches
@@ -63,12 +68,12 @@ def test_the_orchestrators_are_wired_from_the_ensembles_steps(bls_server):
 
 
 def test_the_orchestrators_answer_what_the_ensemble_answers(bls_server):
-    _, server = bls_server
+    _, server, _ = bls_server
     _bench().same_answers(server.grpc_url, [C.ENSEMBLE, "bls", "bls_dag"], default_texts()[0][:8])
 
 
 def test_the_orchestrators_refuse_a_wordless_text_as_the_first_step_does(bls_server):
-    _, server = bls_server
+    _, server, _ = bls_server
     module, client = triton_client(server.grpc_url, "grpc")
     messages = []
     for model in (C.ENSEMBLE, "bls", "bls_dag"):
@@ -76,6 +81,29 @@ def test_the_orchestrators_refuse_a_wordless_text_as_the_first_step_does(bls_ser
             client.infer(model, [text_input(module, [" ... "])])
         messages.append(str(refused.value))
     assert all("holds no words" in m for m in messages), messages
+
+
+def test_each_step_times_its_execute_in_its_stub(bls_server):
+    """--steps' second table: every step of the ensemble adds up where its execute time goes
+    (the admission gate, reading, the runner, answering), in the real stub, and writes it
+    before it answers, so that one more request flushes it."""
+    _, server, folder = bls_server
+    bench = _bench()
+    texts = default_texts()[0][:6]
+    before = bench.phase_snapshot(folder, server.grpc_url, C.ENSEMBLE, texts[0])
+    module, client = triton_client(server.grpc_url, "grpc")
+    for text in texts:
+        client.infer(C.ENSEMBLE, [text_input(module, [text])])
+    rows = phase_rows(before, bench.phase_snapshot(folder, server.grpc_url, C.ENSEMBLE, texts[0]))
+    assert set(C.step_models(parallel=False)) <= set(rows), rows
+    for step in C.step_models(parallel=False):
+        row = rows[step]
+        assert row["requests_per_execute"] >= 1.0
+        assert row["run"] > 0.0 and row["read"] > 0.0 and row["answer"] > 0.0, (step, row)
+        assert sum(row[name] for name in PHASES) == pytest.approx(row["execute"], rel=1e-6)
+    assert rows[C.FEATURIZE]["run"] > rows[C.POSTPROCESS]["run"], "the features cost more than a weighted mean"
+    medians = bench.median_phases([rows, rows])
+    assert medians[C.BERT]["execute"] == pytest.approx(rows[C.BERT]["execute"])
 
 
 def test_step_rows_are_medians_of_the_rounds_with_the_compute_phases_summed():

@@ -28,6 +28,7 @@ import numpy as np
 from .. import contracts, layout, threads, validation
 from ..device import Device
 from .admission import Admission
+from .phases import Phases
 from .requests import read_array_requests, read_text_requests
 from .responses import error_response, run_batch
 
@@ -179,6 +180,9 @@ class PythonModel:
         self._arrivals_file = (
             os.path.join(os.environ[ARRIVALS_ENV], f"{self.name}.json") if os.environ.get(ARRIVALS_ENV) else None
         )
+        #: Where execute's time goes, added up (`stub.phases`; only where the server's
+        #: environment names a folder for it).
+        self.phases = Phases.from_environment(self.name)
         #: The entrance's load shedding (parameter MAX_PENDING_REQUESTS; see triton.admission).
         pending = self.int_parameter(contracts.MAX_PENDING_REQUESTS, 0, minimum=0)
         queue_s = self.float_parameter(contracts.MAX_QUEUE_SECONDS, 0.0)
@@ -265,14 +269,25 @@ class PythonModel:
     def execute(self, requests, runner) -> list:
         """One response per request: `runner` once over the good requests' rows (or, while
         the pipeline is full, UNAVAILABLE for every request: see `triton.admission`)."""
+        if self.phases is None:
+            return self._execute(requests, runner, None)
+        return self.phases.measure(
+            len(requests), lambda mark: self._execute(requests, self.phases.runner(runner), mark)
+        )
+
+    def _execute(self, requests, runner, mark) -> list:
         pb = self.pb_utils
         busy = self.admission.busy() if self.admission is not None else None
+        if mark is not None:
+            mark("gate")
         if busy is not None:
             return [error_response(pb, (busy, "UNAVAILABLE")) for _ in requests]
         if self.text_input:
             batch = read_text_requests(
                 pb, requests, self.inputs[0][0], self.max_text_bytes, self.require_words and not self.words_from_output
             )
+            if mark is not None:
+                mark("read")
             return run_batch(
                 pb,
                 batch,
@@ -293,4 +308,6 @@ class PythonModel:
             arrivals=self.arrivals,
         )
         self._report_arrivals(first)
+        if mark is not None:
+            mark("read")
         return run_batch(pb, batch, lambda arrays: self._outputs(runner(*[arrays[n] for n in names])), logger=pb.Logger)
