@@ -27,12 +27,10 @@ NO_WORDS_AT = "text {row} of the request " + NO_WORDS
 def size_and_encoding(rows: Sequence[bytes], max_text_bytes: int, where: str = "") -> str | None:
     """What is wrong with the first text of `rows` over `max_text_bytes` bytes or not valid
     UTF-8 (`where` follows "text N" in the message: " of the request"), or None."""
-    sizes = np.fromiter(map(len, rows), dtype=np.int64, count=len(rows))
-    if sizes.size and int(sizes.max()) > max_text_bytes:
-        at = int(np.argmax(sizes > max_text_bytes))
+    if max(map(len, rows), default=0) > max_text_bytes:
+        at = next(i for i, row in enumerate(rows) if len(row) > max_text_bytes)
         return (
-            f"text {at}{where} has {int(sizes[at])} bytes, over the limit of {max_text_bytes} "
-            "(parameter MAX_TEXT_BYTES)"
+            f"text {at}{where} has {len(rows[at])} bytes, over the limit of {max_text_bytes} (parameter MAX_TEXT_BYTES)"
         )
     bad = first_invalid_utf8(rows)
     if bad is not None:

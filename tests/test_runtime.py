@@ -177,6 +177,23 @@ def test_read_array_requests_refuses_non_finite_rows_per_request():
     assert runtime_requests.read_array_requests(pb_utils, requests, ("A", "B"), np, dims).counts == [2, 2, 1, 1]
 
 
+def test_read_array_requests_of_one_request_checks_it_as_a_batch_would():
+    """One request alone (the usual case below saturation) is checked as in a batch, with
+    the check's one-pass answer first: a row with NaN or infinity still fails it alone."""
+    dims = {"A": (1,), "B": (1,)}
+    good = array_request(A=np.array([[1.0], [2.0]], np.float32), B=np.array([[3.0], [4.0]], np.float32))
+    batch = runtime_requests.read_array_requests(pb_utils, [good], ("A", "B"), np, dims, finite=True)
+    assert batch.counts == [2] and not batch.errors
+    assert batch.items["A"].ravel().tolist() == [1.0, 2.0] and batch.items["B"].ravel().tolist() == [3.0, 4.0]
+    bad = array_request(A=np.array([[1.0], [2.0]], np.float32), B=np.array([[3.0], [-np.inf]], np.float32))
+    batch = runtime_requests.read_array_requests(pb_utils, [bad], ("A", "B"), np, dims, finite=True)
+    assert batch.counts == [0] and "row 1 of the request holds NaN or infinity" in batch.errors[0][0]
+    assert batch.items["A"].shape == (0, 1)
+    missing = array_request(A=np.ones((1, 1), np.float32))
+    batch = runtime_requests.read_array_requests(pb_utils, [missing], ("A", "B"), np, dims, finite=True)
+    assert batch.errors[0][0] == "missing input B" and batch.items == {"A": None, "B": None}
+
+
 def test_run_batch_answers_a_failing_pass_of_an_array_model_with_internal():
     dims = {"A": (1,)}
     requests = [

@@ -45,6 +45,12 @@ class Batch:
         return self.items[start:stop]
 
 
+def input_tensors(request) -> dict[str, Any]:
+    """{name: tensor} of a request's inputs, from one `inputs()` call (`pb_utils`'
+    `get_input_tensor_by_name` lists them all again for every name it looks up)."""
+    return {tensor.name(): tensor for tensor in request.inputs()}
+
+
 def read_text_requests(
     pb_utils,
     requests,
@@ -62,7 +68,7 @@ def read_text_requests(
     batch = Batch(len(requests), counts=[0] * len(requests))
     accepted: list[tuple[int, list[bytes]]] = []
     for index, request in enumerate(requests):
-        tensor = pb_utils.get_input_tensor_by_name(request, name)
+        tensor = input_tensors(request).get(name)
         if tensor is None:
             batch.fail(index, f"missing input {name}")
             continue
@@ -94,9 +100,19 @@ def read_text_requests(
     return batch
 
 
-def input_array(tensor, xp):
-    """A numeric input tensor as an `xp` array, without `as_numpy()` on a GPU tensor."""
-    if tensor.is_cpu():
+def _all_finite(xp, arrays) -> bool:
+    """Whether every value of `arrays` is finite: one small copy to the host, also on a GPU
+    instance (the rows at fault are looked for only when not)."""
+    every = xp.isfinite(arrays[0]).all()
+    for array in arrays[1:]:
+        every = every & xp.isfinite(array).all()
+    return bool(every)
+
+
+def input_array(tensor, xp, on_cpu: bool | None = None):
+    """A numeric input tensor as an `xp` array, without `as_numpy()` on a GPU tensor
+    (`on_cpu`: what `tensor.is_cpu()` said, where the caller asked already)."""
+    if tensor.is_cpu() if on_cpu is None else on_cpu:
         array = tensor.as_numpy()
         return array if xp is np else xp.asarray(array)
     if xp is np:  # a GPU tensor reached a CPU instance: copy it down through CuPy
@@ -129,16 +145,18 @@ def read_array_requests(
     parts: dict[str, list] = {name: [] for name in names}
     order: list[int] = []
     for index, request in enumerate(requests):
+        tensors = input_tensors(request)
         arrays = {}
         for name in names:
-            tensor = pb_utils.get_input_tensor_by_name(request, name)
+            tensor = tensors.get(name)
             if tensor is None:
                 batch.fail(index, f"missing input {name}")
                 break
+            on_cpu = tensor.is_cpu()
             if arrivals is not None and name in arrivals:
-                arrivals[name]["cpu" if tensor.is_cpu() else "gpu"] += 1
-            array = input_array(tensor, xp)
-            if tuple(array.shape[1:]) != tuple(dims[name]) or array.ndim != 1 + len(dims[name]):
+                arrivals[name]["cpu" if on_cpu else "gpu"] += 1
+            array = input_array(tensor, xp, on_cpu)
+            if array.ndim != 1 + len(dims[name]) or tuple(array.shape[1:]) != tuple(dims[name]):
                 batch.fail(
                     index,
                     f"input {name} must have shape [batch, {', '.join(map(str, dims[name]))}], got {list(array.shape)}",
@@ -155,26 +173,25 @@ def read_array_requests(
             for name in names:
                 parts[name].append(arrays[name])
     joined: dict[str, Any] = {name: (xp.concatenate(parts[name]) if parts[name] else None) for name in names}
-    if finite and order:
+    if finite and order and not _all_finite(xp, [joined[name] for name in names]):
         rows = sum(batch.counts[i] for i in order)
         ok = xp.ones(rows, dtype=bool)
         for name in names:
             ok &= xp.isfinite(joined[name].reshape(rows, -1)).all(axis=1)
-        ok = host(ok)  # one small copy per execute, also on a GPU instance
-        if not ok.all():
-            start, keep = 0, np.ones(rows, dtype=bool)
-            for index in order:
-                stop = start + batch.counts[index]
-                bad = np.flatnonzero(~ok[start:stop])
-                if bad.size:
-                    keep[start:stop] = False
-                    batch.fail(
-                        index,
-                        f"row {int(bad[0])} of the request holds NaN or infinity in "
-                        f"{' or '.join(names)}; the scores must be finite",
-                    )
-                start = stop
-            index_array = xp.asarray(np.flatnonzero(keep))
-            joined = {name: array[index_array] for name, array in joined.items()}
+        ok = host(ok)
+        start, keep = 0, np.ones(rows, dtype=bool)
+        for index in order:
+            stop = start + batch.counts[index]
+            bad = np.flatnonzero(~ok[start:stop])
+            if bad.size:
+                keep[start:stop] = False
+                batch.fail(
+                    index,
+                    f"row {int(bad[0])} of the request holds NaN or infinity in "
+                    f"{' or '.join(names)}; the scores must be finite",
+                )
+            start = stop
+        index_array = xp.asarray(np.flatnonzero(keep))
+        joined = {name: array[index_array] for name, array in joined.items()}
     batch.items = joined
     return batch

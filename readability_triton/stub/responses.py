@@ -21,6 +21,8 @@ _HOST_DEVICES = (1, 3)
 
 def output_tensor(pb_utils, name: str, array):
     """A `pb_utils.Tensor`: host arrays by value, device arrays through DLPack."""
+    if type(array) is np.ndarray:  # the CPU instances' case, without the DLPack questions
+        return pb_utils.Tensor(name, array if array.flags.c_contiguous else np.ascontiguousarray(array))
     device = getattr(array, "__dlpack_device__", None)
     if device is None or int(device()[0]) in _HOST_DEVICES:
         return pb_utils.Tensor(name, np.ascontiguousarray(array))
