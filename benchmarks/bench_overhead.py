@@ -26,7 +26,9 @@ Three things are measured side by side, in rotating rounds, one text per request
   beside the chain's steps read the same way (a bare hop: what a step costs that does
   nothing); and inside each step's `execute`, timed in its stub (`stub.phases`): the
   admission gate, reading the requests, the runner and answering, beside a bare hop's whole
-  `execute`.
+  `execute` and Triton's compute outside it (the timing costs each execute a few
+  microseconds, in the chain's steps as in the ensemble's; the other tables of a `--steps`
+  run include it).
 
 The pipeline's own cost per text is (1/served rate − 1/in-process rate) at each client
 count; the chain's is 1/its rate (it does nothing else). Reported: texts/s, p50, the
