@@ -26,9 +26,9 @@ Three things are measured side by side, in rotating rounds, one text per request
   beside the chain's steps read the same way (a bare hop: what a step costs that does
   nothing); and inside each step's `execute`, timed in its stub (`stub.phases`): the
   admission gate, reading the requests, the runner and answering, beside a bare hop's whole
-  `execute` and Triton's compute outside it (the timing costs each execute a few
-  microseconds, in the chain's steps as in the ensemble's; the other tables of a `--steps`
-  run include it).
+  `execute` and Triton's compute outside it, per execution (the timing costs each execute
+  a few microseconds, and writing the totals a fraction of a millisecond every 0.2 s, in the
+  chain's steps as in the ensemble's; the other tables of a `--steps` run include both).
 
 The pipeline's own cost per text is (1/served rate − 1/in-process rate) at each client
 count; the chain's is 1/its rate (it does nothing else). Reported: texts/s, p50, the
@@ -58,7 +58,7 @@ from readability_triton.client.load import closed_loop, percentiles
 from readability_triton.client.readability import ThreadClients, text_input
 from readability_triton.repository import assemble as repository
 from readability_triton.server.tritonserver import TritonServer
-from readability_triton.stub.phases import PHASES, PHASES_ENV, phase_rows, read_phases
+from readability_triton.stub.phases import PHASES, PHASES_ENV, WRITE_EVERY_S, phase_rows, read_phases
 from readability_triton.validation import checked_texts
 
 STEPS = 6
@@ -77,7 +77,8 @@ def answer(requests):
 
 class TritonPythonModel:
     def initialize(self, args):
-        self.phases = Phases.from_environment(args["model_name"])  # with --steps: its execute, timed
+        # with --steps: its execute, timed as the project's steps time theirs
+        self.phases = Phases.from_environment(args["model_name"], args.get("model_instance_name", ""))
 
     def execute(self, requests):
         if self.phases is None:
@@ -293,7 +294,7 @@ def phase_snapshot(folder: str, url: str, model: str, text: str) -> dict[str, di
     write interval has passed (each step writes before it answers)."""
     import tritonclient.grpc as grpcclient
 
-    time.sleep(0.25)
+    time.sleep(WRITE_EVERY_S + 0.05)
     client = grpcclient.InferenceServerClient(url)
     try:
         client.infer(model, [text_input(grpcclient, [text])])
@@ -308,7 +309,7 @@ def median_phases(samples: list[dict[str, dict]]) -> dict[str, dict[str, float]]
     return {
         step: {
             key: statistics.median(s[step][key] for s in samples if step in s)
-            for key in ("execute", *PHASES, "requests_per_execute")
+            for key in ("execute", *PHASES, "write", "requests_per_execute")
         }
         for step in steps
     }
@@ -351,6 +352,7 @@ def step_rows(samples: list[dict[str, dict]]) -> dict[str, dict[str, float]]:
         out[step] = {
             "queue_ms": statistics.median(r["queue_ms_per_request"] or 0.0 for r in rows),
             "compute_ms": statistics.median(compute_ms(r) for r in rows),
+            "compute_ms_per_execution": statistics.median(compute_ms(r, "execution") for r in rows),
             "requests_per_execution": statistics.median(r["requests"] / max(r["executions"], 1) for r in rows),
         }
     return out
@@ -472,11 +474,11 @@ def main(argv=None) -> int:
                                 phases_before = phase_snapshot(phase_dirs[name], server.grpc_url, model, texts[0])
                                 before = settled_statistics(server.grpc_url, "grpc")
                             row = served_row(server.grpc_url, model, texts, c, args.duration)
-                            if watched:
+                            if watched:  # both sides count both flush requests (phase_snapshot)
+                                phases_after = phase_snapshot(phase_dirs[name], server.grpc_url, model, texts[0])
                                 after = settled_statistics(server.grpc_url, "grpc")
                                 models = chain_steps if name == "chain" else GRAPH_STEPS
                                 step_samples.setdefault((name, c), []).append(breakdown(before, after, models))
-                                phases_after = phase_snapshot(phase_dirs[name], server.grpc_url, model, texts[0])
                                 phase_samples.setdefault((name, c), []).append(phase_rows(phases_before, phases_after))
                         samples.setdefault((name, c), []).append(row)
                         print(f"round {round_ + 1}, {c} client(s), {name}: {row}", file=sys.stderr, flush=True)
@@ -578,7 +580,10 @@ def main(argv=None) -> int:
                     f"| {c} | {step} | {r['requests_per_execution']:.2f} | {r['queue_ms']:.2f} | "
                     f"{r['compute_ms']:.2f} | {r['compute_ms'] - hop:.2f} | {runner} |"
                 )
-        print("\ninside each step's execute (timed in its stub, ms per execute, medians of the rounds)\n")
+        print(
+            "\ninside each step's execute (timed in its stub, ms per execute, medians of the rounds: "
+            "each column its own median, so a row's phases need not add up to its execute)\n"
+        )
         print(
             "| clients | step | requests per execute | execute | gate | read | runner | answer "
             "| beyond a bare hop's execute | Triton's compute outside execute |"
@@ -588,25 +593,29 @@ def main(argv=None) -> int:
             bare_phases = median_phases(phase_samples[("chain", c)])
             bare_execute = statistics.median(r["execute"] for r in bare_phases.values())
             bare_batch = statistics.median(r["requests_per_execute"] for r in bare_phases.values())
-            # Triton's compute of a step is its execute plus the python backend's hand-over
-            # (the inputs into the stub's shared memory, the outputs back out)
-            bare_compute = statistics.median(r["compute_ms"] for r in step_rows(step_samples[("chain", c)]).values())
+            # Triton's compute of an execution is the stub's execute, the phase totals'
+            # writing, and the python backend's hand-over (the inputs into the stub's shared
+            # memory, the outputs back out)
+            bare_outside = statistics.median(
+                r["compute_ms_per_execution"] - bare_phases[step]["execute"] - bare_phases[step]["write"]
+                for step, r in step_rows(step_samples[("chain", c)]).items()
+                if step in bare_phases
+            )
             computes = step_rows(step_samples[("ensemble", c)])
             rows = median_phases(phase_samples[("ensemble", c)])
             for step, r in rows.items():
                 if step in computes:
-                    r["outside_execute"] = computes[step]["compute_ms"] - r["execute"]
+                    r["outside_execute"] = computes[step]["compute_ms_per_execution"] - r["execute"] - r["write"]
             report.setdefault("phases", []).append(
                 {
                     "clients": c,
                     "bare_hop_execute_ms": bare_execute,
-                    "bare_hop_outside_execute_ms": bare_compute - bare_execute,
+                    "bare_hop_outside_execute_ms": bare_outside,
                     "steps": rows,
                 }
             )
             print(
-                f"| {c} | a bare hop (chain) | {bare_batch:.2f} | {bare_execute:.3f} | | | | | | "
-                f"{bare_compute - bare_execute:.3f} |"
+                f"| {c} | a bare hop (chain) | {bare_batch:.2f} | {bare_execute:.3f} | | | | | | {bare_outside:.3f} |"
             )
             for step in GRAPH_STEPS:
                 if step in rows:

@@ -260,6 +260,7 @@ def test_breakdown_is_the_difference_of_two_snapshots():
     assert got["compute_input_ms_per_execution"] is None  # no batch_stats for it
     assert bench.compute_ms(got) == pytest.approx(3.0)  # input + infer + output, 1 ms each
     assert bench.compute_ms({"compute_infer_ms_per_request": 2.5, "compute_input_ms_per_request": None}) == 2.5
+    assert bench.compute_ms(got, "execution") == pytest.approx(7.0 / 4)  # only infer has batch_stats
     assert set(bench.breakdown({}, {})) == set()
     assert np.isclose(bench.breakdown({}, snapshot(4, 4, 2_000_000))[C.PREPROCESS]["queue_ms_per_request"], 2.0)
 

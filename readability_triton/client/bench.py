@@ -147,10 +147,11 @@ def breakdown(before: dict[str, dict], after: dict[str, dict], models=STEPS) -> 
     return out
 
 
-def compute_ms(row: dict) -> float:
-    """A `breakdown` row's compute per request in ms: input + infer + output (a phase
-    Triton did not report counts 0)."""
-    return sum(row.get(f"{key}_ms_per_request") or 0.0 for key in _DURATIONS[1:])
+def compute_ms(row: dict, per: str = "request") -> float:
+    """A `breakdown` row's compute in ms, per request (a request in a batch is charged the
+    batch's time) or per `execution`: input + infer + output (a phase Triton did not report
+    counts 0)."""
+    return sum(row.get(f"{key}_ms_per_{per}") or 0.0 for key in _DURATIONS[1:])
 
 
 def _work(url: str, protocol: str, texts, per_request: int):

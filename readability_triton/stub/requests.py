@@ -48,7 +48,10 @@ class Batch:
 def input_tensors(request) -> dict[str, Any]:
     """{name: tensor} of a request's inputs, from one `inputs()` call (`pb_utils`'
     `get_input_tensor_by_name` lists them all again for every name it looks up)."""
-    return {tensor.name(): tensor for tensor in request.inputs()}
+    tensors: dict[str, Any] = {}
+    for tensor in request.inputs():
+        tensors.setdefault(tensor.name(), tensor)  # the first of a name, as pb_utils finds it
+    return tensors
 
 
 def read_text_requests(
@@ -112,7 +115,9 @@ def _all_finite(xp, arrays) -> bool:
 def input_array(tensor, xp, on_cpu: bool | None = None):
     """A numeric input tensor as an `xp` array, without `as_numpy()` on a GPU tensor
     (`on_cpu`: what `tensor.is_cpu()` said, where the caller asked already)."""
-    if tensor.is_cpu() if on_cpu is None else on_cpu:
+    if on_cpu is None:
+        on_cpu = tensor.is_cpu()
+    if on_cpu:
         array = tensor.as_numpy()
         return array if xp is np else xp.asarray(array)
     if xp is np:  # a GPU tensor reached a CPU instance: copy it down through CuPy

@@ -182,7 +182,7 @@ class PythonModel:
         )
         #: Where execute's time goes, added up (`stub.phases`; only where the server's
         #: environment names a folder for it).
-        self.phases = Phases.from_environment(self.name)
+        self.phases = Phases.from_environment(self.name, str(args.get("model_instance_name") or ""))
         #: The entrance's load shedding (parameter MAX_PENDING_REQUESTS; see triton.admission).
         pending = self.int_parameter(contracts.MAX_PENDING_REQUESTS, 0, minimum=0)
         queue_s = self.float_parameter(contracts.MAX_QUEUE_SECONDS, 0.0)
