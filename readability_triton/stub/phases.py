@@ -57,7 +57,7 @@ class Phases:
 
     @classmethod
     def from_environment(cls, model: str, instance: str = "") -> "Phases | None":
-        """On where the environment names a folder (`PHASES_ENV`), else None. `instance`:
+        """The clock, where the environment names a folder (`PHASES_ENV`); else None. `instance`:
         Triton's name for this instance (`model_instance_name`), one file each."""
         folder = os.environ.get(PHASES_ENV)
         return cls(folder, model, instance) if folder else None
