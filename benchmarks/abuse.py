@@ -113,7 +113,14 @@ def key_leaks(key: str, folder: str) -> list[str]:
     return found
 
 
-def texts_for_flood(count: int = 256) -> list[str]:
+#: Texts per `score` job of the flood. With 256, on a slow host the 16 jobs spent most of
+#: their time starting up and offered ~420 texts/s to a pipeline serving 680: the door never
+#: filled (CI, 2026-12-03). With 1,024 each job's requests outlast its start-up, so that
+#: 16 jobs x 2 requests of 64 texts in flight always exceed the stated wait.
+FLOOD_TEXTS_PER_JOB = 1024
+
+
+def texts_for_flood(count: int = FLOOD_TEXTS_PER_JOB) -> list[str]:
     from readability_triton.artifacts.corpus import default_texts
 
     texts, _ = default_texts()
@@ -137,7 +144,7 @@ def run(
                 elif name == "disconnects":
                     report = abuse.disconnects(target, durations[name])
                 elif name == "flood":
-                    report = abuse.flood(target, texts_for_flood(256), seconds=durations[name])
+                    report = abuse.flood(target, texts_for_flood(), seconds=durations[name])
                 elif name == "huge":
                     report = abuse.huge(target, count=1 if short else 4)
                 elif name == "kill_stub":
