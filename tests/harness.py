@@ -43,6 +43,20 @@ def config_json(path: str) -> str:
     return json.dumps(json_format.MessageToDict(message, preserving_proto_field_name=True))
 
 
+def initialize_args(model_dir: str, kind: str = "CPU", device_id: int = 0, version: str = "1") -> dict:
+    """The `args` Triton passes to `initialize` for the model in `model_dir`."""
+    name = os.path.basename(os.path.normpath(model_dir))
+    return {
+        "model_config": config_json(os.path.join(model_dir, "config.pbtxt")),
+        "model_instance_kind": kind,
+        "model_instance_name": f"{name}_0",
+        "model_instance_device_id": str(device_id),
+        "model_repository": os.path.abspath(model_dir),
+        "model_version": version,
+        "model_name": name,
+    }
+
+
 def load_model(model_dir: str, kind: str = "CPU", device_id: int = 0, version: str = "1"):
     """Import and initialize the Python model in `model_dir` (a folder of a repository)."""
     name = os.path.basename(os.path.normpath(model_dir))
@@ -51,17 +65,7 @@ def load_model(model_dir: str, kind: str = "CPU", device_id: int = 0, version: s
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     model = module.TritonPythonModel()
-    model.initialize(
-        {
-            "model_config": config_json(os.path.join(model_dir, "config.pbtxt")),
-            "model_instance_kind": kind,
-            "model_instance_name": f"{name}_0",
-            "model_instance_device_id": str(device_id),
-            "model_repository": os.path.abspath(model_dir),
-            "model_version": version,
-            "model_name": name,
-        }
-    )
+    model.initialize(initialize_args(model_dir, kind, device_id, version))
     return model
 
 

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 import triton_python_backend_utils as pb_utils
-from harness import array_request, config_json, make_model_dir
+from harness import array_request, initialize_args, make_model_dir
 
 from readability_triton.stub import phases as P
 from readability_triton.stub import runtime
@@ -145,15 +145,7 @@ def test_the_instances_of_a_model_write_apart_and_are_added_up(tmp_path):
 
 
 def _postprocess(tmp_path):
-    model_dir = make_model_dir(str(tmp_path), "postprocess", profile="cpu")
-    return {
-        "model_config": config_json(f"{model_dir}/config.pbtxt"),
-        "model_instance_kind": "CPU",
-        "model_instance_device_id": "0",
-        "model_repository": model_dir,
-        "model_version": "1",
-        "model_name": "postprocess",
-    }
+    return initialize_args(make_model_dir(str(tmp_path), "postprocess", profile="cpu"))
 
 
 def _blend(bert, forest, words):

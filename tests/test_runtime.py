@@ -306,17 +306,9 @@ def test_device_outputs_leave_through_dlpack_and_host_ones_by_value():
 
 
 def test_python_model_reads_its_config_and_checks_the_runner_against_it(tmp_path):
-    from harness import config_json, make_model_dir
+    from harness import initialize_args, make_model_dir
 
-    model_dir = make_model_dir(str(tmp_path), "postprocess", profile="cpu")
-    args = {
-        "model_config": config_json(f"{model_dir}/config.pbtxt"),
-        "model_instance_kind": "CPU",
-        "model_instance_device_id": "0",
-        "model_repository": model_dir,
-        "model_version": "1",
-        "model_name": "postprocess",
-    }
+    args = initialize_args(make_model_dir(str(tmp_path), "postprocess", profile="cpu"))
     model = runtime.PythonModel(pb_utils, args, finite=True)
     assert [name for name, _, _ in model.inputs] == ["BERT_OUTPUT", "FOREST_OUTPUT", "WORDS"]
     assert model.output_names == ["SCORE", "BERT_SCORE", "FOREST_SCORE", "SCORE_LOW", "SCORE_HIGH"]
