@@ -300,7 +300,8 @@ def test_no_private_name_crosses_a_module():
     assert not offenders, offenders
 
 
-#: Optional third-party packages too heavy (or absent) to import before they are needed.
+#: Third-party packages too heavy (or absent) to import before they are needed: optional
+#: ones, and NumPy (0.1-0.15 s), which a probe (`health --serve`) never needs.
 HEAVY = {
     "torch",
     "cupy",
@@ -316,6 +317,7 @@ HEAVY = {
     "tritonclient",
     "pandas",
     "triton_python_backend_utils",
+    "numpy",
 }
 
 
@@ -470,3 +472,21 @@ def test_a_command_imports_only_the_module_that_registers_it():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]", out.stdout
+
+
+def test_the_health_probe_imports_only_the_standard_librarys_http_client():
+    """`health --serve` is Docker's HEALTHCHECK (every second in the image's tests, on a
+    saturated host): it asks serve's health port and imports no NumPy, no client library,
+    nothing of the server's management or the front door."""
+    code = (
+        "import sys\n"
+        "from readability_triton.cli.app import main\n"
+        "code = main(['health', '--serve', '127.0.0.1:1', '--timeout', '1'])\n"
+        "print(code, sorted(m for m in sys.modules if m.split('.')[0] in\n"
+        "      ('numpy', 'aiohttp', 'grpc', 'tritonclient', 'requests', 'tqdm')\n"
+        "      or m.startswith(('readability_triton.server', 'readability_triton.frontdoor',\n"
+        "                       'readability_triton.client'))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert out.stdout.strip() == "1 []", out.stdout + out.stderr
+    assert "127.0.0.1:1/readyz" in out.stderr, out.stderr

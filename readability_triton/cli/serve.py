@@ -1,9 +1,8 @@
-"""CLI: `assemble`, `serve` and `health`."""
+"""CLI: `assemble` and `serve`."""
 
 from __future__ import annotations
 
 import os
-import sys
 
 from .. import contracts
 from ..errors import CommandError, ServerError
@@ -11,12 +10,9 @@ from ..frontdoor.door import DEFAULT_MAX_REQUEST_BYTES
 from ..intervals import DEFAULT_LEVEL, for_blend
 from ..repository import releases
 from ..repository.assemble import assemble, pick_bert_format
-from ..repository.canary import Canary
 from ..repository.profiles import DEFAULT_TENSORRT_CACHE, PROFILES
 from ..scoring import blend_weights
-from ..server.health import check
 from ..server.serve import ServeOptions, Service
-from .common import connection_arguments, server_url
 
 
 def register(subparsers) -> None:
@@ -191,34 +187,6 @@ def register(subparsers) -> None:
     )
     p.set_defaults(func=cmd_serve)
 
-    p = subparsers.add_parser(
-        "health",
-        help="check a running ensemble (a canary inference) or a running serve's health endpoint",
-        description="Without --serve: send the canary text through the 'readability' ensemble at --url and "
-        "check the answer (finite; with --repository, equal to what assemble recorded). With "
-        "--serve HOST:PORT: ask a running `readability-triton serve` for its liveness or "
-        "readiness (GET /livez or /readyz). Exit status 0 (healthy) or 1 (not), with one line "
-        "that says why: usable as a Docker HEALTHCHECK or a Kubernetes exec probe.",
-    )
-    connection_arguments(p)
-    p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for the answer (default 10)")
-    p.add_argument(
-        "--repository",
-        default=None,
-        metavar="REPO",
-        help="judge the canary's answer against the one recorded in this assembled repository",
-    )
-    p.add_argument(
-        "--serve", default=None, metavar="HOST:PORT", help="ask serve's health endpoint instead (its --health-port)"
-    )
-    p.add_argument(
-        "--check",
-        choices=("live", "ready"),
-        default="ready",
-        help="with --serve: liveness or readiness (default ready)",
-    )
-    p.set_defaults(func=cmd_health)
-
 
 # ------------------------------------------------------------------------- assemble
 
@@ -294,33 +262,6 @@ def cmd_serve(args) -> int:
         return Service(options).run()
     except (ServerError, ValueError) as err:
         raise CommandError(str(err)) from None
-
-
-def cmd_health(args) -> int:
-    if args.serve:
-        import urllib.error
-        import urllib.request
-
-        url = f"http://{args.serve}/{args.check}z"
-        try:
-            with urllib.request.urlopen(url, timeout=args.timeout) as reply:
-                print(reply.read().decode("utf-8", "replace").strip())
-                return 0
-        except urllib.error.HTTPError as err:
-            print(err.read().decode("utf-8", "replace").strip(), file=sys.stderr)
-        except (urllib.error.URLError, OSError) as err:
-            print(f"{url}: {err}", file=sys.stderr)
-        return 1
-
-    canary = Canary.load(args.repository) if args.repository else None
-    if args.repository and canary is None:
-        raise CommandError(f"{args.repository}: no recorded canary (readability/1/canary.json); assemble it again")
-    health = check(server_url(args), args.protocol, args.timeout, canary)
-    if health.ok:
-        print(f"healthy: {health.message}")
-        return 0
-    print(f"unhealthy ({health.kind}): {health.message}", file=sys.stderr)
-    return 1
 
 
 # ---------------------------------------------------------------------------- score

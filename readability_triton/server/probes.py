@@ -68,15 +68,16 @@ def prometheus_text(front: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def health_endpoint(port: int, status: Callable[[], dict], address: str = "127.0.0.1") -> ThreadingHTTPServer:
-    """Serve the probes on `port` from a thread; `status()` is `Service.status()` (the
-    supervisor's status with the front door's snapshot under "front"). Stop it with
-    `.shutdown()`."""
+def health_endpoint(port: int, status: Callable[[bool], dict], address: str = "127.0.0.1") -> ThreadingHTTPServer:
+    """Serve the probes on `port` from a thread; `status(front)` is `Service.status` (the
+    supervisor's status, with the front door's snapshot under "front" where `front`: only
+    /healthz and /metrics ask for it, so that a front door kept busy by a flood of
+    connections never delays a liveness or readiness probe). Stop it with `.shutdown()`."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self):
             path = self.path.rstrip("/")
-            now = status()
+            now = status(path in ("/healthz", "/metrics"))
             content = "text/plain; charset=utf-8"
             if path == "/livez":
                 ok, body = now["live"], ("live" if now["live"] else f"not live: {now['problem']}")

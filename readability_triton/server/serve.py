@@ -125,12 +125,14 @@ class Service:
         self.supervisor: Supervisor | None = None
         self.stopping: list[int] = []
 
-    def status(self) -> dict[str, Any]:
-        """The supervisor's status, the front door's snapshot under "front"; not ready
-        while stopping."""
+    def status(self, front: bool = True) -> dict[str, Any]:
+        """The supervisor's status, with `front` the front door's snapshot under "front";
+        not ready while stopping. The snapshot is taken in the front door's loop, which a
+        flood of connections keeps busy: /livez and /readyz answer without it."""
         assert self.supervisor is not None
         now = self.supervisor.status()
-        now["front"] = self.door.status() if self.door is not None else {}
+        if front:
+            now["front"] = self.door.status() if self.door is not None else {}
         if self.stopping:
             now.update(ready=False, phase="stopping")
         return now
