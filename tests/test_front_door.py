@@ -280,6 +280,35 @@ def test_the_health_port_shows_the_front_doors_counts(served):
     assert "readability_front_accepted_total " in text and 'readability_front_refused_total{reason="busy"}' in text
 
 
+def test_requests_whose_client_sent_and_closed_at_once_are_not_computed(served):
+    """40 connections that each send a whole request and close at once (one at a time, an
+    idle server): the front door sees each close before it sends the request on, so none is
+    computed for nobody; a client that stays is answered as before."""
+    from readability_triton.client.abuse import _connect
+    from readability_triton.client.honest import infer_body
+
+    target, _ = served
+    before = target.status()["front"]
+    body = infer_body(TEXTS)
+    host, port = target.http.rsplit(":", 1)
+    request = (
+        f"POST /v2/models/{C.ENSEMBLE}/infer HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+    for _ in range(40):
+        with _connect(host, int(port), "127.0.0.4") as sock:
+            sock.sendall(request)
+        time.sleep(0.05)
+    time.sleep(1.0)
+    after = target.status()["front"]
+    dropped = after["dropped_before_compute"] - before["dropped_before_compute"]
+    computed = after["abandoned_after_send"] - before["abandoned_after_send"]
+    print(f"send-and-close: {dropped} dropped before compute, {computed} computed for nobody")
+    assert dropped >= 36 and computed <= 4, (dropped, computed)
+    assert after["requests_inside"] == 0 and after["texts_inside"] == 0
+    assert score_texts(_front(target), "http", TEXTS)[C.SCORE].shape[0] == len(TEXTS)
+
+
 def test_serve_warms_the_pipeline_and_starts_from_its_measured_rate(served, direct):
     target, folder = served
     log = (folder / "serve.log").read_text()

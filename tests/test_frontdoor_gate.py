@@ -394,10 +394,17 @@ def test_http_texts_and_work_from_json_and_from_the_binary_tensor():
 DEAD = "Stub process 'bert_0_0' is not healthy."
 
 
-def _door_run(answers: list, max_wait: float = 10.0, patience: float | None = None, leave_after: float | None = None):
+def _door_run(
+    answers: list,
+    max_wait: float = 10.0,
+    patience: float | None = None,
+    leave_after: float | None = None,
+    gone_before: bool = False,
+):
     """Door.run for one request whose forward() answers `answers` in turn (a string with a
     shed sign is the entrance's refusal, DEAD a dead stub's answer, which a supervisor
-    repairs at once); with `leave_after`, its client leaves after that many seconds.
+    repairs at once); with `leave_after`, its client leaves after that many seconds; with
+    `gone_before`, it had left before the send (the answer is then the exception raised).
     (the final answer or None, how many sends, the snapshot, repairs, quickest())."""
     import asyncio
 
@@ -419,10 +426,22 @@ def _door_run(answers: list, max_wait: float = 10.0, patience: float | None = No
             return answers[min(len(sends), len(answers)) - 1]
 
         call = asyncio.ensure_future(
-            door.run(ticket, forward, ok=lambda a: a == "ok", dead_stub=lambda a: a == DEAD, uncomputed=is_shed)
+            door.run(
+                ticket,
+                forward,
+                ok=lambda a: a == "ok",
+                dead_stub=lambda a: a == DEAD,
+                uncomputed=is_shed,
+                client_gone=lambda: gone_before,
+            )
         )
         answer = None
-        if leave_after is not None:
+        if gone_before:
+            try:
+                await call
+            except D.ClientLeft as err:
+                answer = err
+        elif leave_after is not None:
             await asyncio.sleep(leave_after)
             call.cancel()
             await asyncio.sleep(0.3)  # what the door does after the client left
@@ -468,6 +487,17 @@ def test_a_client_that_leaves_during_a_pause_is_not_sent_again():
     answer, sends, snap, _, _ = _door_run([SHED], leave_after=0.02)
     assert sends == 1 and snap["resent"] == 1
     assert snap["abandoned_after_send"] == 1 and snap["requests_inside"] == 0
+
+
+def test_a_client_gone_before_the_send_is_never_computed():
+    """A client that sent its request and closed at once: its close is seen by the time the
+    send starts, and the request is dropped uncomputed (Door.run raises ClientLeft)."""
+    from readability_triton.frontdoor.door import ClientLeft
+
+    answer, sends, snap, _, _ = _door_run(["ok"], gone_before=True)
+    assert isinstance(answer, ClientLeft) and sends == 0
+    assert snap["dropped_before_compute"] == 1 and snap["abandoned_after_send"] == 0
+    assert snap["answered"] == 0 and snap["requests_inside"] == 0 and snap["texts_inside"] == 0
 
 
 def test_a_resend_that_meets_a_dead_stub_waits_for_the_repair_and_goes_once_more():

@@ -48,6 +48,10 @@ RESEND_PAUSE = 0.05
 RESEND_PAUSE_LIMIT = 0.5
 
 
+class ClientLeft(Exception):
+    """`Door.run`: the client had left before its request was sent on (never computed)."""
+
+
 class FrontDrain(TypedDict):
     """What `Door.drain` saw: whether every accepted request was answered in time."""
 
@@ -145,9 +149,14 @@ class Door:
         ok: Callable[[Any], bool] = lambda answer: True,
         dead_stub: Callable[[Any], bool] = lambda answer: False,
         uncomputed: Callable[[Any], bool] = lambda answer: False,
+        client_gone: Callable[[], bool] = lambda: False,
     ) -> Any:
         """`forward()` sent on for `ticket`, awaited to its end even if the client leaves
-        (the caller is then cancelled and the answer dropped). `forward` must not touch the
+        (the caller is then cancelled and the answer dropped); `client_gone()` says whether
+        the client has left already, asked once more just before the send: a client that
+        sent its request and closed at once is then seen by now (its close was read in the
+        loop's turn that accepted the request), and `ClientLeft` is raised instead of
+        computing an answer nobody reads. `forward` must not touch the
         client's connection (it may be gone): it returns the answer, `ok(answer)` says
         whether it is a success (the gate's rate counts successes only),
         `dead_stub(answer)` whether it met a stub that had died (sent once more after the
@@ -160,6 +169,10 @@ class Door:
         until = min(ticket.deadline, ticket.arrived + self.gate.max_wait)
 
         async def send():
+            if client_gone():
+                self.gate.release(ticket)  # never sent: it counts as dropped before compute
+                self._pump()
+                raise ClientLeft("the client left before its request was sent on")
             answer = None
             repaired = False
             pause = RESEND_PAUSE

@@ -21,13 +21,19 @@ from typing import Any, Awaitable, Callable
 import grpc
 import grpc.aio
 
-from .door import Door
+from .door import ClientLeft, Door
 from .gate import Refusal
 from .wire import DEAD_STUB_SIGN, grpc_work, is_no_connection, is_shed
 
 SERVICE = "/inference.GRPCInferenceService/"
 INFER = SERVICE + "ModelInfer"
 STREAM = SERVICE + "ModelStreamInfer"
+
+
+def _gone(context) -> bool:
+    """Whether the call ended (cancelled by its client, or past its deadline)."""
+    remaining = context.time_remaining()
+    return context.cancelled() or (remaining is not None and remaining <= 0)
 
 
 def _peer_address(peer: str) -> str:
@@ -89,20 +95,25 @@ async def open_grpc(door: Door) -> Callable[[], Awaitable[None]]:
             await context.abort(code, outcome.reason)
             raise AssertionError("abort raises")  # pragma: no cover
         metadata = _passed_on(context.invocation_metadata())
-        reply = await door.run(
-            outcome,
-            lambda: forward(INFER, request, metadata),
-            ok=lambda r: not isinstance(r, grpc.aio.AioRpcError),
-            dead_stub=lambda r: isinstance(r, grpc.aio.AioRpcError) and DEAD_STUB_SIGN in (r.details() or ""),
-            uncomputed=lambda r: (
-                isinstance(r, grpc.aio.AioRpcError)
-                and (
-                    is_shed(r.details() or "")
-                    or r.code() == grpc.StatusCode.UNAVAILABLE
-                    and is_no_connection(r.details() or "")
-                )
-            ),
-        )
+        try:
+            reply = await door.run(
+                outcome,
+                lambda: forward(INFER, request, metadata),
+                ok=lambda r: not isinstance(r, grpc.aio.AioRpcError),
+                dead_stub=lambda r: isinstance(r, grpc.aio.AioRpcError) and DEAD_STUB_SIGN in (r.details() or ""),
+                uncomputed=lambda r: (
+                    isinstance(r, grpc.aio.AioRpcError)
+                    and (
+                        is_shed(r.details() or "")
+                        or r.code() == grpc.StatusCode.UNAVAILABLE
+                        and is_no_connection(r.details() or "")
+                    )
+                ),
+                client_gone=lambda: _gone(context),
+            )
+        except ClientLeft:
+            await context.abort(grpc.StatusCode.CANCELLED, "the call ended before its request was sent on")
+            raise AssertionError("abort raises") from None  # pragma: no cover
         return await answer(reply, context)
 
     async def refuse_stream(requests, context):
