@@ -400,6 +400,7 @@ def _door_run(
     patience: float | None = None,
     leave_after: float | None = None,
     gone_before: bool = False,
+    gone_check=None,
 ):
     """Door.run for one request whose forward() answers `answers` in turn (a string with a
     shed sign is the entrance's refusal, DEAD a dead stub's answer, which a supervisor
@@ -432,7 +433,7 @@ def _door_run(
                 ok=lambda a: a == "ok",
                 dead_stub=lambda a: a == DEAD,
                 uncomputed=is_shed,
-                client_gone=lambda: gone_before,
+                client_gone=gone_check or (lambda: gone_before),
             )
         )
         answer = None
@@ -498,6 +499,15 @@ def test_a_client_gone_before_the_send_is_never_computed():
     assert isinstance(answer, ClientLeft) and sends == 0
     assert snap["dropped_before_compute"] == 1 and snap["abandoned_after_send"] == 0
     assert snap["answered"] == 0 and snap["requests_inside"] == 0 and snap["texts_inside"] == 0
+
+
+def test_a_check_for_a_gone_client_that_fails_sends_the_request_and_leaks_nothing():
+    def broken() -> bool:
+        raise RuntimeError("no transport")
+
+    answer, sends, snap, _, _ = _door_run(["ok"], gone_check=broken)
+    assert answer == "ok" and sends == 1
+    assert snap["answered"] == 1 and snap["requests_inside"] == 0 and snap["dropped_before_compute"] == 0
 
 
 def test_a_resend_that_meets_a_dead_stub_waits_for_the_repair_and_goes_once_more():

@@ -152,11 +152,11 @@ class Door:
         client_gone: Callable[[], bool] = lambda: False,
     ) -> Any:
         """`forward()` sent on for `ticket`, awaited to its end even if the client leaves
-        (the caller is then cancelled and the answer dropped); `client_gone()` says whether
-        the client has left already, asked once more just before the send: a client that
-        sent its request and closed at once is then seen by now (its close was read in the
-        loop's turn that accepted the request), and `ClientLeft` is raised instead of
-        computing an answer nobody reads. `forward` must not touch the
+        (the caller is then cancelled and the answer dropped). Just before the send, a
+        client that has left already (the caller was cancelled, or `client_gone()` says so:
+        an HTTP client that sent its request and closed at once is seen by then, its close
+        read in the loop's turn that accepted the request; a gRPC call past its deadline)
+        gets `ClientLeft` instead of an answer nobody reads. `forward` must not touch the
         client's connection (it may be gone): it returns the answer, `ok(answer)` says
         whether it is a success (the gate's rate counts successes only),
         `dead_stub(answer)` whether it met a stub that had died (sent once more after the
@@ -168,8 +168,14 @@ class Door:
         gone: list[bool] = []
         until = min(ticket.deadline, ticket.arrived + self.gate.max_wait)
 
+        def left() -> bool:
+            try:
+                return bool(gone) or client_gone()
+            except Exception:  # noqa: BLE001 - a check that fails proves nothing: send it on
+                return False
+
         async def send():
-            if client_gone():
+            if left():
                 self.gate.release(ticket)  # never sent: it counts as dropped before compute
                 self._pump()
                 raise ClientLeft("the client left before its request was sent on")

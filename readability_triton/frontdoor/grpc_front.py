@@ -30,10 +30,12 @@ INFER = SERVICE + "ModelInfer"
 STREAM = SERVICE + "ModelStreamInfer"
 
 
-def _gone(context) -> bool:
-    """Whether the call ended (cancelled by its client, or past its deadline)."""
+def _late(context) -> bool:
+    """Whether the call's deadline has passed. (A client's cancellation cancels the handler
+    itself, which `Door.run` sees; grpc.aio's `context.cancelled()` does not: it reads the
+    status the handler set.)"""
     remaining = context.time_remaining()
-    return context.cancelled() or (remaining is not None and remaining <= 0)
+    return remaining is not None and remaining <= 0
 
 
 def _peer_address(peer: str) -> str:
@@ -109,10 +111,13 @@ async def open_grpc(door: Door) -> Callable[[], Awaitable[None]]:
                         and is_no_connection(r.details() or "")
                     )
                 ),
-                client_gone=lambda: _gone(context),
+                client_gone=lambda: _late(context),
             )
         except ClientLeft:
-            await context.abort(grpc.StatusCode.CANCELLED, "the call ended before its request was sent on")
+            await context.abort(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                "the request's deadline passed before it could be sent on: it was not computed",
+            )
             raise AssertionError("abort raises") from None  # pragma: no cover
         return await answer(reply, context)
 

@@ -26,7 +26,7 @@ Then it checks the canary again and says so. Triton 2.51 cannot replace a dead s
 place without leaving its instance behind for good, so a restart (about 2 s for the demo
 repository) is the one repair.
 
-`Supervisor.status()` is what the health endpoints of `serve` answer (`cli/serve.py`):
+`Supervisor.status()` is what the health endpoints of `serve` answer (`probes.py`):
 
 - live: serve is supervising and the server is running or being restarted by it. It is
   false only when serve cannot get a working server up at all. Load never makes it false.
