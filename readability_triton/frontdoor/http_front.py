@@ -47,11 +47,11 @@ LINGER = 2.0
 #: The listen queue, which is also how many connections asyncio accepts each time the port
 #: is ready (`BaseSelectorEventLoop._accept_connection`); the next turn of the loop sets
 #: each one up (a transport, a request handler) beside every other socket's work. Under a
-#: flood of send-and-close
-#: connections (4 loops from one address, the image limited to 0.4 CPUs, 60 s) a queue of
-#: 1,024 made each turn so long that 2 honest keep-alive clients got 4 answers, p50 31.6 s;
-#: with 128, 2,551 answers, p99 296 ms (64: 3,130, p99 189 ms). Connections beyond it wait in
-#: the kernel (a client's SYN is retried), which is where a flood should wait.
+#: flood of send-and-close connections (4 loops from one address, the image limited to 0.4
+#: CPUs, 60 s) a queue of 1,024 made the turns so long that 2 honest keep-alive clients got
+#: 4 answers, p50 31.6 s; with 128, 2,551 answers, p99 296 ms (64: 3,130, p99 189 ms).
+#: Connections beyond it wait in the kernel (a client's SYN is retried), where a flood
+#: should wait.
 ACCEPT_BACKLOG = 128
 
 
