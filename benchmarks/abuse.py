@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict
 
 from readability_triton.client import abuse, honest
-from readability_triton.server.tritonserver import free_port
+from readability_triton.server.tritonserver import free_ports
 
 ATTACKS = ("deadlines", "disconnects", "flood", "huge", "kill_stub", "sigterm")
 SHORT = {"deadlines": 12.0, "disconnects": 12.0, "flood": 20.0, "kill_stub": 25.0}
@@ -37,7 +37,7 @@ def start_serve(
 ) -> honest.Target:
     """`readability-triton serve` on free ports, with its health port, the admin key from
     the environment or (key_file) from a file only its user can read."""
-    ports = {name: free_port() for name in ("http", "grpc", "metrics", "health")}
+    ports = dict(zip(("http", "grpc", "metrics", "health"), free_ports(4)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("READABILITY_TRITON_ADMIN_KEY")}
     if key_file:
         path = os.path.join(folder, "admin-key")

@@ -36,7 +36,7 @@ from readability_triton.client import load
 from readability_triton.client.readability import ReadabilityClient
 from readability_triton.data import COMMONLIT_CSV, read_table
 from readability_triton.repository import assemble as repository
-from readability_triton.server.tritonserver import free_port
+from readability_triton.server.tritonserver import free_ports
 
 BAD = [b"broken \xff\xfe utf-8", b"", b"   \t  ", b"\xed\xa0\x80 surrogate", b"\xc3"]
 
@@ -98,7 +98,7 @@ def main(argv=None) -> int:
         repository.assemble(artifacts, repo, "portable")
         low, _, high = args.texts_per_request.partition("-")
         sizes = (int(low), int(high or low))
-        ports = [free_port() for _ in range(4)]
+        ports = free_ports(4)
         serve_log = open(os.path.join(tmp, "serve.log"), "w+", encoding="utf-8")
         serve = subprocess.Popen(
             [

@@ -19,7 +19,7 @@ from served import assemble_portable, score_texts, start_server
 
 from readability_triton import contracts as C
 from readability_triton.client import load
-from readability_triton.server.tritonserver import TritonServer, free_port
+from readability_triton.server.tritonserver import TritonServer, free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -152,7 +152,7 @@ def test_a_killed_stub_is_detected_and_healed_by_serve(repo, tmp_path):
     process tree), restarts tritonserver after a drain within its check interval plus a few
     seconds, and no process of the old server is left (not even the dead stub's zombie);
     its log says what happened."""
-    ports = [free_port() for _ in range(3)]
+    ports = free_ports(3)
     log_file = tmp_path / "serve.log"
     serve = subprocess.Popen(
         [

@@ -26,7 +26,7 @@ from served import CLIENTS, Failure, assemble_portable, score_texts, start_serve
 from readability_triton import contracts as C
 from readability_triton.client.honest import Target
 from readability_triton.repository import configs
-from readability_triton.server.tritonserver import free_port
+from readability_triton.server.tritonserver import free_ports
 from readability_triton.server.warmup import warm_up
 
 pytestmark = pytest.mark.integration
@@ -40,7 +40,7 @@ LIMIT = 1 << 20  # serve --max-request-bytes in these tests
 
 
 def _serve(repository: str, folder, key: str, key_file: bool = False, extra=()) -> Target:
-    ports = {name: free_port() for name in ("http", "grpc", "metrics", "health")}
+    ports = dict(zip(("http", "grpc", "metrics", "health"), free_ports(4)))
     env = {k: v for k, v in os.environ.items() if not k.startswith("READABILITY_TRITON_ADMIN_KEY")}
     if key_file:
         path = str(folder / "admin-key")
@@ -336,12 +336,7 @@ def test_a_repository_without_the_ensemble_is_a_stated_error_not_a_restart_loop(
             "serve",
             "--repository",
             str(empty),
-            "--http-port",
-            str(free_port()),
-            "--grpc-port",
-            str(free_port()),
-            "--metrics-port",
-            str(free_port()),
+            *(f"--{name}-port={port}" for name, port in zip(("http", "grpc", "metrics"), free_ports(3))),
         ],
         capture_output=True,
         text=True,

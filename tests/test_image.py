@@ -37,7 +37,7 @@ from readability_triton import contracts as C
 from readability_triton.client import abuse, honest, load
 from readability_triton.repository import assemble as repository
 from readability_triton.server.processes import alive
-from readability_triton.server.tritonserver import free_port
+from readability_triton.server.tritonserver import free_ports
 
 pytestmark = [pytest.mark.integration, pytest.mark.docker]
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -105,7 +105,7 @@ class Container:
     """The image, run hardened on the host's network, bound to 127.0.0.1 on free ports."""
 
     def __init__(self, tag: str, *extra: str, health_interval: str = "1s"):
-        self.ports = {name: free_port() for name in ("HTTP", "GRPC", "METRICS", "HEALTH")}
+        self.ports = dict(zip(("HTTP", "GRPC", "METRICS", "HEALTH"), free_ports(4)))
         env = [f"--env=READABILITY_TRITON_{name}_PORT={port}" for name, port in self.ports.items()]
         self.id = _docker(
             "run",
@@ -344,7 +344,7 @@ def test_an_image_without_a_repository_says_so_and_stops(portable_image):
         "/tmp",
         "--tmpfs",
         "/models",
-        *[f"--env=READABILITY_TRITON_{name}_PORT={free_port()}" for name in ("HTTP", "GRPC", "METRICS")],
+        *[f"--env=READABILITY_TRITON_{n}_PORT={port}" for n, port in zip(("HTTP", "GRPC", "METRICS"), free_ports(3))],
         portable_image,
         timeout=120,
         check=False,

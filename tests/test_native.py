@@ -162,11 +162,11 @@ def test_serve_heals_a_killed_tritonserver(native, tiny_artifacts, tmp_path):
     import time
 
     from readability_triton.client.honest import Target
-    from readability_triton.server.tritonserver import free_port
+    from readability_triton.server.tritonserver import free_ports
 
     repo = str(tmp_path / "repository")
     repository.assemble(tiny_artifacts, repo, "cpu")
-    ports = {name: free_port() for name in ("http", "grpc", "metrics", "health")}
+    ports = dict(zip(("http", "grpc", "metrics", "health"), free_ports(4)))
     log = open(tmp_path / "serve.log", "ab")
     process = subprocess.Popen(
         [

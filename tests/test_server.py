@@ -23,7 +23,7 @@ from readability_triton.client.readability import ReadabilityClient
 from readability_triton.layout import load_manifest
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs
-from readability_triton.server.tritonserver import free_port
+from readability_triton.server.tritonserver import free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -237,7 +237,7 @@ def _cli(*args, **kw):
 
 
 def test_serve_and_score_commands(repo, tmp_path, expected):
-    ports = [free_port() for _ in range(3)]
+    ports = free_ports(3)
     serve = subprocess.Popen(
         [
             sys.executable,

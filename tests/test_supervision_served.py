@@ -32,7 +32,7 @@ from readability_triton.repository import configs
 from readability_triton.repository.canary import Canary
 from readability_triton.server.admin import ADMIN_KEY_ENV
 from readability_triton.server.processes import alive, python_stubs
-from readability_triton.server.tritonserver import free_port
+from readability_triton.server.tritonserver import free_ports
 
 pytestmark = pytest.mark.integration
 KEY = "test-admin-key-1"
@@ -62,7 +62,7 @@ class Serve:
     """`readability-triton serve` in a subprocess, on ports of its own."""
 
     def __init__(self, repo, tmp_path, *extra):
-        self.ports = [free_port() for _ in range(4)]
+        self.ports = free_ports(4)
         self.log_file = str(tmp_path / "tritonserver.log")
         self.process = subprocess.Popen(
             [

@@ -47,10 +47,27 @@ from .installation import (
 from .processes import exit_words, kill_process_group
 
 
+def free_ports(count: int, taken: tuple[int, ...] = ()) -> list[int]:
+    """`count` distinct ports free on 127.0.0.1 now, none of them in `taken`: each is held
+    bound until all are picked (ports picked one after another may repeat: a CI run's serve
+    got the same port for HTTP and metrics, and tritonserver refused to start)."""
+    held: list[socket.socket] = []
+    try:
+        while len(held) < count:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            if sock.getsockname()[1] in taken:
+                sock.close()
+                continue
+            held.append(sock)
+        return [sock.getsockname()[1] for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
+
+
 def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+    return free_ports(1)[0]
 
 
 _instances = itertools.count()
@@ -106,9 +123,11 @@ class TritonServer(ModelControl):
     metrics_address: str = ""  # where the metrics endpoint listens (default: `address`; "0.0.0.0" in a container)
 
     def __post_init__(self):
-        self.http_port = self.http_port or free_port()
-        self.grpc_port = self.grpc_port or free_port()
-        self.metrics_port = self.metrics_port or free_port()
+        given = tuple(p for p in (self.http_port, self.grpc_port, self.metrics_port) if p)
+        picked = iter(free_ports(3 - len(given), given))
+        self.http_port = self.http_port or next(picked)
+        self.grpc_port = self.grpc_port or next(picked)
+        self.metrics_port = self.metrics_port or next(picked)
         self.home = self.home or os.environ.get(TRITON_HOME_ENV, "")
         if self.native is None and not self.home:
             self.native = native_backends()
