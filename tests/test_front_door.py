@@ -370,12 +370,27 @@ def test_what_the_pipelines_entrance_sheds_the_front_door_sends_again(tiny_artif
 
             return calls
 
-        results = side_by_side([client(CLIENTS[i % len(CLIENTS)]) for i in range(12)])
-        errors = [r for r in results if isinstance(r, BaseException)]
-        assert not errors, errors[:3]
-        assert all(len(r) == 15 and all(np.isfinite(s).all() for s in r) for r in results)
-        status = target.status()["front"]
-        assert status["resent"] > 0, status  # the entrance did shed: the test tested something
+        # Whether the entrance sheds is a race (its gate samples Triton's pending gauge while
+        # the front door keeps only ~0.2 s of work inside): rounds until it has, at most 90 s.
+        deadline, rounds = time.monotonic() + 90, 0
+        while True:
+            results = side_by_side([client(CLIENTS[i % len(CLIENTS)]) for i in range(12)])
+            rounds += 1
+            errors = [r for r in results if isinstance(r, BaseException)]
+            assert not errors, errors[:3]
+            assert all(len(r) == 15 and all(np.isfinite(s).all() for s in r) for r in results)
+            status = target.status()["front"]
+            if status["resent"] > 0 or time.monotonic() > deadline:
+                break
+        print(f"{rounds} rounds of 12 clients x 15 requests: {status['resent']} sent again")
+        # the entrance did shed: the test tested something (else say whether its gate could read
+        # the server's metrics at all)
+        shedding = [
+            line
+            for line in (tmp_path / "tritonserver.log").read_text(errors="replace").splitlines()
+            if "load shedding" in line
+        ]
+        assert status["resent"] > 0, (status, shedding[-3:])
         with urllib.request.urlopen(f"http://{target.health}/metrics") as reply:
             assert f"readability_front_resent_total {status['resent']}" in reply.read().decode()
     finally:
