@@ -395,3 +395,41 @@ def test_what_the_pipelines_entrance_sheds_the_front_door_sends_again(tiny_artif
             assert f"readability_front_resent_total {status['resent']}" in reply.read().decode()
     finally:
         assert _stop(target) == 0
+
+
+def test_sigterm_turns_readiness_false_everywhere_and_answers_requests_during_the_grace(repo, tmp_path):
+    """SIGTERM: readiness is false at once on the health port and on both serving ports,
+    requests sent during the drain grace are still answered (a load balancer's last ones),
+    requests after it are refused as "shutting down", and serve exits 0."""
+    from readability_triton.client.readability import triton_client
+
+    grace = 4.0
+    target = _serve(repo, tmp_path, secrets.token_urlsafe(24), extra=["--drain-grace", str(grace)])
+    front = _front(target)
+    urls = {"http": front.http_url, "grpc": front.grpc_url}
+    clients = {protocol: triton_client(url, protocol) for protocol, url in urls.items()}
+    try:
+        assert all(client.is_server_ready() for _, client in clients.values())
+        target.process.terminate()
+        signalled = time.monotonic()
+        time.sleep(0.3)
+        assert not target.ready()
+        assert not any(client.is_server_ready() for _, client in clients.values())
+        during = {p: score_texts(front, p, TEXTS, [C.SCORE])[C.SCORE] for p in CLIENTS}
+        assert time.monotonic() - signalled < grace - 0.5, "the requests were too slow to test the grace"
+        assert all(scores.shape == (len(TEXTS), 1) and np.isfinite(scores).all() for scores in during.values())
+        time.sleep(max(0.0, signalled + grace + 0.3 - time.monotonic()))
+        refused = []
+        for protocol in CLIENTS:
+            with pytest.raises(Failure) as failure:
+                score_texts(front, protocol, TEXTS, [C.SCORE])
+            refused.append(failure.value)
+        assert all("shutting down" in f.message for f in refused), refused
+        assert {str(f.status) for f in refused} >= {"503", "StatusCode.UNAVAILABLE"}, refused
+    finally:
+        for _, client in clients.values():
+            client.close()
+        code = target.process.wait(timeout=90)
+    assert code == 0
+    log = (tmp_path / "serve.log").read_text()
+    assert f"still taking requests for {grace:g} s" in log

@@ -155,6 +155,16 @@ def register(subparsers) -> None:
         help="on SIGTERM, seconds to let accepted requests finish before the server is stopped (default 30)",
     )
     p.add_argument(
+        "--drain-grace",
+        type=float,
+        default=float(env("READABILITY_TRITON_DRAIN_GRACE", "2")),
+        metavar="SECONDS",
+        help="on SIGTERM, seconds during which readiness is already false but requests are still taken, "
+        "before new ones are refused: load balancers take that long to stop sending here (default 2, or "
+        "$READABILITY_TRITON_DRAIN_GRACE; Kubernetes: a little longer than its endpoints take to drop a "
+        "terminating pod)",
+    )
+    p.add_argument(
         "--max-wait",
         type=float,
         default=float(env("READABILITY_TRITON_MAX_WAIT", "10")),
@@ -253,6 +263,7 @@ def cmd_serve(args) -> int:
         stall_timeout=args.stall_timeout,
         cache_size=args.cache_size,
         drain_timeout=args.drain_timeout,
+        drain_grace=args.drain_grace,
         max_wait=args.max_wait,
         max_request_bytes=args.max_request_bytes,
         client_header=args.client_header,

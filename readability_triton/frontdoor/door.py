@@ -93,6 +93,10 @@ class Door:
         self._held_at: float | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task] = set()
+        #: Why this server is leaving ('' while it is not): set by `leave()` when serve is
+        #: told to stop. Requests are still taken (the grace that lets load balancers see it
+        #: go), but server readiness answers false on both ports from then on.
+        self.leaving = ""
 
     # -- the loop (started by `front.FrontDoor`) ------------------------------------------
     def _call(self, function: Callable[[], Any], timeout: float = 10.0) -> Any:
@@ -280,9 +284,16 @@ class Door:
         except Exception:  # noqa: BLE001 - a status is never worth an exception
             return {}
 
+    def leave(self, reason: str = "shutting down") -> None:
+        """Answer server readiness (KServe v2 `/v2/health/ready`, gRPC `ServerReady`) with
+        'not ready' from now on, still taking requests: what clients and load balancers that
+        ask the serving ports see during serve's drain grace."""
+        self.leaving = reason
+
     def drain(self, timeout: float, reason: str = "shutting down") -> FrontDrain:
         """Refuse new requests from now on and wait (at most `timeout` s) until every
         accepted one is answered. {"drained": bool, "waiting": n, "inside": n, "seconds": s}."""
+        self.leaving = self.leaving or reason
         loop = self.loop
         if loop is None or not loop.is_running():
             return {"drained": True, "waiting": 0, "inside": 0, "seconds": 0.0}

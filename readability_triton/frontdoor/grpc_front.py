@@ -8,7 +8,8 @@ work of a ModelInfer request, `wire.grpc_work`).
   cancellation.
 - `ModelStreamInfer` is refused (UNIMPLEMENTED): the ensemble is not decoupled, and a
   stream could not be admitted or dropped message by message.
-- Every other method (health, metadata, config, statistics and the restricted APIs, still
+- `ServerReady` answers false once serve is stopping (`Door.leave`); otherwise it, like
+  every other method (health, metadata, config, statistics and the restricted APIs, still
   guarded by tritonserver with the admin key) is passed on as it is.
 - A message over the limit is refused by gRPC itself (RESOURCE_EXHAUSTED) from its length
   prefix, before it is read whole.
@@ -28,6 +29,9 @@ from .wire import DEAD_STUB_SIGN, grpc_work, is_no_connection, is_shed
 SERVICE = "/inference.GRPCInferenceService/"
 INFER = SERVICE + "ModelInfer"
 STREAM = SERVICE + "ModelStreamInfer"
+READY = SERVICE + "ServerReady"
+#: ServerReadyResponse{ready: false}: proto3 leaves a false bool out, so it is empty.
+NOT_READY = b""
 
 
 def _late(context) -> bool:
@@ -135,6 +139,15 @@ async def open_grpc(door: Door) -> Callable[[], Awaitable[None]]:
                 return grpc.unary_unary_rpc_method_handler(infer)
             if method == STREAM:
                 return grpc.stream_stream_rpc_method_handler(refuse_stream)
+            if method == READY:
+
+                async def ready(request: bytes, context) -> bytes:
+                    if door.leaving:  # serve is stopping: not ready, whatever tritonserver says
+                        return NOT_READY
+                    reply = await forward(method, request, _passed_on(context.invocation_metadata()))
+                    return await answer(reply, context)
+
+                return grpc.unary_unary_rpc_method_handler(ready)
 
             async def passthrough(request: bytes, context) -> bytes:
                 return await answer(await forward(method, request, _passed_on(context.invocation_metadata())), context)

@@ -1,6 +1,7 @@
 """The front door's HTTP port (aiohttp): KServe v2 over HTTP/1.1, passed on to tritonserver's
 HTTP endpoint. Inference requests (`POST /v2/models/<model>[/versions/<v>]/infer`) pass the
-gate; every other path is passed on at once. A body over the limit is answered 413 from
+gate; every other path is passed on at once, but for `/v2/health/ready`, which answers 400
+(not ready) once serve is stopping (`Door.leave`). A body over the limit is answered 413 from
 its Content-Length, or as soon as the bytes read (inflated, for a compressed body) pass it.
 A client that closes its connection cancels its handler: while it waits in the gate, or
 when its close was already read as its request is sent on (a client that sends and closes at
@@ -21,6 +22,7 @@ from .gate import Refusal
 from .wire import DEAD_STUB_SIGN, NO_CONNECTION_SIGNS, http_work, is_no_connection, is_shed
 
 INFER_PATH = re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$")
+READY_PATH = "/v2/health/ready"
 #: Headers of one hop, never passed on (RFC 9110 7.6.1), plus what the hop recomputes.
 _HOP = frozenset(
     {
@@ -102,6 +104,8 @@ async def open_http(door: Door) -> Callable[[], Awaitable[None]]:
             body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return too_large(None)
+        if door.leaving and request.path == READY_PATH:  # KServe v2: 4xx is "not ready"
+            return _error(400, f"{door.leaving}: this server is not ready; use another replica")
         if request.method != "POST" or not INFER_PATH.match(request.path):
             try:
                 return await forward(request, body)

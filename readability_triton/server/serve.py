@@ -10,9 +10,11 @@ server; and the probes (`probes`) on the health port. Before the ports open, the
 answers 81 generated texts (`warmup`): the first clients do not pay a cold start, and the
 front door starts from a measured rate.
 
-On SIGTERM or Ctrl-C: readiness turns false, the front door refuses new requests and lets
-every accepted one finish (at most the drain timeout), then tritonserver, with nothing in
-flight, is unloaded and stopped, and what it left behind is removed.
+On SIGTERM or Ctrl-C: readiness turns false (the probes, and server readiness on the
+serving ports) while requests are still taken for the drain grace (load balancers take a
+moment to stop sending here; a second signal ends it); then the front door refuses new
+requests and lets every accepted one finish (at most the drain timeout), then tritonserver,
+with nothing in flight, is unloaded and stopped, and what it left behind is removed.
 """
 
 from __future__ import annotations
@@ -60,6 +62,7 @@ class ServeOptions:
     stall_timeout: float = 120.0
     cache_size: int = 0
     drain_timeout: float = 30.0
+    drain_grace: float = 2.0  # seconds from SIGTERM during which requests are still taken, not ready
     max_wait: float = 10.0  # the stated wait of an accepted request (the front door's bound)
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     client_header: str | None = None
@@ -123,7 +126,8 @@ class Service:
         self.server: TritonServer | None = None
         self.door: FrontDoor | None = None
         self.supervisor: Supervisor | None = None
-        self.stopping: list[int] = []
+        self.stopping: list[int] = []  # the signals received
+        self.signalled = 0.0  # time.monotonic() of the first
 
     def status(self, front: bool = True) -> dict[str, Any]:
         """The supervisor's status, with `front` the front door's snapshot under "front";
@@ -170,12 +174,13 @@ class Service:
         )
         supervisor.hold, supervisor.release = door.pause, door.resume
         previous = {
-            sig: signal.signal(sig, lambda signum, _frame: self.stopping.append(signum))
+            sig: signal.signal(sig, lambda signum, _frame: self._signal(signum))
             for sig in (signal.SIGINT, signal.SIGTERM)
         }
         watcher = threading.Thread(target=supervisor.run, daemon=True, name="supervisor")
         probes = None
         drained: FrontDrain | None = None
+        door_open = False
         try:
             if o.health_port:
                 probes = health_endpoint(o.health_port, self.status, o.address)
@@ -183,6 +188,7 @@ class Service:
             if o.warm_up:
                 self._warm_up(server, door)
             door.start()
+            door_open = True
             supervisor.started()  # ready: only now that the front door's ports are open
             self._announce(canary is None, probes is not None)
             if o.health_interval > 0:
@@ -192,6 +198,8 @@ class Service:
                     break
                 time.sleep(0.2)
         finally:
+            if self.stopping and door_open:
+                self._grace(door)
             supervisor.stop()
             if self.stopping:
                 log.info(
@@ -209,6 +217,29 @@ class Service:
                 signal.signal(sig, handler)
             stack.close()
         return self._report(code, drained)
+
+    def _signal(self, signum: int) -> None:
+        if not self.stopping:
+            self.signalled = time.monotonic()
+            if self.door is not None:
+                self.door.leave()  # not ready on the serving ports too, from now on
+        self.stopping.append(signum)
+
+    def _grace(self, door: FrontDoor) -> None:
+        """Not ready from the first signal on, but still taking requests until
+        `drain_grace` s after it (or a second signal): a request a client sent as the signal
+        came, or a load balancer sent before it saw the readiness change, is answered, not
+        refused."""
+        door.leave()
+        grace = self.options.drain_grace
+        if grace <= 0:
+            return
+        log.info(
+            f"stopping: not ready from now on, still taking requests for {grace:g} s (--drain-grace) while "
+            "load balancers stop sending here; a second signal ends the grace at once"
+        )
+        while time.monotonic() < self.signalled + grace and len(self.stopping) < 2:
+            time.sleep(0.05)
 
     def _warm_up(self, server: TritonServer, door: FrontDoor) -> None:
         """Warm the pipeline and start the gate from its measured rate; a failure is logged
