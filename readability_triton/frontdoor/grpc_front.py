@@ -139,17 +139,10 @@ async def open_grpc(door: Door) -> Callable[[], Awaitable[None]]:
                 return grpc.unary_unary_rpc_method_handler(infer)
             if method == STREAM:
                 return grpc.stream_stream_rpc_method_handler(refuse_stream)
-            if method == READY:
-
-                async def ready(request: bytes, context) -> bytes:
-                    if door.leaving:  # serve is stopping: not ready, whatever tritonserver says
-                        return NOT_READY
-                    reply = await forward(method, request, _passed_on(context.invocation_metadata()))
-                    return await answer(reply, context)
-
-                return grpc.unary_unary_rpc_method_handler(ready)
 
             async def passthrough(request: bytes, context) -> bytes:
+                if method == READY and door.leaving:  # serve is stopping: not ready, whatever tritonserver says
+                    return NOT_READY
                 return await answer(await forward(method, request, _passed_on(context.invocation_metadata())), context)
 
             return grpc.unary_unary_rpc_method_handler(passthrough)

@@ -199,7 +199,7 @@ class Service:
                 time.sleep(0.2)
         finally:
             if self.stopping and door_open:
-                self._grace(door)
+                self._grace()
             supervisor.stop()
             if self.stopping:
                 log.info(
@@ -221,16 +221,15 @@ class Service:
     def _signal(self, signum: int) -> None:
         if not self.stopping:
             self.signalled = time.monotonic()
-            if self.door is not None:
+            if self.door is not None:  # (made before the handlers are set)
                 self.door.leave()  # not ready on the serving ports too, from now on
         self.stopping.append(signum)
 
-    def _grace(self, door: FrontDoor) -> None:
+    def _grace(self) -> None:
         """Not ready from the first signal on, but still taking requests until
         `drain_grace` s after it (or a second signal): a request a client sent as the signal
         came, or a load balancer sent before it saw the readiness change, is answered, not
-        refused."""
-        door.leave()
+        refused. (`_signal` has told the door to answer 'not ready'.)"""
         grace = self.options.drain_grace
         if grace <= 0:
             return
