@@ -11,7 +11,12 @@ Three things are measured side by side, in rotating rounds, one text per request
 - `in process`: the same runners on the same texts in this process (`pipeline`), one
   thread of calls, one text per call;
 - with `--baseline REPO`, a fourth: another assembled repository (for example one built by
-  an earlier commit, with the earlier wiring) served by the same code, side by side;
+  an earlier commit, with the earlier wiring) served by the same code, side by side; with
+  `--baseline-code DIR` as well, by the code in DIR (a checkout of an earlier commit, `git
+  worktree add DIR <commit>`): its stubs import the package from there, and its own
+  in-process rate is measured with that code too (in a child process), so that the table
+  gives the baseline's own cost beside the ensemble's: then and now, on the same host, in
+  one run;
 - with `--bls`, the alternative to an ensemble: the same step models driven by a BLS
   orchestrator (a Python model that calls them with `InferenceRequest.async_exec`, once per
   step for the whole batch it was given), two ways: `bls`, the steps one after another in
@@ -391,12 +396,53 @@ def in_process_rate(pipeline, texts: list[str], seconds: float) -> float:
     return done / (time.perf_counter() - started)
 
 
+#: What a child process runs to time another checkout's code in process: its
+#: `repository_pipeline` over the given repository, one text per call, as `in_process_rate`.
+_CHILD_RATE = """
+import json, sys, time
+from readability_triton.repository.assemble import repository_pipeline
+repo, seconds, texts = sys.argv[1], float(sys.argv[2]), json.load(sys.stdin)
+pipeline = repository_pipeline(repo)
+pipeline([texts[0]], validate=True)
+done, started = 0, time.perf_counter()
+while time.perf_counter() - started < seconds:
+    pipeline([texts[done % len(texts)]], validate=True)
+    done += 1
+print(json.dumps({"texts_per_s": done / (time.perf_counter() - started)}))
+"""
+
+
+def code_rate(code: str, repo: str, texts: list[str], seconds: float) -> float:
+    """Texts per second of the package in `code` (a checkout), in process over `repo`, one
+    text per call: in a child process whose imports come from `code` first."""
+    import subprocess
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (code, os.environ.get("PYTHONPATH", "")) if p))
+    done = subprocess.run(
+        [sys.executable, "-c", _CHILD_RATE, repo, str(seconds)],
+        input=json.dumps(texts),
+        env=env,
+        cwd=code,
+        capture_output=True,
+        text=True,
+        timeout=seconds + 300,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the code in {code} could not run {repo} in process: {done.stderr.strip()[-600:]}")
+    return float(json.loads(done.stdout.strip().splitlines()[-1])["texts_per_s"])
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--artifacts", required=True, help="the set to serve (portable)")
     parser.add_argument("--repository", default=None, help="serve this assembled repository instead")
     parser.add_argument(
         "--baseline", default=None, help="also serve this assembled repository, side by side (e.g. an earlier wiring)"
+    )
+    parser.add_argument(
+        "--baseline-code",
+        default=None,
+        help="with --baseline: serve it (and time it in process) with the package in this checkout",
     )
     parser.add_argument(
         "--bls", action="store_true", help="also serve the steps driven by BLS orchestrators (bls, bls dag)"
@@ -412,6 +458,10 @@ def main(argv=None) -> int:
     parser.add_argument("--concurrency", default="1,4")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
+    if args.baseline_code and not args.baseline:
+        parser.error("--baseline-code needs --baseline (the repository that code serves)")
+    if args.baseline_code and not os.path.isdir(os.path.join(args.baseline_code, "readability_triton")):
+        parser.error(f"--baseline-code {args.baseline_code}: no readability_triton package there")
     texts = default_texts()[0][:400]
     clients = [int(c) for c in args.concurrency.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
@@ -449,7 +499,8 @@ def main(argv=None) -> int:
         try:
             for each in servers:
                 timed_in = phase_dirs.get("chain" if each is chain else "ensemble" if each is served else "")
-                with environment(PHASES_ENV, timed_in):
+                code = args.baseline_code if each is baseline else None
+                with environment(PHASES_ENV, timed_in), environment("PYTHONPATH", code):
                     each.start(timeout=300)
             if bls is not None:
                 same_answers(bls.grpc_url, [C.ENSEMBLE, "bls", "bls_dag"], texts[:20])
@@ -458,13 +509,18 @@ def main(argv=None) -> int:
                     order = [("chain", chain, "chain"), ("ensemble", served, C.ENSEMBLE), ("in process", None, None)]
                     if baseline is not None:
                         order.append(("baseline", baseline, C.ENSEMBLE))
+                    if args.baseline_code:
+                        order.append(("baseline in process", None, "code"))
                     if bls is not None:
                         order += [("bls", bls, "bls"), ("bls dag", bls, "bls_dag")]
                     if unbatched is not None:
                         order.append(("unbatched", unbatched, C.ENSEMBLE))
                     order = order[round_ % len(order) :] + order[: round_ % len(order)]
                     for name, server, model in order:
-                        if server is None or model is None:
+                        if model == "code":
+                            rate = code_rate(args.baseline_code, args.baseline, texts, args.duration / 2)
+                            row = {"texts_per_s": rate}
+                        elif server is None or model is None:
                             row = {"texts_per_s": in_process_rate(pipeline, texts, args.duration / 2)}
                             if args.steps:
                                 hot.append(runner_times(pipeline, texts, args.duration / 4))
@@ -516,15 +572,34 @@ def main(argv=None) -> int:
             f"{row['own_vs_chain']:.2f} |"
         )
     if baseline is not None:
-        print(f"\nbaseline: {args.baseline}, served side by side\n")
-        print("| clients | baseline texts/s (p50 ms) | ensemble texts/s (p50 ms) | ensemble / baseline (texts/s) |")
-        print("|---|---|---|---|")
+        by = f" by the code in {args.baseline_code}" if args.baseline_code else ""
+        print(f"\nbaseline: {args.baseline}, served{by} side by side\n")
+        head = "| clients | baseline texts/s (p50 ms) | ensemble texts/s (p50 ms) | ensemble / baseline (texts/s) |"
+        if args.baseline_code:
+            head += (
+                " baseline in process | baseline served / in process | baseline own cost ms/text | own cost ms/text |"
+            )
+        print(head)
+        print("|" + "---|" * (head.count("|") - 1))
         for c in clients:
             (base, base_p50), (new, new_p50) = medians(samples, "baseline", c), medians(samples, "ensemble", c)
-            report.setdefault("baseline", []).append(
-                {"clients": c, "baseline_texts_per_s": base, "baseline_p50_ms": base_p50, "vs_baseline": new / base}
-            )
-            print(f"| {c} | {base:.1f} ({base_p50:.2f}) | {new:.1f} ({new_p50:.2f}) | {new / base:.2f} |")
+            entry = {"clients": c, "baseline_texts_per_s": base, "baseline_p50_ms": base_p50, "vs_baseline": new / base}
+            line = f"| {c} | {base:.1f} ({base_p50:.2f}) | {new:.1f} ({new_p50:.2f}) | {new / base:.2f} |"
+            if args.baseline_code:
+                base_in = statistics.median(r["texts_per_s"] for r in samples[("baseline in process", c)])
+                now_in = statistics.median(r["texts_per_s"] for r in samples[("in process", c)])
+                entry.update(
+                    baseline_in_process_texts_per_s=base_in,
+                    baseline_served_vs_in_process=base / base_in,
+                    baseline_own_cost_ms=1e3 / base - 1e3 / base_in,
+                    own_cost_ms=1e3 / new - 1e3 / now_in,
+                )
+                line += (
+                    f" {base_in:.1f} | {base / base_in:.2f} | {entry['baseline_own_cost_ms']:.2f} |"
+                    f" {entry['own_cost_ms']:.2f} |"
+                )
+            report.setdefault("baseline", []).append(entry)
+            print(line)
     if bls is not None:
         print("\nthe same steps driven by a BLS orchestrator instead of the ensemble, side by side\n")
         print("| clients | ensemble texts/s (p50 ms) | bls | bls dag | bls / ensemble | bls dag / ensemble |")
