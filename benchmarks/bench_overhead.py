@@ -408,7 +408,8 @@ done, started = 0, time.perf_counter()
 while time.perf_counter() - started < seconds:
     pipeline([texts[done % len(texts)]], validate=True)
     done += 1
-print(json.dumps({"texts_per_s": done / (time.perf_counter() - started)}))
+import readability_triton
+print(json.dumps({"texts_per_s": done / (time.perf_counter() - started), "package": readability_triton.__file__}))
 """
 
 
@@ -419,17 +420,53 @@ def code_rate(code: str, repo: str, texts: list[str], seconds: float) -> float:
 
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (code, os.environ.get("PYTHONPATH", "")) if p))
     done = subprocess.run(
-        [sys.executable, "-c", _CHILD_RATE, repo, str(seconds)],
+        [sys.executable, "-P", "-c", _CHILD_RATE, repo, str(seconds)],  # -P: no cwd first on sys.path
         input=json.dumps(texts),
         env=env,
-        cwd=code,
         capture_output=True,
         text=True,
         timeout=seconds + 300,
     )
     if done.returncode != 0:
         raise RuntimeError(f"the code in {code} could not run {repo} in process: {done.stderr.strip()[-600:]}")
-    return float(json.loads(done.stdout.strip().splitlines()[-1])["texts_per_s"])
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    if not _inside(answer["package"], code):
+        raise RuntimeError(f"the child timed the package in {answer['package']}, not the one in {code}")
+    return float(answer["texts_per_s"])
+
+
+def _inside(path: str, folder: str) -> bool:
+    return os.path.commonpath([os.path.realpath(path), os.path.realpath(folder)]) == os.path.realpath(folder)
+
+
+def stub_environment(server_pid: int, name: str) -> dict[int, str | None]:
+    """{pid: the value of `name` in its environment (None: unset)} for each python-backend
+    stub of the tritonserver `server_pid` (its child processes)."""
+    found: dict[int, str | None] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8") as handle:
+                parent = int(handle.read().rsplit(")", 1)[1].split()[1])
+            if parent != server_pid:
+                continue
+            with open(f"/proc/{entry}/environ", "rb") as handle:
+                pairs = dict(item.split(b"=", 1) for item in handle.read().split(b"\0") if b"=" in item)
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile
+        value = pairs.get(name.encode())
+        found[int(entry)] = None if value is None else value.decode()
+    return found
+
+
+def check_baseline_code(server_pid: int, code: str) -> None:
+    """RuntimeError unless every stub of the baseline server imports from `code` first (its
+    PYTHONPATH begins there: PYTHONPATH comes before the editable install's finder)."""
+    stubs = stub_environment(server_pid, "PYTHONPATH")
+    wrong = {pid: value for pid, value in stubs.items() if not value or not _inside(value.split(os.pathsep)[0], code)}
+    if not stubs or wrong:
+        raise RuntimeError(f"the baseline's stubs do not import from {code}: PYTHONPATH {wrong or 'no stub found'}")
 
 
 def main(argv=None) -> int:
@@ -462,6 +499,8 @@ def main(argv=None) -> int:
         parser.error("--baseline-code needs --baseline (the repository that code serves)")
     if args.baseline_code and not os.path.isdir(os.path.join(args.baseline_code, "readability_triton")):
         parser.error(f"--baseline-code {args.baseline_code}: no readability_triton package there")
+    if args.baseline_code:
+        args.baseline_code = os.path.abspath(args.baseline_code)
     texts = default_texts()[0][:400]
     clients = [int(c) for c in args.concurrency.split(",")]
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
@@ -502,6 +541,8 @@ def main(argv=None) -> int:
                 code = args.baseline_code if each is baseline else None
                 with environment(PHASES_ENV, timed_in), environment("PYTHONPATH", code):
                     each.start(timeout=300)
+                if code:
+                    check_baseline_code(each.pid, code)
             if bls is not None:
                 same_answers(bls.grpc_url, [C.ENSEMBLE, "bls", "bls_dag"], texts[:20])
             for round_ in range(args.rounds):
@@ -592,11 +633,11 @@ def main(argv=None) -> int:
                     baseline_in_process_texts_per_s=base_in,
                     baseline_served_vs_in_process=base / base_in,
                     baseline_own_cost_ms=1e3 / base - 1e3 / base_in,
-                    own_cost_ms=1e3 / new - 1e3 / now_in,
+                    ensemble_own_cost_ms=1e3 / new - 1e3 / now_in,
                 )
                 line += (
                     f" {base_in:.1f} | {base / base_in:.2f} | {entry['baseline_own_cost_ms']:.2f} |"
-                    f" {entry['own_cost_ms']:.2f} |"
+                    f" {entry['ensemble_own_cost_ms']:.2f} |"
                 )
             report.setdefault("baseline", []).append(entry)
             print(line)

@@ -139,25 +139,15 @@ def test_runner_times_times_each_step_of_the_serial_wiring(tiny_artifacts):
     assert all(0 < ms < 1000 for ms in times.values()), times
 
 
-def test_baseline_code_is_timed_in_process_with_that_checkouts_package(tmp_path):
-    """--baseline-code times the baseline in process with the package of another checkout:
-    a stand-in checkout whose pipeline sleeps 20 ms a call is timed at its own rate (not
-    this checkout's hundreds of texts a second), and one whose package cannot be imported
-    is an error naming the folder."""
+def test_a_server_started_in_environment_hands_it_to_every_stub(bls_server):
+    """What --baseline-code rests on: a variable set by `environment` while a server starts
+    reaches each of its python-backend stubs (the fixture sets the phases folder so), and
+    check_baseline_code refuses a server whose stubs do not import from the given code."""
+    bls, server, phases = bls_server
     bench = _bench()
-    slow = tmp_path / "slow" / "readability_triton" / "repository"
-    slow.mkdir(parents=True)
-    (slow.parent / "__init__.py").write_text("")
-    (slow / "__init__.py").write_text("")
-    (slow / "assemble.py").write_text(
-        "import time\n\ndef repository_pipeline(repo):\n"
-        "    assert repo == 'REPO'\n"
-        "    return lambda texts, validate: time.sleep(0.02)\n"
-    )
-    rate = bench.code_rate(str(tmp_path / "slow"), "REPO", ["one text", "another"], 0.5)
-    assert 20 < rate < 55
-    broken = tmp_path / "broken" / "readability_triton"
-    broken.mkdir(parents=True)
-    (broken / "__init__.py").write_text("raise ImportError('an unfinished checkout')\n")
-    with pytest.raises(RuntimeError, match="(?s)broken could not run REPO in process.*an unfinished checkout"):
-        bench.code_rate(str(tmp_path / "broken"), "REPO", ["one text"], 0.2)
+    stubs = bench.stub_environment(server.pid, PHASES_ENV)
+    models = [m for m in os.listdir(bls) if read_config(os.path.join(bls, m, "config.pbtxt")).backend == "python"]
+    assert len(stubs) == len(models) >= 7  # five steps and the two orchestrators
+    assert set(stubs.values()) == {phases}
+    with pytest.raises(RuntimeError, match="do not import from"):
+        bench.check_baseline_code(server.pid, ROOT)

@@ -173,3 +173,24 @@ def test_assemble_cli(tiny_artifacts, tmp_path, capsys):
         == 2
     )
     assert "no such artifact folder" in capsys.readouterr().err
+
+
+def test_a_checkout_on_pythonpath_writes_its_own_adapters(tmp_path):
+    """`backends_root` is the source tree's backends/ beside the package: a checkout of
+    another commit put on PYTHONPATH (bench_overhead --baseline-code) assembles with its own
+    model.py files, not with those of the installed package."""
+    import subprocess
+    import sys
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    other = tmp_path / "other"
+    ignore = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(os.path.join(root, "readability_triton"), other / "readability_triton", ignore=ignore)
+    shutil.copytree(os.path.join(root, "backends"), other / "backends", ignore=ignore)
+    code = "from readability_triton.repository.assemble import backends_root; print(backends_root())"
+    env = dict(os.environ, PYTHONPATH=str(other))
+    found = subprocess.run(
+        [sys.executable, "-c", code], env=env, cwd=str(tmp_path), capture_output=True, text=True, check=True
+    )
+    assert found.stdout.strip() == str(other / "backends")
+    assert repository.backends_root() == os.path.join(root, "backends")

@@ -40,12 +40,17 @@ from .profiles import (
 
 
 def backends_root() -> str:
-    """The folder holding `backends/<model>/model.py` (source tree or installed package)."""
+    """The folder holding `backends/<model>/model.py`: the source tree's, beside this package
+    (a checkout, installed editable or on PYTHONPATH: a checkout of another commit on
+    PYTHONPATH writes its own adapters, not the installed ones), else the installed
+    package's (setup.cfg's package_dir)."""
+    beside = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "backends")
+    if os.path.isfile(os.path.join(beside, "featurize", "model.py")):
+        return beside
     try:
-        return str(resources.files("readability_triton._backends"))  # installed (setup.cfg's package_dir)
+        return str(resources.files("readability_triton._backends"))
     except ModuleNotFoundError:
-        # A source checkout on PYTHONPATH, not installed: backends/ beside the package.
-        return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "backends")
+        return beside
 
 
 def write_configs(out: str, profile: str, **render_kw) -> None:
