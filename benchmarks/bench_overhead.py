@@ -49,6 +49,7 @@ import contextlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -416,8 +417,6 @@ print(json.dumps({"texts_per_s": done / (time.perf_counter() - started), "packag
 def code_rate(code: str, repo: str, texts: list[str], seconds: float) -> float:
     """Texts per second of the package in `code` (a checkout), in process over `repo`, one
     text per call: in a child process whose imports come from `code` first."""
-    import subprocess
-
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (code, os.environ.get("PYTHONPATH", "")) if p))
     done = subprocess.run(
         [sys.executable, "-P", "-c", _CHILD_RATE, repo, str(seconds)],  # -P: no cwd first on sys.path
@@ -551,14 +550,14 @@ def main(argv=None) -> int:
                     if baseline is not None:
                         order.append(("baseline", baseline, C.ENSEMBLE))
                     if args.baseline_code:
-                        order.append(("baseline in process", None, "code"))
+                        order.append(("baseline in process", None, None))
                     if bls is not None:
                         order += [("bls", bls, "bls"), ("bls dag", bls, "bls_dag")]
                     if unbatched is not None:
                         order.append(("unbatched", unbatched, C.ENSEMBLE))
                     order = order[round_ % len(order) :] + order[: round_ % len(order)]
                     for name, server, model in order:
-                        if model == "code":
+                        if name == "baseline in process":
                             rate = code_rate(args.baseline_code, args.baseline, texts, args.duration / 2)
                             row = {"texts_per_s": rate}
                         elif server is None or model is None:

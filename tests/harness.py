@@ -57,6 +57,16 @@ def initialize_args(model_dir: str, kind: str = "CPU", device_id: int = 0, versi
     }
 
 
+def load_benchmark(name: str):
+    """`benchmarks/<name>.py` imported as a module (the benchmarks are scripts, not a package)."""
+    source = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, source)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_model(model_dir: str, kind: str = "CPU", device_id: int = 0, version: str = "1"):
     """Import and initialize the Python model in `model_dir` (a folder of a repository)."""
     name = os.path.basename(os.path.normpath(model_dir))

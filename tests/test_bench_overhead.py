@@ -5,10 +5,10 @@ answers, output for output, and refuse what its first step refuses."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import pytest
+from harness import load_benchmark
 from served import assemble_portable, start_server
 
 from readability_triton import contracts as C
@@ -21,21 +21,11 @@ pytestmark = pytest.mark.integration
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_overhead", os.path.join(ROOT, "benchmarks", "bench_overhead.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 @pytest.fixture(scope="module")
 def bls_server(tiny_artifacts, tmp_path_factory):
     root = tmp_path_factory.mktemp("bls")
     repo = assemble_portable(tiny_artifacts, str(root / "repository"))
-    bench = _bench()
+    bench = load_benchmark("bench_overhead")
     bls = bench.write_bls(repo, str(root / "bls"))
     phases = root / "phases"
     phases.mkdir()
@@ -69,7 +59,9 @@ def test_the_orchestrators_are_wired_from_the_ensembles_steps(bls_server):
 
 def test_the_orchestrators_answer_what_the_ensemble_answers(bls_server):
     _, server, _ = bls_server
-    _bench().same_answers(server.grpc_url, [C.ENSEMBLE, "bls", "bls_dag"], default_texts()[0][:8])
+    load_benchmark("bench_overhead").same_answers(
+        server.grpc_url, [C.ENSEMBLE, "bls", "bls_dag"], default_texts()[0][:8]
+    )
 
 
 def test_the_orchestrators_refuse_a_wordless_text_as_the_first_step_does(bls_server):
@@ -88,7 +80,7 @@ def test_each_step_times_its_execute_in_its_stub(bls_server):
     (the admission gate, reading, the runner, answering), in the real stub, and writes it
     before it answers, so that one more request flushes it."""
     _, server, folder = bls_server
-    bench = _bench()
+    bench = load_benchmark("bench_overhead")
     texts = default_texts()[0][:6]
     before = bench.phase_snapshot(folder, server.grpc_url, C.ENSEMBLE, texts[0])
     module, client = triton_client(server.grpc_url, "grpc")
@@ -123,7 +115,7 @@ def test_step_rows_are_medians_of_the_rounds_with_the_compute_phases_summed():
             C.BERT: {"requests": 0, "executions": 0},  # not reached in these rounds: left out
         }
 
-    rows = _bench().step_rows([round_(1.0, 1.0, 10), round_(3.0, 2.0, 5), round_(2.0, 9.0, 4)])
+    rows = load_benchmark("bench_overhead").step_rows([round_(1.0, 1.0, 10), round_(3.0, 2.0, 5), round_(2.0, 9.0, 4)])
     assert list(rows) == [C.FOREST]
     assert rows[C.FOREST]["queue_ms"] == pytest.approx(2.0)
     assert rows[C.FOREST]["compute_ms"] == pytest.approx(2.3)  # the median of 1.3, 2.3, 9.3
@@ -134,7 +126,9 @@ def test_step_rows_are_medians_of_the_rounds_with_the_compute_phases_summed():
 def test_runner_times_times_each_step_of_the_serial_wiring(tiny_artifacts):
     from readability_triton.pipeline import Pipeline
 
-    times = _bench().runner_times(Pipeline.from_folder(tiny_artifacts), default_texts()[0][:4], 0.3)
+    times = load_benchmark("bench_overhead").runner_times(
+        Pipeline.from_folder(tiny_artifacts), default_texts()[0][:4], 0.3
+    )
     assert list(times) == list(C.step_models(parallel=False))
     assert all(0 < ms < 1000 for ms in times.values()), times
 
@@ -144,7 +138,7 @@ def test_a_server_started_in_environment_hands_it_to_every_stub(bls_server):
     reaches each of its python-backend stubs (the fixture sets the phases folder so), and
     check_baseline_code refuses a server whose stubs do not import from the given code."""
     bls, server, phases = bls_server
-    bench = _bench()
+    bench = load_benchmark("bench_overhead")
     stubs = bench.stub_environment(server.pid, PHASES_ENV)
     models = [m for m in os.listdir(bls) if read_config(os.path.join(bls, m, "config.pbtxt")).backend == "python"]
     assert len(stubs) == len(models) >= 7  # five steps and the two orchestrators

@@ -3,22 +3,8 @@ process, in a child process whose imports come from that checkout."""
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "bench_overhead", os.path.join(ROOT, "benchmarks", "bench_overhead.py")
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from harness import load_benchmark
 
 
 def test_baseline_code_is_timed_in_process_with_that_checkouts_package(tmp_path):
@@ -26,7 +12,7 @@ def test_baseline_code_is_timed_in_process_with_that_checkouts_package(tmp_path)
     a stand-in checkout whose pipeline sleeps 20 ms a call is timed at its own rate (not
     this checkout's hundreds of texts a second), and one whose package cannot be imported
     is an error naming the folder."""
-    bench = _bench()
+    bench = load_benchmark("bench_overhead")
     slow = tmp_path / "slow" / "readability_triton" / "repository"
     slow.mkdir(parents=True)
     (slow.parent / "__init__.py").write_text("")
