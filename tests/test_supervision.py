@@ -194,24 +194,50 @@ def test_instance_names_map_to_models():
     assert P.instance_model("postprocess") == "postprocess"
 
 
-def test_a_server_that_aborts_while_it_starts_again_is_started_once_more_in_the_same_repair(world):
-    # Triton 2.51 now and then aborts (status -6) while it starts after a stub was killed:
-    # the abuse suite's kill_stub then restarted twice and 2 honest requests failed
-    server, supervisor, state = world
+def _failing_starts(server, failures: int, status: int):
+    """server.start fails its first `failures` times, its process ended with `status`."""
     real_start = server.start
 
     def start(timeout):
-        if server.starts == 0:
+        if server.starts < failures:
             server.starts += 1
-            raise RuntimeError("tritonserver exited with status -6 before it was ready")
+            server.process = FakeProcess(pid=300 + server.starts)
+            server.process.returncode = status
+            raise RuntimeError(f"tritonserver exited with status {status} before it was ready")
         real_start(timeout)
 
     server.start = start
+
+
+@pytest.mark.parametrize("aborts", [1, 3])
+def test_a_server_that_aborts_while_it_starts_again_is_started_again_in_the_same_repair(world, monkeypatch, aborts):
+    # Triton 2.51 now and then aborts (status -6) while it starts after a stub was killed,
+    # for seconds in a row: the abuse suite's kill_stub then restarted 2 and 3 times and
+    # honest requests failed between the repairs
+    server, supervisor, state = world
+    monkeypatch.setattr(H, "ABORT_PAUSES", (0.01, 0.02, 0.03, 0.04))
+    _failing_starts(server, aborts, -6)
     held = []
     supervisor.hold, supervisor.release = (lambda: held.append("hold")), (lambda: held.append("release"))
     state["dead"].add(11)
     assert supervisor.check_once() == "restart"
-    assert server.starts == 2 and supervisor.restarts == 1 and held == ["hold", "release"]
+    assert server.starts == aborts + 1 and supervisor.restarts == 1 and held == ["hold", "release"]
     assert server.stops[-1] == {"drain": False, "timeout": 5}
     assert supervisor.status()["ready"]
-    assert any("starting it once more" in e["message"] for e in supervisor.status()["events"])
+    again = [e["message"] for e in supervisor.status()["events"] if "starting it once more" in e["message"]]
+    assert len(again) == aborts
+    assert [m.rsplit("once more", 1)[1] for m in again] == ["", " in 0.01 s", " in 0.02 s"][:aborts]
+
+
+@pytest.mark.parametrize("status, starts", [(-6, 6), (1, 2)])
+def test_a_server_that_keeps_failing_to_start_is_left_failed_after_its_attempts(world, monkeypatch, status, starts):
+    """Aborts: the first retry and one after each pause; any other failure (a model that
+    does not load): one retry, then the next repair's backoff."""
+    server, supervisor, state = world
+    monkeypatch.setattr(H, "ABORT_PAUSES", (0.01, 0.02, 0.03, 0.04))
+    _failing_starts(server, 100, status)
+    state["dead"].add(11)
+    assert supervisor.check_once() == "restart"
+    assert server.starts == starts and supervisor.restarts == 1
+    assert not supervisor.status()["ready"]
+    assert supervisor.status()["events"][-1]["message"].startswith("tritonserver did not start again:")
