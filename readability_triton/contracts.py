@@ -147,12 +147,27 @@ def check_max_length(max_length, what: str = "max_length", error: type[Exception
     return int(max_length)
 
 
-def contracts(max_length: int = DEFAULT_MAX_LENGTH, n_features: int = N_FEATURES) -> dict[str, ModelContract]:
-    """The contract of every model, for one sequence length and feature count."""
+def contracts(
+    max_length: int = DEFAULT_MAX_LENGTH, n_features: int = N_FEATURES, fused: bool = False
+) -> dict[str, ModelContract]:
+    """The contract of every model, for one sequence length and feature count; `fused`: of
+    the fused repository (FUSED_INTO), whose preprocess answers BERT_OUTPUT and featurize
+    FOREST_OUTPUT, and which has no bert and no forest."""
     check_max_length(max_length)
     text = TensorSpec(TEXT, "TYPE_STRING", (1,))
     score = lambda name: TensorSpec(name, "TYPE_FP32", (1,))  # noqa: E731
     ids = lambda name: TensorSpec(name, "TYPE_INT64", (max_length,))  # noqa: E731
+    separate = _contracts(text, score, ids, n_features)
+    if not fused:
+        return separate
+    fused_ones = {
+        PREPROCESS: ModelContract(PREPROCESS, separate[PREPROCESS].inputs, (score(BERT_OUTPUT),)),
+        FEATURIZE: ModelContract(FEATURIZE, (text,), (score(FOREST_OUTPUT), *separate[FEATURIZE].outputs[1:])),
+    }
+    return {name: fused_ones.get(name, c) for name, c in separate.items() if name not in FUSED_INTO}
+
+
+def _contracts(text, score, ids, n_features) -> dict[str, ModelContract]:
     return {
         ENSEMBLE: ModelContract(ENSEMBLE, (text,), tuple(score(name) for name in OUTPUTS)),
         VALIDATE: ModelContract(VALIDATE, (text,), (TensorSpec(VALID_TEXT, "TYPE_STRING", (1,)),)),
@@ -240,14 +255,39 @@ SERIAL_STEPS = (
 )
 
 
-def ensemble_steps(parallel: bool):
-    """The wiring: the branches in parallel (Triton 26.02+) or one after the other."""
+#: The fused repository (`assemble --fused`, the portable profiles only): BERT runs inside
+#: preprocess and the forest inside featurize, in their stubs, so that a text crosses three
+#: Python models instead of five (two python-backend hops less: docs/performance.md, "Fewer
+#: Python hops"). Each fused model: the one it runs inside.
+FUSED_INTO = {BERT: PREPROCESS, FOREST: FEATURIZE}
+_FEATURIZE_FUSED_OUT = {FOREST_OUTPUT: FOREST_OUTPUT, WORDS: WORDS, **{name: name for name in FORMULAS}}
+_POSTPROCESS_STEP = SERIAL_STEPS[-1]
+#: The fused wirings: the same rules, the same order, without the bert and forest steps.
+FUSED_SERIAL_STEPS = (
+    (FEATURIZE, {TEXT: TEXT}, _FEATURIZE_FUSED_OUT),
+    (PREPROCESS, {TEXT: TEXT, AFTER: FOREST_OUTPUT}, {BERT_OUTPUT: BERT_OUTPUT}),
+    _POSTPROCESS_STEP,
+)
+FUSED_PARALLEL_STEPS = (
+    PARALLEL_STEPS[0],
+    (PREPROCESS, {TEXT: VALID_TEXT}, {BERT_OUTPUT: BERT_OUTPUT}),
+    (FEATURIZE, {TEXT: VALID_TEXT}, _FEATURIZE_FUSED_OUT),
+    _POSTPROCESS_STEP,
+)
+
+
+def ensemble_steps(parallel: bool, fused: bool = False):
+    """The wiring: the branches in parallel (Triton 26.02+) or one after the other; `fused`:
+    with BERT in preprocess and the forest in featurize (FUSED_INTO)."""
+    if fused:
+        return FUSED_PARALLEL_STEPS if parallel else FUSED_SERIAL_STEPS
     return PARALLEL_STEPS if parallel else SERIAL_STEPS
 
 
-def step_models(parallel: bool) -> tuple[str, ...]:
-    """The models of a wiring, in step order (the serial one has no `validate`)."""
-    return tuple(model for model, _, _ in ensemble_steps(parallel))
+def step_models(parallel: bool, fused: bool = False) -> tuple[str, ...]:
+    """The models of a wiring, in step order (the serial one has no `validate`, the fused one
+    no bert and no forest)."""
+    return tuple(model for model, _, _ in ensemble_steps(parallel, fused))
 
 
 def entrance(parallel: bool) -> str:
@@ -265,3 +305,10 @@ MAX_BATCH_SIZE = {
     POSTPROCESS: 256,
     ENSEMBLE: 64,
 }
+
+
+def max_batch_size(model: str, fused: bool = False) -> int:
+    """The largest batch `model` accepts: in the fused repository, also that of each model it
+    runs inside (preprocess takes bert's 64)."""
+    inside = [m for m, home in FUSED_INTO.items() if home == model] if fused else []
+    return min([MAX_BATCH_SIZE[model], *(MAX_BATCH_SIZE[m] for m in inside)])

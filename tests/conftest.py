@@ -114,3 +114,17 @@ def portable_server(tiny_artifacts, tmp_path_factory):
     server = start_server(repo, str(root / "server.log"), str(root / "backends"))
     yield server
     assert server.stop() == 0
+
+
+@pytest.fixture(scope="session")
+def fused_server(tiny_artifacts, tmp_path_factory):
+    """The same on the fused `portable` repository (`assemble --fused`: BERT inside
+    preprocess, the forest inside featurize), for the suites that check it answers as the
+    separate one does."""
+    from served import assemble_portable, start_server
+
+    root = tmp_path_factory.mktemp("fused-server")
+    repo = assemble_portable(tiny_artifacts, str(root / "repository"), fused=True)
+    server = start_server(repo, str(root / "server.log"), str(root / "backends"))
+    yield server
+    assert server.stop() == 0

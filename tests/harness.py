@@ -83,7 +83,8 @@ def make_model_dir(
     root: str, model: str, profile: str = "portable", files: dict[str, str] | None = None, **render_kw
 ) -> str:
     """A one-model folder: rendered config, the backend's model.py, and artifact files copied in.
-    `validate` is rendered for the wiring that has it (the parallel one, Triton 26.02+)."""
+    `validate` is rendered for the wiring that has it (the parallel one, Triton 26.02+); with
+    `fused=True`, the fused repository's model and adapter."""
     import shutil
 
     if model == contracts.VALIDATE:
@@ -93,7 +94,7 @@ def make_model_dir(
     os.makedirs(os.path.join(model_dir, "1"), exist_ok=True)
     with open(os.path.join(model_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
         handle.write(configs.render_config(model, profile, **render_kw))
-    source = profiles.backend_file(model, profile)
+    source = profiles.backend_file(model, profile, render_kw.get("fused", False))
     shutil.copyfile(
         os.path.join(repository.backends_root(), source, "model.py"), os.path.join(model_dir, "1", "model.py")
     )

@@ -174,16 +174,75 @@ def test_profile_configs(profile, max_length, bert_format, wiring):
 
 
 @pytest.mark.parametrize("wiring", WIRINGS)
-@pytest.mark.parametrize("profile", profiles.PROFILES)
-def test_ensemble_graph(profile, wiring):
+@pytest.mark.parametrize("max_length", [16, 256])
+@pytest.mark.parametrize("profile", profiles.PORTABLE_PROFILES)
+def test_fused_configs(profile, max_length, wiring):
+    """`assemble --fused`: preprocess answers BERT_OUTPUT and featurize FOREST_OUTPUT (their
+    fused contracts), there is no bert and no forest, preprocess takes bert's batch limit and
+    its threads, each runs its own fused adapter; the rest is as in the separate repository."""
+    version = WIRINGS[wiring]
+    models = configs.repository_models(version, fused=True)
+    assert C.BERT not in models and C.FOREST not in models
+    rendered = {
+        m: parse(configs.render_config(m, profile, max_length=max_length, triton_version=version, fused=True))
+        for m in models
+    }
+    contracts = C.contracts(max_length, fused=True)
+    assert set(contracts) - {C.VALIDATE} == set(rendered) - {C.VALIDATE}
+    for model, config in rendered.items():
+        check_against_contract(config, contracts[model])
+        if model == C.ENSEMBLE:
+            continue
+        assert config.backend == "python" and config.max_batch_size == C.max_batch_size(model, fused=True)
+        assert config.HasField("dynamic_batching") and not config.dynamic_batching.HasField("default_queue_policy")
+    assert [o.name for o in rendered[C.PREPROCESS].output] == [C.BERT_OUTPUT]
+    assert rendered[C.FEATURIZE].output[0].name == C.FOREST_OUTPUT
+    assert rendered[C.PREPROCESS].max_batch_size == C.MAX_BATCH_SIZE[C.BERT] >= rendered[C.ENSEMBLE].max_batch_size
+    threads = {m: rendered[m].parameters[C.THREADS].string_value for m in models if m != C.ENSEMBLE}
+    assert threads == {m: ("0" if m == C.PREPROCESS else "1") for m in threads}  # BERT's instance takes the cores
+    kind = "KIND_GPU" if profile == "portable-gpu" else "KIND_CPU"
+    for model in (C.PREPROCESS, C.FEATURIZE, C.POSTPROCESS):
+        assert Kind.Name(rendered[model].instance_group[0].kind) == kind
+    entrance = C.VALIDATE if wiring == "parallel" else C.FEATURIZE
+    assert [m for m, c in rendered.items() if "MAX_PENDING_REQUESTS" in c.parameters] == [entrance]
+    assert rendered[C.PREPROCESS].parameters["MAX_LENGTH"].string_value == str(max_length)
+    assert {profiles.backend_file(m, profile, fused=True) for m in (C.PREPROCESS, C.FEATURIZE)} == {
+        "preprocess_fused",
+        "featurize_fused",
+    }
+    for folder in ("preprocess_fused", "featurize_fused"):
+        assert os.path.isfile(os.path.join(ROOT, "backends", folder, "model.py"))
+
+
+@pytest.mark.parametrize("profile", ["gpu", "hybrid", "cpu"])
+def test_only_portable_profiles_fuse(profile):
+    with pytest.raises(AssemblyError, match="only the portable profiles"):
+        configs.render_config(C.PREPROCESS, profile, fused=True)
+
+
+def test_the_fused_repository_has_no_bert_to_cache_or_render():
+    with pytest.raises(AssemblyError, match="no bert model"):
+        configs.render_config(C.PREPROCESS, "portable", fused=True, response_cache=True)
+    for model in (C.BERT, C.FOREST):
+        with pytest.raises(AssemblyError, match=f"no {model} model"):
+            configs.render_config(model, "portable", fused=True)
+
+
+#: Every profile's repository, and the fused one of each portable profile.
+GRAPHS = [(p, False) for p in profiles.PROFILES] + [(p, True) for p in profiles.PORTABLE_PROFILES]
+
+
+@pytest.mark.parametrize("wiring", WIRINGS)
+@pytest.mark.parametrize("profile, fused", GRAPHS, ids=[f"{p}{'-fused' if f else ''}" for p, f in GRAPHS])
+def test_ensemble_graph(profile, wiring, fused):
     """Every ensemble tensor is produced exactly once and consumed; dtypes and dims agree
     between producer and consumer; the ensemble's batch size fits every step; every
     ensemble output is a leaf (no step reads it); every step runs after the first step
     accepted the request, and the serial wiring runs one step at a time (see the rules at
-    contracts.PARALLEL_STEPS)."""
+    contracts.PARALLEL_STEPS). The same for the fused repository of the portable profiles."""
     version = WIRINGS[wiring]
-    models = configs.repository_models(version)
-    rendered = {m: parse(configs.render_config(m, profile, triton_version=version)) for m in models}
+    models = configs.repository_models(version, fused)
+    rendered = {m: parse(configs.render_config(m, profile, triton_version=version, fused=fused)) for m in models}
     ensemble = rendered[C.ENSEMBLE]
     steps = ensemble.ensemble_scheduling.step
     assert {s.model_name for s in steps} == set(models) - {C.ENSEMBLE}

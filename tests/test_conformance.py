@@ -1,10 +1,10 @@
 """Integration: every request a Triton client can make gets the right answer.
 
-On the real tritonserver (portable profile): every output selection (none, and the 7
-non-empty subsets of SCORE / BERT_SCORE / FOREST_SCORE) over tritonclient HTTP,
-tritonclient gRPC and curl with KServe v2 JSON equals the all-outputs answer; the batch
-limits; `score` and `evaluate --url` with a selection. Bad and odd input is in
-test_bad_input.py.
+On the real tritonserver (the portable profile, as assembled and fused): every output
+selection (none, each output alone, pairs, all, seeded subsets: `harness.output_selections`)
+over tritonclient HTTP, tritonclient gRPC and curl with KServe v2 JSON equals the
+all-outputs answer; the batch limits; `score` and `evaluate --url` with a selection. Bad and
+odd input is in test_bad_input.py.
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ TEXTS = [
 SELECTIONS = output_selections()
 
 
-@pytest.fixture(scope="module")
-def server(portable_server):
-    return portable_server
+@pytest.fixture(scope="module", params=["portable", "fused"])
+def server(request):
+    """The portable repository as assembled, and its fused form (`assemble --fused`)."""
+    return request.getfixturevalue(f"{request.param}_server")
 
 
 @pytest.fixture(scope="module")

@@ -84,13 +84,16 @@ def test_arrays_from_another_checkpoint_are_refused(forest_folder, tmp_path):
 
 
 @pytest.mark.integration
-def test_portable_gpu_profile_serves_on_the_cpu_as_portable_does(tiny_artifacts, tmp_path, monkeypatch):
+@pytest.mark.parametrize("fused", [False, True], ids=["separate", "fused"])
+def test_portable_gpu_profile_serves_on_the_cpu_as_portable_does(tiny_artifacts, tmp_path, monkeypatch, fused):
+    """Also fused (`assemble --fused`): torch's BERT inside preprocess, the CuPy tree walk
+    inside featurize, on NumPy here."""
     from served import score_texts, start_server
 
     from readability_triton.pipeline import Pipeline
 
     repo = str(tmp_path / "repo")
-    repository.assemble(tiny_artifacts, repo, "portable-gpu")
+    repository.assemble(tiny_artifacts, repo, "portable-gpu", fused=fused)
     repository.cpu_dry_run(repo)
     arrivals = tmp_path / "arrivals"
     arrivals.mkdir()
@@ -110,7 +113,7 @@ def test_portable_gpu_profile_serves_on_the_cpu_as_portable_does(tiny_artifacts,
     np.testing.assert_allclose(got[C.BERT_SCORE].ravel(), want["bert"], rtol=0, atol=1e-5)
     log = open(tmp_path / "server.log", encoding="utf-8", errors="replace").read()
     assert "array tree walk" in log
-    for model in (C.BERT, C.FOREST, C.POSTPROCESS):
+    for model in (C.POSTPROCESS,) if fused else (C.BERT, C.FOREST, C.POSTPROCESS):
         record = json.loads((arrivals / f"{model}.json").read_text())
         assert record["device"] == "CPU"  # the dry run; on the GPU kit: "GPU 0" and only "gpu" arrivals
         assert all(c["cpu"] >= 1 and c["gpu"] == 0 for c in record["inputs"].values()), record

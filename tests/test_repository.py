@@ -194,3 +194,48 @@ def test_a_checkout_on_pythonpath_writes_its_own_adapters(tmp_path):
     )
     assert found.stdout.strip() == str(other / "backends")
     assert repository.backends_root() == os.path.join(root, "backends")
+
+
+@pytest.mark.parametrize("profile", profiles.PORTABLE_PROFILES)
+def test_a_fused_repository_holds_each_branch_in_one_model(tiny_artifacts, tmp_path, profile):
+    """`assemble --fused`: no bert and no forest; preprocess holds the tokenizer and the BERT
+    model, featurize the vocabulary and the checkpoint (and on portable-gpu the forest's
+    arrays), each with its fused adapter; the in-process pipeline of the fused repository,
+    and so its canary, equal the separate repository's."""
+    fused, separate = tmp_path / "fused", tmp_path / "separate"
+    repository.assemble(tiny_artifacts, str(fused), profile, fused=True)
+    repository.assemble(tiny_artifacts, str(separate), profile)
+    assert sorted(os.listdir(fused)) == sorted(configs.repository_models(fused=True))
+    assert configs.is_fused(str(fused)) and not configs.is_fused(str(separate))
+    assert configs.home(str(fused), C.BERT) == C.PREPROCESS and configs.home(str(separate), C.BERT) == C.BERT
+    bert_file = "model.pt" if profile == "portable-gpu" else "model.onnx"
+    pre, feat = fused / "preprocess" / "1", fused / "featurize" / "1"
+    for name in (*M.MODEL_FILES[C.PREPROCESS], bert_file, M.MANIFEST):
+        assert (pre / name).is_file(), name
+    for name in (*M.MODEL_FILES[C.FEATURIZE], *M.MODEL_FILES[C.FOREST], M.MANIFEST):
+        assert (feat / name).is_file(), name
+    assert (feat / "forest_arrays.npz").is_file() == (profile == "portable-gpu")
+    for model, folder in ((C.PREPROCESS, "preprocess_fused"), (C.FEATURIZE, "featurize_fused")):
+        source = os.path.join(repository.backends_root(), folder, "model.py")
+        assert (fused / model / "1" / "model.py").read_bytes() == open(source, "rb").read()
+    assert "inside preprocess" in repository.served_bert(str(fused))
+    texts = ["The cat sat on the mat. It was happy.", "Notwithstanding the stipulations, the lessee shall pay."]
+    got = repository.repository_pipeline(str(fused))(texts)
+    want = repository.repository_pipeline(str(separate))(texts)
+    assert sorted(got) == sorted(want)
+    for key in want:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
+    canary = lambda repo: json.loads((repo / "readability" / "1" / "canary.json").read_text())  # noqa: E731
+    assert canary(fused) == canary(separate)
+
+
+def test_assemble_cli_fused(tiny_artifacts, tmp_path, capsys):
+    out = tmp_path / "repo"
+    code = cli.main(["assemble", "--profile", "portable", "--fused", "--artifacts", tiny_artifacts, "--out", str(out)])
+    assert code == 0 and "fused (bert in preprocess, the forest in featurize)" in capsys.readouterr().out
+    assert not (out / C.BERT).exists() and not (out / C.FOREST).exists()
+    code = cli.main(
+        ["assemble", "--profile", "cpu", "--fused", "--artifacts", tiny_artifacts, "--out", str(tmp_path / "x")]
+    )
+    assert code == 2 and "only the portable profiles" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()

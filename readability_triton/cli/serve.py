@@ -84,6 +84,13 @@ def register(subparsers) -> None:
         help="let Triton's response cache keep bert's answers, so that texts seen before skip BERT "
         "(serve it with `serve --cache-size`)",
     )
+    p.add_argument(
+        "--fused",
+        action="store_true",
+        help="portable profiles: run BERT inside preprocess and the forest inside featurize, three Python "
+        "models where there are five (two python-backend hops less per text; no bert or forest model to "
+        "call on its own)",
+    )
     p.add_argument("--force", action="store_true", help="replace REPO if it exists")
     p.set_defaults(func=cmd_assemble)
 
@@ -217,6 +224,7 @@ def cmd_assemble(args) -> int:
         triton_version=triton_version,
         response_cache=args.response_cache,
         interval_level=args.interval,
+        fused=args.fused,
     )
     chosen = pick_bert_format(args.artifacts, args.profile, args.bert_format)
 
@@ -226,8 +234,9 @@ def cmd_assemble(args) -> int:
     else:
         bert_w, forest_w = manifest.blend_weights or (0.5, 0.5)
         how = "fitted" if manifest.blend_weights else "default: no fitted weights in the set"
+    fused = " fused (bert in preprocess, the forest in featurize)" if args.fused else ""
     print(
-        f"assembled profile {args.profile!r} for Triton {releases.release(triton_version).version} in "
+        f"assembled profile {args.profile!r}{fused} for Triton {releases.release(triton_version).version} in "
         f"{args.out} (max_length {manifest.max_length}, "
         f"{manifest.n_features} features, BERT {chosen}{' with TensorRT FP16' if args.tensorrt else ''}; "
         f"SCORE = {bert_w:.3f} BERT + {forest_w:.3f} forest, {how}); SCORE_LOW..SCORE_HIGH: "

@@ -28,7 +28,7 @@ from ..scoring import Blender, weight_pair
 from ..tokenizer.runner import TokenizerRunner
 from . import releases
 from .canary import CANARY, Canary
-from .configs import edit_config, present_models, read_config, render_config, repository_models
+from .configs import edit_config, home, present_models, read_config, render_config, repository_models
 from .profiles import (
     DEFAULT_BERT_FORMAT,
     DEFAULT_TENSORRT_CACHE,
@@ -36,6 +36,7 @@ from .profiles import (
     PROFILES,
     VERSION,
     backend_file,
+    check_fused,
 )
 
 
@@ -55,13 +56,15 @@ def backends_root() -> str:
 
 def write_configs(out: str, profile: str, **render_kw) -> None:
     """Configs, version folders and the Python models' `model.py` for `profile`: the models
-    of the wiring of the Triton release (`triton_version`, default the tested one)."""
-    for model in repository_models(render_kw.get("triton_version", releases.TESTED)):
+    of the wiring of the Triton release (`triton_version`, default the tested one; with
+    `fused`, of the fused repository)."""
+    fused = render_kw.get("fused", False)
+    for model in repository_models(render_kw.get("triton_version", releases.TESTED), fused):
         model_dir = os.path.join(out, model)
         os.makedirs(os.path.join(model_dir, VERSION), exist_ok=True)
         with open(os.path.join(model_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
             handle.write(render_config(model, profile, **render_kw))
-        source = backend_file(model, profile)
+        source = backend_file(model, profile, fused)
         if source is not None:
             shutil.copyfile(
                 os.path.join(backends_root(), source, "model.py"), os.path.join(model_dir, VERSION, "model.py")
@@ -92,14 +95,20 @@ def assemble(
     triton_version: str = releases.TESTED,
     response_cache: bool = False,
     interval_level: float = DEFAULT_LEVEL,
+    fused: bool = False,
 ) -> M.Manifest:
     """Build a complete model repository for `profile` from an artifact set (its BERT model
     in `bert_format`, see `pick_bert_format`; SCORE's weights as given, both or none, by
     default the set's fitted weights (`train-blend`, `build-demo`), else 0.5 each), in the
     configs Triton release `triton_version` reads; SCORE_LOW/SCORE_HIGH at `interval_level`
-    from the set's calibration where it was calibrated for these weights (`intervals`)."""
+    from the set's calibration where it was calibrated for these weights (`intervals`).
+    `fused` (the portable profiles): BERT runs inside preprocess and the forest inside
+    featurize (`contracts.FUSED_INTO`), three Python models where there were five."""
     if profile not in PROFILES:
         raise AssemblyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    check_fused(profile, fused)
+    if fused and response_cache:  # before anything is read
+        render_config(C.PREPROCESS, profile, fused=True, response_cache=True)
     try:
         releases.release(triton_version)
     except releases.ReleaseError as err:
@@ -138,14 +147,15 @@ def assemble(
         triton_version=triton_version,
         response_cache=response_cache,
         interval=interval,
+        fused=fused,
     )
     for model, names in {**M.MODEL_FILES, C.BERT: (M.BERT_FORMATS[bert_format],)}.items():
-        target = os.path.join(out, model, VERSION)
+        target = os.path.join(out, C.FUSED_INTO.get(model, model) if fused else model, VERSION)
         for name in list(names) + M.present(artifacts, M.OPTIONAL_FILES.get(model, ())) + [M.MANIFEST]:
             shutil.copyfile(os.path.join(artifacts, name), os.path.join(target, name))
     if PROFILE[profile].portable and PROFILE[profile].models == "KIND_GPU":
         # the forest as arrays, for the CuPy tree walk (no Treelite needed there)
-        folder = os.path.join(out, C.FOREST, VERSION)
+        folder = os.path.join(out, home(out, C.FOREST), VERSION)
         export_forest_arrays(os.path.join(folder, M.CHECKPOINT), os.path.join(folder, FOREST_ARRAYS))
     record_canary(out, canary_tolerance(profile, tensorrt), manifest, (bert_weight, forest_weight), interval)
     return manifest
@@ -213,8 +223,9 @@ def cpu_dry_run(repo: str) -> None:
 def served_bert(repo: str) -> str:
     """What serves BERT in an assembled repository, in one line: the backend, the file and
     the thread plan."""
-    config = read_config(os.path.join(repo, C.BERT, "config.pbtxt"))
-    folder = os.path.join(repo, C.BERT, VERSION)
+    bert = home(repo, C.BERT)
+    config = read_config(os.path.join(repo, bert, "config.pbtxt"))
+    folder = os.path.join(repo, bert, VERSION)
     model = M.MODEL_ONNX if os.path.isfile(os.path.join(folder, M.MODEL_ONNX)) else M.MODEL_PT
     if config.backend == "python":
         value = config.parameters[C.THREADS].string_value if C.THREADS in config.parameters else "1"
@@ -224,24 +235,26 @@ def served_bert(repo: str) -> str:
             if model == M.MODEL_ONNX
             else ""
         )
-        return f"{model} in a Python model, {threads.resolve(int(value), count)} thread(s){padding}"
+        inside = f" (inside {bert})" if bert != C.BERT else ""
+        return f"{model} in a Python model{inside}, {threads.resolve(int(value), count)} thread(s){padding}"
     return f"{model} on Triton's {config.platform} backend (its default threads, the padded length)"
 
 
 def repository_pipeline(repo: str):
-    """The in-process `Pipeline` of an assembled repository: the runners on the artifacts
-    in its version folders, and SCORE's weights from postprocess's config. On the CPU."""
-
-    def folder(model):
-        return os.path.join(repo, model, VERSION)
-
+    """The in-process `Pipeline` of an assembled repository (separate or fused): the runners
+    on the artifacts in its version folders, and SCORE's weights from postprocess's config.
+    On the CPU."""
     if not os.path.isfile(os.path.join(repo, C.ENSEMBLE, "config.pbtxt")):
         raise AssemblyError(f"{repo}: not a readability repository (no {C.ENSEMBLE}/config.pbtxt)")
+    served_by = {model: home(repo, model) for model in (C.BERT, C.FOREST)}
+
+    def folder(model):
+        return os.path.join(repo, served_by.get(model, model), VERSION)
 
     def planned(model):  # the thread plan the served model runs under (0 for a native backend's: its own)
         if not threads.enabled():
             return 0
-        config = read_config(os.path.join(repo, model, "config.pbtxt"))
+        config = read_config(os.path.join(repo, served_by.get(model, model), "config.pbtxt"))
         value = config.parameters[C.THREADS].string_value if C.THREADS in config.parameters else ""
         count = sum(group.count or 1 for group in config.instance_group) or 1
         return threads.resolve(int(value), count) if value else 0
@@ -252,7 +265,7 @@ def repository_pipeline(repo: str):
     tokenizer_manifest = M.load_manifest(folder(C.PREPROCESS))
     bert_format = "onnx" if os.path.isfile(os.path.join(folder(C.BERT), M.MODEL_ONNX)) else "torchscript"
     # a Python model cuts the padding off (OnnxRunner); Triton's onnxruntime backend runs what preprocess padded
-    in_python = read_config(os.path.join(repo, C.BERT, "config.pbtxt")).backend == "python"
+    in_python = read_config(os.path.join(repo, served_by[C.BERT], "config.pbtxt")).backend == "python"
     return Pipeline(
         tokenizer=TokenizerRunner.from_folder(
             folder(C.PREPROCESS), tokenizer_manifest.max_length, manifest=tokenizer_manifest

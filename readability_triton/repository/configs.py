@@ -31,6 +31,7 @@ from .profiles import (
     DEFAULT_MAX_PENDING_REQUESTS,
     DEFAULT_MAX_QUEUE_SECONDS,
     DEFAULT_TENSORRT_CACHE,
+    check_fused,
     dynamic_batching,
     placement,
 )
@@ -118,6 +119,14 @@ _HEADERS = {
     C.BERT: "The fine-tuned BERT regressor ({format}).",
     C.FOREST: "The random forest on the readability features (Treelite checkpoint, 1/checkpoint.tl).",
 }
+#: The fused repository's preprocess and featurize (`contracts.FUSED_INTO`).
+_FUSED_HEADERS = {
+    C.PREPROCESS: "BERT WordPiece tokenization and then, in the same model, the fine-tuned BERT regressor "
+    "({format}): TEXT -> BERT_OUTPUT (fused: no separate bert model).",
+    C.FEATURIZE: "The 207 readability features of docs/features.md and then, in the same model, the random "
+    "forest on them (Treelite checkpoint, 1/checkpoint.tl): TEXT -> FOREST_OUTPUT, WORDS and the formulas "
+    "(fused: no separate forest model){first}.",
+}
 
 
 _BERT_FILES = {"onnx": "ONNX, 1/model.onnx", "torchscript": "TorchScript, 1/model.pt"}
@@ -160,19 +169,29 @@ def model_config(
     max_queue_seconds: float = DEFAULT_MAX_QUEUE_SECONDS,
     response_cache: bool = False,
     interval: IntervalParameters | None = None,
+    fused: bool = False,
 ):
     """The `ModelConfig` message of `model` in `profile` for Triton release `triton_version`
     (the BERT model in `bert_format`; with `tensorrt`, the onnxruntime backend builds a
-    TensorRT FP16 engine for it), built the way Triton reads it: a message of its own proto,
-    so that a field that does not exist, or a bad enum value, cannot be written."""
+    TensorRT FP16 engine for it; `fused`: of the fused repository, `contracts.FUSED_INTO`),
+    built the way Triton reads it: a message of its own proto, so that a field that does not
+    exist, or a bad enum value, cannot be written."""
     model_config_pb2, json_format, _ = _proto()
     target = releases.release(triton_version)
-    if model != C.ENSEMBLE and model not in C.step_models(target.parallel_ensemble):
+    check_fused(profile, fused)
+    if fused and model in C.FUSED_INTO:
+        raise AssemblyError(f"the fused repository has no {model} model: it runs inside {C.FUSED_INTO[model]}")
+    if fused and response_cache:
+        raise AssemblyError(
+            "--response-cache keeps bert's answers, and the fused repository has no bert model: assemble "
+            "without --fused to cache BERT"
+        )
+    if model != C.ENSEMBLE and model not in C.step_models(target.parallel_ensemble, fused):
         raise AssemblyError(
             f"Triton {target.version} runs the serial wiring, which has no {model} model "
             "(featurize checks the text first: contracts.SERIAL_STEPS)"
         )
-    contract = C.contracts(max_length, n_features)[model]
+    contract = C.contracts(max_length, n_features, fused)[model]
     where = placement(model, profile, bert_format)
     if tensorrt and not (model != C.BERT or (where.backend == "onnxruntime_onnx" and where.kind == "KIND_GPU")):
         raise AssemblyError(
@@ -187,12 +206,12 @@ def model_config(
     else:
         config["backend"] = where.backend
     config.update(
-        max_batch_size=C.MAX_BATCH_SIZE[model],
+        max_batch_size=C.max_batch_size(model, fused),
         input=[_tensor(s) for s in contract.inputs],
         output=[_tensor(s) for s in contract.outputs],
     )
     if where.backend == "ensemble":
-        config["ensemble_scheduling"] = ensemble_scheduling(C.ensemble_steps(target.parallel_ensemble))
+        config["ensemble_scheduling"] = ensemble_scheduling(C.ensemble_steps(target.parallel_ensemble, fused))
         return json_format.ParseDict(config, model_config_pb2.ModelConfig())
     if where.backend == "fil":
         config.update(fil_io(contract))
@@ -214,7 +233,8 @@ def model_config(
     if model == C.PREPROCESS:
         params[C.MAX_LENGTH] = str(max_length)
     if where.backend == "python":  # the thread plan (readability_triton.threads)
-        params[C.THREADS] = "0" if model == C.BERT else "1"
+        # BERT's instance takes the cores; every other one thread
+        params[C.THREADS] = "0" if model == C.BERT or (fused and model == C.FUSED_INTO[C.BERT]) else "1"
     if model == C.POSTPROCESS:
         params[C.BERT_WEIGHT] = repr(float(bert_weight))
         params[C.FOREST_WEIGHT] = repr(float(forest_weight))
@@ -232,7 +252,11 @@ def model_config(
 
 
 def header(
-    model: str, profile: str = "gpu", bert_format: str = DEFAULT_BERT_FORMAT, triton_version: str = releases.TESTED
+    model: str,
+    profile: str = "gpu",
+    bert_format: str = DEFAULT_BERT_FORMAT,
+    triton_version: str = releases.TESTED,
+    fused: bool = False,
 ) -> str:
     """The comment lines a rendered config starts with: what the model is, and for what."""
     target = releases.release(triton_version)
@@ -247,9 +271,15 @@ def header(
         if C.entrance(target.parallel_ensemble) == C.FEATURIZE
         else ""
     )
-    what = _HEADERS[model].format(format=_BERT_FILES[bert_format], wiring=wiring, first=first)
+    if fused and model == C.ENSEMBLE:
+        wiring = wiring.replace("feature/forest branch", "featurize with the forest inside").replace(
+            "BERT branch", "preprocess with BERT inside"
+        )
+    what = (_FUSED_HEADERS if fused and model in _FUSED_HEADERS else _HEADERS)[model].format(
+        format=_BERT_FILES[bert_format], wiring=wiring, first=first
+    )
     return (
-        f"# {what}\n# Profile: {profile}, for Triton {target.version}. Generated by "
+        f"# {what}\n# Profile: {profile}{' (fused)' if fused else ''}, for Triton {target.version}. Generated by "
         "readability_triton.repository.configs.\n"
     )
 
@@ -278,7 +308,7 @@ def render_config(model: str, profile: str = "gpu", **options) -> str:
     """The `config.pbtxt` text of `model` in `profile`: `header` + `model_config` (same
     options) in protobuf's text format."""
     _, _, text_format = _proto()
-    keys = ("bert_format", "triton_version")
+    keys = ("bert_format", "triton_version", "fused")
     return header(model, profile, **{k: options[k] for k in keys if k in options}) + text_format.MessageToString(
         model_config(model, profile, **options)
     )
@@ -303,10 +333,23 @@ def edit_config(path: str, change) -> None:
         handle.write(comments + text_format.MessageToString(config))
 
 
-def repository_models(triton_version: str = releases.TESTED) -> tuple[str, ...]:
-    """The models of a repository for Triton `triton_version`: its wiring's steps and the
-    ensemble."""
-    return C.step_models(releases.release(triton_version).parallel_ensemble) + (C.ENSEMBLE,)
+def repository_models(triton_version: str = releases.TESTED, fused: bool = False) -> tuple[str, ...]:
+    """The models of a repository for Triton `triton_version` (`fused`: the fused one): its
+    wiring's steps and the ensemble."""
+    return C.step_models(releases.release(triton_version).parallel_ensemble, fused) + (C.ENSEMBLE,)
+
+
+def is_fused(repo: str) -> bool:
+    """Whether an assembled repository is the fused one (`assemble --fused`): its preprocess
+    answers BERT_OUTPUT."""
+    path = os.path.join(repo, C.PREPROCESS, "config.pbtxt")
+    return os.path.isfile(path) and any(o.name == C.BERT_OUTPUT for o in read_config(path).output)
+
+
+def home(repo: str, model: str) -> str:
+    """The model of an assembled repository that serves `model`: the one it runs inside in
+    the fused repository (bert in preprocess, the forest in featurize), else itself."""
+    return C.FUSED_INTO.get(model, model) if is_fused(repo) else model
 
 
 def present_models(repo: str) -> list[str]:

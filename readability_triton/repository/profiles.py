@@ -179,6 +179,8 @@ PYTHON_BACKENDS = {
     C.POSTPROCESS: "postprocess",
 }
 PORTABLE_BACKENDS = {C.BERT: "bert_portable", C.FOREST: "forest_portable"}
+#: ... and of the models that run another inside them, in the fused repository (`assemble --fused`).
+FUSED_BACKENDS = {C.PREPROCESS: "preprocess_fused", C.FEATURIZE: "featurize_fused"}
 
 
 @dataclass(frozen=True)
@@ -208,8 +210,22 @@ def placement(model: str, profile: str, bert_format: str = DEFAULT_BERT_FORMAT) 
     return Placement(native, where.models)
 
 
-def backend_file(model: str, profile: str) -> str | None:
-    """Folder under `backends/` whose `model.py` serves `model` in `profile`, if Python."""
+def check_fused(profile: str, fused: bool) -> None:
+    """AssemblyError unless the profile can be fused (`--fused`: its bert and forest are
+    Python models, which the fused preprocess and featurize run inside them)."""
+    if fused and profile in PROFILE and not PROFILE[profile].portable:
+        raise AssemblyError(
+            f"--fused runs BERT and the forest inside Python models: only the portable profiles "
+            f"({', '.join(PORTABLE_PROFILES)}) can be fused, not {profile}, whose bert and forest run on "
+            "Triton's own backends"
+        )
+
+
+def backend_file(model: str, profile: str, fused: bool = False) -> str | None:
+    """Folder under `backends/` whose `model.py` serves `model` in `profile` (`fused`: in the
+    fused repository), if Python."""
     if placement(model, profile).backend != "python":
         return None
+    if fused and model in FUSED_BACKENDS:
+        return FUSED_BACKENDS[model]
     return PYTHON_BACKENDS.get(model) or PORTABLE_BACKENDS[model]

@@ -56,6 +56,8 @@ def writable_forest_view(repo: str, out: str) -> str | None:
     forest's folder (its config and a checkpoint of a few MB); the caller removes `out`."""
     forest = os.path.join(repo, C.FOREST)
     checkpoint = os.path.join(forest, VERSION, CHECKPOINT)
+    if not os.path.isfile(os.path.join(forest, "config.pbtxt")):  # the fused repository: inside featurize
+        return None
     if read_config(os.path.join(forest, "config.pbtxt")).backend != "fil" or os.access(checkpoint, os.W_OK):
         return None
     os.makedirs(out, exist_ok=True)
