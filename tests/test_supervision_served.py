@@ -44,6 +44,14 @@ def repo(tiny_artifacts, tmp_path_factory):
     return assemble_portable(tiny_artifacts, str(tmp_path_factory.mktemp("supervision") / "repository"))
 
 
+@pytest.fixture(scope="module")
+def fused_repo(tiny_artifacts, tmp_path_factory):
+    """The same, fused (`assemble --fused`)."""
+    return assemble_portable(
+        tiny_artifacts, str(tmp_path_factory.mktemp("supervision-fused") / "repository"), fused=True
+    )
+
+
 #: Every `Serve` started by a test: one a failed assertion left running is stopped after it
 #: (`_stop_what_a_test_left`), so that it does not load the machine for the tests after it.
 _STARTED: list["Serve"] = []
@@ -306,14 +314,16 @@ def _burst(url, seconds: float, deadlines, outcomes):
     return threads
 
 
-def test_a_cancellation_burst_then_sigterm_drains_and_exits_0(repo, tmp_path):
+@pytest.mark.parametrize("which", ["repo", "fused_repo"], ids=["separate", "fused"])
+def test_a_cancellation_burst_then_sigterm_drains_and_exits_0(which, request, tmp_path):
     """16 gRPC clients that give up after 20-80 ms beside 4 patient ones, 8 s; then SIGTERM
     while they still send. serve drains (every step answers what it holds), stops the
     server and exits 0; no process of the server and no /dev/shm segment is left. (Deadlines
     of a few ms crash tritonserver 2.51 itself: server#7840, fixed in 25.01; serve then
     restarts it. Where the crash falls between serve's last health round and SIGTERM, there
-    is nothing to drain: the test then checks that serve says so and xfails, saying why.)"""
-    serve = Serve(repo, tmp_path)
+    is nothing to drain: the test then checks that serve says so and xfails, saying why.)
+    The same on the fused repository."""
+    serve = Serve(request.getfixturevalue(which), tmp_path)
     server_pid = serve.server_pid()
     stubs = list(python_stubs(server_pid))
     outcomes: list[str] = []
