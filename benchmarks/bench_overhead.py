@@ -63,6 +63,7 @@ from readability_triton.client.bench import breakdown, compute_ms, settled_stati
 from readability_triton.client.load import closed_loop, percentiles
 from readability_triton.client.readability import ThreadClients, text_input
 from readability_triton.repository import assemble as repository
+from readability_triton.repository import configs
 from readability_triton.server.tritonserver import TritonServer
 from readability_triton.stub.phases import PHASES, PHASES_ENV, WRITE_EVERY_S, phase_rows, read_phases
 from readability_triton.validation import checked_texts
@@ -364,9 +365,11 @@ def step_rows(samples: list[dict[str, dict]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def runner_times(pipeline, texts: list[str], seconds: float) -> dict[str, float]:
+def runner_times(pipeline, texts: list[str], seconds: float, fused: bool = False) -> dict[str, float]:
     """{step: ms per text} of each step's runner in this process, one text at a time through
-    all of them in the ensemble's order (what `in process` runs), timed runner by runner."""
+    all of them in the ensemble's order (what `in process` runs), timed runner by runner;
+    `fused`: by the steps of the fused repository (bert's time in preprocess's, the forest's
+    in featurize's: `contracts.FUSED_INTO`)."""
     spent = dict.fromkeys(C.step_models(False), 0.0)
     done, began = 0, time.perf_counter()
     while time.perf_counter() - began < seconds:
@@ -386,7 +389,11 @@ def runner_times(pipeline, texts: list[str], seconds: float) -> dict[str, float]
         for step, (a, b) in zip(spent, ((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5))):
             spent[step] += b - a
         done += 1
-    return {step: total * 1e3 / done for step, total in spent.items()}
+    times = {step: total * 1e3 / done for step, total in spent.items()}
+    if fused:
+        for model, home in C.FUSED_INTO.items():
+            times[home] += times.pop(model)
+    return times
 
 
 def in_process_rate(pipeline, texts: list[str], seconds: float) -> float:
@@ -563,7 +570,7 @@ def main(argv=None) -> int:
                         elif server is None or model is None:
                             row = {"texts_per_s": in_process_rate(pipeline, texts, args.duration / 2)}
                             if args.steps:
-                                hot.append(runner_times(pipeline, texts, args.duration / 4))
+                                hot.append(runner_times(pipeline, texts, args.duration / 4, configs.is_fused(repo)))
                         else:
                             watched = args.steps and name in ("chain", "ensemble")
                             if watched:

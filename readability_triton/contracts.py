@@ -256,8 +256,8 @@ SERIAL_STEPS = (
 
 
 #: The fused repository (`assemble --fused`, the portable profiles only): BERT runs inside
-#: preprocess and the forest inside featurize, in their stubs, so that a text crosses three
-#: Python models instead of five (two python-backend hops less: docs/performance.md, "Fewer
+#: preprocess and the forest inside featurize, in their stubs, so that a text crosses two
+#: Python models fewer (two python-backend hops less: docs/performance.md, "Fewer
 #: Python hops"). Each fused model: the one it runs inside.
 FUSED_INTO = {BERT: PREPROCESS, FOREST: FEATURIZE}
 _FEATURIZE_FUSED_OUT = {FOREST_OUTPUT: FOREST_OUTPUT, WORDS: WORDS, **{name: name for name in FORMULAS}}

@@ -6,6 +6,7 @@ answers, output for output, and refuse what its first step refuses."""
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from harness import load_benchmark
@@ -131,6 +132,36 @@ def test_runner_times_times_each_step_of_the_serial_wiring(tiny_artifacts):
     )
     assert list(times) == list(C.step_models(parallel=False))
     assert all(0 < ms < 1000 for ms in times.values()), times
+
+
+def test_runner_times_of_the_fused_repository_charge_bert_and_the_forest_to_their_homes():
+    """The fused repository's steps: bert's time in preprocess's, the forest's in featurize's."""
+    import numpy as np
+
+    bench = load_benchmark("bench_overhead")
+
+    class Pipeline:
+        def features(self, rows):
+            time.sleep(0.002)
+            return np.zeros((len(rows), 3), np.float32), np.ones((len(rows), 1), np.float32)
+
+        def forest(self, features):
+            time.sleep(0.004)
+            return np.zeros((len(features), 1), np.float32)
+
+        def tokenizer(self, rows):
+            return np.zeros((len(rows), 4), np.int64), np.ones((len(rows), 4), np.int64)
+
+        def bert(self, ids, mask):
+            time.sleep(0.006)
+            return np.zeros((len(ids), 1), np.float32)
+
+        def blender(self, *args):
+            return args
+
+    times = bench.runner_times(Pipeline(), ["a text. It reads."], 0.2, fused=True)
+    assert list(times) == list(C.step_models(parallel=False, fused=True))
+    assert times[C.FEATURIZE] >= 6.0 and times[C.PREPROCESS] >= 6.0 and times[C.POSTPROCESS] < 2.0, times
 
 
 def test_a_server_started_in_environment_hands_it_to_every_stub(bls_server):

@@ -206,6 +206,11 @@ def test_fused_configs(profile, max_length, wiring):
     entrance = C.VALIDATE if wiring == "parallel" else C.FEATURIZE
     assert [m for m, c in rendered.items() if "MAX_PENDING_REQUESTS" in c.parameters] == [entrance]
     assert rendered[C.PREPROCESS].parameters["MAX_LENGTH"].string_value == str(max_length)
+    # a fused model waits as long as the longest of the models it runs: on a GPU, BERT's wait
+    delays = {m: rendered[m].dynamic_batching.max_queue_delay_microseconds for m in models if m != C.ENSEMBLE}
+    on_gpu = profile == "portable-gpu"
+    assert delays[C.PREPROCESS] == (profiles.QUEUE_DELAY_US[C.BERT] if on_gpu else 0)
+    assert delays[C.FEATURIZE] == (profiles.QUEUE_DELAY_US[C.FEATURIZE] if on_gpu else 0)
     assert {profiles.backend_file(m, profile, fused=True) for m in (C.PREPROCESS, C.FEATURIZE)} == {
         "preprocess_fused",
         "featurize_fused",

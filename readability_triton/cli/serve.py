@@ -87,8 +87,8 @@ def register(subparsers) -> None:
     p.add_argument(
         "--fused",
         action="store_true",
-        help="portable profiles: run BERT inside preprocess and the forest inside featurize, three Python "
-        "models where there are five (two python-backend hops less per text; no bert or forest model to "
+        help="portable profiles: run BERT inside preprocess and the forest inside featurize, two Python "
+        "models fewer (two python-backend hops less per text; no bert or forest model to "
         "call on its own)",
     )
     p.add_argument("--force", action="store_true", help="replace REPO if it exists")

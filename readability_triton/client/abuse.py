@@ -212,15 +212,19 @@ def huge(target: Target, size: int = 300 << 20, count: int = 4) -> Report:
 
 
 def kill_stub(target: Target, model: str = C.BERT, seconds: float = 30.0) -> Report:
-    """kill -9 of `model`'s python-backend stub 3 s into `seconds` of 2 honest gRPC
-    clients; how long until ready again (local servers only)."""
+    """kill -9 of the python-backend stub that runs `model` (in a fused repository, the model
+    it runs inside: bert's is preprocess's) 3 s into `seconds` of 2 honest gRPC clients; how
+    long until ready again (local servers only)."""
     if target.process is None:
         raise ValueError("kill_stub needs a serve running on this machine")
 
     def attack(deadline: float, counts: dict) -> None:
         time.sleep(3.0)
         pid = int(target.status()["pid"])
-        stubs = [p for p in process_tree(pid) if process_name(p) == f"stub:{model}"]
+        names = {p: process_name(p) for p in process_tree(pid)}
+        stubs = [p for p, name in names.items() if name == f"stub:{model}"]
+        if not stubs and model in C.FUSED_INTO:  # the fused repository: bert runs in preprocess's stub
+            stubs = [p for p, name in names.items() if name == f"stub:{C.FUSED_INTO[model]}"]
         if not stubs:
             counts["error"] = f"no stub of {model} found"
             return

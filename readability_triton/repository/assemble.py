@@ -103,7 +103,7 @@ def assemble(
     configs Triton release `triton_version` reads; SCORE_LOW/SCORE_HIGH at `interval_level`
     from the set's calibration where it was calibrated for these weights (`intervals`).
     `fused` (the portable profiles): BERT runs inside preprocess and the forest inside
-    featurize (`contracts.FUSED_INTO`), three Python models where there were five."""
+    featurize (`contracts.FUSED_INTO`), two Python models fewer."""
     if profile not in PROFILES:
         raise AssemblyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
     check_fused(profile, fused)

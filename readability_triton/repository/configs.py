@@ -216,7 +216,12 @@ def model_config(
     if where.backend == "fil":
         config.update(fil_io(contract))
     else:
-        config["dynamic_batching"] = dynamic_batching(model, where.kind)
+        inside = [m for m, home in C.FUSED_INTO.items() if home == model] if fused else []
+        # a fused model waits as long as the longest wait of the models it runs (on a GPU: BERT's)
+        config["dynamic_batching"] = max(
+            (dynamic_batching(m, where.kind) for m in [model, *inside]),
+            key=lambda batching: batching["max_queue_delay_microseconds"],
+        )
     config["instance_group"] = [{"kind": where.kind, "count": 1}]
     if model == C.BERT and tensorrt:
         config["optimization"] = tensorrt_optimization(max_length, C.MAX_BATCH_SIZE[C.BERT], tensorrt_cache)
