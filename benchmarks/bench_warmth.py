@@ -1,5 +1,5 @@
-"""Why a runner takes longer in a served step than in process: the same runners on the same
-texts, one text per call, with and without what a stub's life does to its caches.
+"""What a stub's turns can cost a runner: the same runners on the same texts, one text per
+call, with and without what a stub's life does to its caches.
 
 A served pipeline runs each step in its own process, for a fraction of a millisecond, then
 waits while the other steps, tritonserver and the client run; at one client each stub is

@@ -307,8 +307,13 @@ MAX_BATCH_SIZE = {
 }
 
 
+def runs(model: str, fused: bool = False) -> tuple[str, ...]:
+    """The models `model` runs: itself, and in the fused repository those fused into it
+    (preprocess runs bert, featurize the forest: FUSED_INTO)."""
+    return (model, *(m for m, home in FUSED_INTO.items() if fused and home == model))
+
+
 def max_batch_size(model: str, fused: bool = False) -> int:
-    """The largest batch `model` accepts: in the fused repository, also that of each model it
-    runs inside (preprocess takes bert's 64)."""
-    inside = [m for m, home in FUSED_INTO.items() if home == model] if fused else []
-    return min([MAX_BATCH_SIZE[model], *(MAX_BATCH_SIZE[m] for m in inside)])
+    """The largest batch `model` accepts: the smallest of the models it runs (a fused
+    preprocess takes bert's 64)."""
+    return min(MAX_BATCH_SIZE[m] for m in runs(model, fused))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from harness import load_benchmark
 
@@ -48,8 +49,6 @@ def test_the_idle_pause_is_taken_before_each_text(bench, monkeypatch):
         @staticmethod
         def bert(ids, mask):
             return ids
-
-    import numpy as np
 
     for way, sleeps in (("hot", 0), ("swept", 0), ("idle", 3), ("both", 3)):
         slept.clear()

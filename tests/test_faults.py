@@ -41,6 +41,13 @@ def repo(tiny_artifacts, tmp_path_factory):
     return assemble_portable(tiny_artifacts, str(tmp_path_factory.mktemp("faults") / "repository"), max_text_bytes=5000)
 
 
+@pytest.fixture(scope="module")
+def fused_repo(tiny_artifacts, tmp_path_factory):
+    """The same, fused (`assemble --fused`)."""
+    root = tmp_path_factory.mktemp("faults-fused")
+    return assemble_portable(tiny_artifacts, str(root / "repository"), max_text_bytes=5000, fused=True)
+
+
 def _server(repo, tmp_path, name, **kw) -> TritonServer:
     return start_server(repo, str(tmp_path / f"{name}.log"), str(tmp_path / "backends"), **kw)
 
@@ -58,12 +65,13 @@ def _processes_of(pid: int) -> list[int]:
     return [p for p in load.process_tree(pid) if p != pid]
 
 
-def test_bad_requests_beside_good_ones_under_load_then_a_clean_stop(repo, tmp_path):
+@pytest.mark.parametrize("which", ["repo", "fused_repo"], ids=["separate", "fused"])
+def test_bad_requests_beside_good_ones_under_load_then_a_clean_stop(which, request, tmp_path):
     """16 clients, 1 bad request per 8 good, 15 s over gRPC then 15 s over HTTP: no good
     request fails or gets a wrong score, no bad one is accepted, nothing crashes; then a
     plain SIGTERM stops the server with status 0 within its exit timeout and leaves no
-    process and no /dev/shm segment behind."""
-    server = _server(repo, tmp_path, "load")
+    process and no /dev/shm segment behind. The same on the fused repository."""
+    server = _server(request.getfixturevalue(which), tmp_path, "load")
     expected = _expected(server)
     stubs = _processes_of(server.process.pid)
     reports = {}

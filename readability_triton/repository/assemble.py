@@ -106,9 +106,7 @@ def assemble(
     featurize (`contracts.FUSED_INTO`), two Python models fewer."""
     if profile not in PROFILES:
         raise AssemblyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
-    check_fused(profile, fused)
-    if fused and response_cache:  # before anything is read
-        render_config(C.PREPROCESS, profile, fused=True, response_cache=True)
+    check_fused(profile, fused, response_cache)
     try:
         releases.release(triton_version)
     except releases.ReleaseError as err:

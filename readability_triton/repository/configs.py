@@ -178,14 +178,9 @@ def model_config(
     exist, or a bad enum value, cannot be written."""
     model_config_pb2, json_format, _ = _proto()
     target = releases.release(triton_version)
-    check_fused(profile, fused)
+    check_fused(profile, fused, response_cache)
     if fused and model in C.FUSED_INTO:
         raise AssemblyError(f"the fused repository has no {model} model: it runs inside {C.FUSED_INTO[model]}")
-    if fused and response_cache:
-        raise AssemblyError(
-            "--response-cache keeps bert's answers, and the fused repository has no bert model: assemble "
-            "without --fused to cache BERT"
-        )
     if model != C.ENSEMBLE and model not in C.step_models(target.parallel_ensemble, fused):
         raise AssemblyError(
             f"Triton {target.version} runs the serial wiring, which has no {model} model "
@@ -216,10 +211,9 @@ def model_config(
     if where.backend == "fil":
         config.update(fil_io(contract))
     else:
-        inside = [m for m, home in C.FUSED_INTO.items() if home == model] if fused else []
         # a fused model waits as long as the longest wait of the models it runs (on a GPU: BERT's)
         config["dynamic_batching"] = max(
-            (dynamic_batching(m, where.kind) for m in [model, *inside]),
+            (dynamic_batching(m, where.kind) for m in C.runs(model, fused)),
             key=lambda batching: batching["max_queue_delay_microseconds"],
         )
     config["instance_group"] = [{"kind": where.kind, "count": 1}]
@@ -238,8 +232,8 @@ def model_config(
     if model == C.PREPROCESS:
         params[C.MAX_LENGTH] = str(max_length)
     if where.backend == "python":  # the thread plan (readability_triton.threads)
-        # BERT's instance takes the cores; every other one thread
-        params[C.THREADS] = "0" if model == C.BERT or (fused and model == C.FUSED_INTO[C.BERT]) else "1"
+        # BERT's instance (bert, or a fused preprocess) takes the cores; every other one thread
+        params[C.THREADS] = "0" if C.BERT in C.runs(model, fused) else "1"
     if model == C.POSTPROCESS:
         params[C.BERT_WEIGHT] = repr(float(bert_weight))
         params[C.FOREST_WEIGHT] = repr(float(forest_weight))

@@ -210,9 +210,15 @@ def placement(model: str, profile: str, bert_format: str = DEFAULT_BERT_FORMAT) 
     return Placement(native, where.models)
 
 
-def check_fused(profile: str, fused: bool) -> None:
+def check_fused(profile: str, fused: bool, response_cache: bool = False) -> None:
     """AssemblyError unless the profile can be fused (`--fused`: its bert and forest are
-    Python models, which the fused preprocess and featurize run inside them)."""
+    Python models, which the fused preprocess and featurize run inside them) and nothing
+    asked for needs the bert model (the response cache keeps bert's answers)."""
+    if fused and response_cache:
+        raise AssemblyError(
+            "--response-cache keeps bert's answers, and the fused repository has no bert model: assemble "
+            "without --fused to cache BERT"
+        )
     if fused and profile in PROFILE and not PROFILE[profile].portable:
         raise AssemblyError(
             f"--fused runs BERT and the forest inside Python models: only the portable profiles "

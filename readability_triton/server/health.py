@@ -59,13 +59,12 @@ _probes = itertools.count(int(time.time()))
 #: Answers that mean "busy, not broken": a queue timeout, the first step's load shedding, a
 #: deadline that passed while the canary waited behind real work.
 _BUSY = ("timeout expired", "busy:", "deadline exceeded", "timed out", "timeout")
-#: Answers that mean a model of the repository is not served.
 #: Seconds between the starts of one repair while tritonserver aborts (status -6) as it
 #: starts again: Triton 2.51 now and then does after a stub was killed, before it writes a
 #: line of its log, for several seconds in a row (a CI run: 4 aborts, healed after 18.2 s
 #: over three repairs, 20 honest requests failed between them); the queue stays held.
 ABORT_PAUSES = (0.5, 1.0, 2.0, 4.0)
-
+#: Answers that mean a model of the repository is not served.
 _MISSING = ("has no available versions", "is not found", "unknown model", "is not ready")
 
 
