@@ -265,6 +265,27 @@ def test_breakdown_is_the_difference_of_two_snapshots():
     assert np.isclose(bench.breakdown({}, snapshot(4, 4, 2_000_000))[C.PREPROCESS]["queue_ms_per_request"], 2.0)
 
 
+def test_perf_analyzers_rows_have_their_own_served_vs_in_process_ratio():
+    """Unit: with `--engine both` and an in-process rate, perf_analyzer's texts/s are set
+    against the same in-process rate as bench's own (a C++ client's ratio beside the Python
+    one's), in the table and in the JSON; without an in-process rate there is no ratio."""
+    pa = {"texts_per_s": 300.0, "p50_ms": 3.0, "p99_ms": 6.0, "requests": 900, "errors": 0, "command": "pa"}
+    row = bench.Row(1, 1, 10.0, 2000, 0, 200.0, {"p50": 4.0, "p95": 5.0, "p99": 6.0}, {}, 600.0, pa)
+    assert row.served_vs_in_process == pytest.approx(1 / 3)
+    assert row.perf_analyzer_vs_in_process == pytest.approx(0.5)
+    assert row.to_dict()["perf_analyzer_vs_in_process"] == pytest.approx(0.5)
+    out = io.StringIO()
+    bench.print_rows([row], out)
+    header, line = out.getvalue().split("perf_analyzer, the same rows right after")[1].splitlines()[1:3]
+    assert header.split()[-1] == "perf_analyzer/in-process"
+    assert line.split()[-2:] == ["1.50", "0.50"]  # perf_analyzer/bench, perf_analyzer/in-process
+    alone = bench.Row(1, 4, 10.0, 2000, 0, 200.0, {"p50": 4.0, "p95": 5.0, "p99": 6.0}, {}, None, pa)
+    assert alone.perf_analyzer_vs_in_process is None and alone.to_dict()["perf_analyzer_vs_in_process"] is None
+    out = io.StringIO()
+    bench.print_rows([alone], out)
+    assert out.getvalue().split("perf_analyzer, the same rows right after")[1].splitlines()[2].split()[-1] == "-"
+
+
 def test_statistics_are_read_once_the_counts_stop_moving():
     """Unit: python_backend counts an execute after its replies were sent, so the snapshot
     after the last reply waits until two reads agree (and gives up after the timeout)."""

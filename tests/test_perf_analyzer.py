@@ -55,7 +55,7 @@ def test_perf_analyzer_measures_the_ensemble_without_errors(server, input_data, 
     assert result["errors"] == 0 and result["p99_ms"] >= result["p50_ms"] > 0, result
 
 
-def test_bench_runs_perf_analyzer_beside_its_own_loop(server, tmp_path):
+def test_bench_runs_perf_analyzer_beside_its_own_loop(server, tiny_artifacts, tmp_path):
     _binary()
     out = tmp_path / "bench.json"
     done = subprocess.run(
@@ -76,6 +76,8 @@ def test_bench_runs_perf_analyzer_beside_its_own_loop(server, tmp_path):
             "0.5",
             "--engine",
             "both",
+            "--artifacts",
+            tiny_artifacts,
             "--json",
             str(out),
         ],
@@ -87,4 +89,7 @@ def test_bench_runs_perf_analyzer_beside_its_own_loop(server, tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     (row,) = json.loads(out.read_text())["rows"]
     assert row["perf_analyzer"]["texts_per_s"] > 0 and row["texts_per_s"] > 0
+    assert row["perf_analyzer_vs_in_process"] == pytest.approx(
+        row["perf_analyzer"]["texts_per_s"] / row["in_process_texts_per_s"]
+    )
     assert "perf_analyzer, the same rows right after" in done.stdout

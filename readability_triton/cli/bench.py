@@ -77,7 +77,8 @@ def register(subparsers) -> None:
         choices=("bench", "both"),
         default="bench",
         help="both: Triton's perf_analyzer (.venv/bin/perf_analyzer, `make` puts it there) also measures "
-        "every row of one text per request, right after bench, with the same texts",
+        "every row of one text per request, right after bench, with the same texts (and its texts/s "
+        "against the same in-process rate: the served/in-process ratio with a C++ client)",
     )
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--plot", metavar="FILE.png", help="also draw throughput, latency and the per-model time")

@@ -53,9 +53,19 @@ class Row:
             return None
         return self.texts_per_s / self.in_process_texts_per_s
 
+    @property
+    def perf_analyzer_vs_in_process(self) -> float | None:
+        """perf_analyzer's texts/s over the same in-process rate: the served/in-process ratio
+        with a C++ client, which takes less CPU per request than tritonclient's Python one
+        (on a shared host, the client's CPU is taken from the server's)."""
+        if not self.in_process_texts_per_s or not self.perf_analyzer:
+            return None
+        return self.perf_analyzer["texts_per_s"] / self.in_process_texts_per_s
+
     def to_dict(self) -> dict[str, Any]:
         out = dict(self.__dict__)
         out["served_vs_in_process"] = self.served_vs_in_process
+        out["perf_analyzer_vs_in_process"] = self.perf_analyzer_vs_in_process
         return out
 
 
@@ -270,15 +280,17 @@ def print_rows(rows: list[Row], out) -> None:
         print("\nperf_analyzer, the same rows right after (one text per request):", file=out)
         print(
             f"{'clients':>7} {'texts/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'errors':>6} {'bench texts/s':>13} "
-            f"{'perf_analyzer/bench':>19}",
+            f"{'perf_analyzer/bench':>19} {'perf_analyzer/in-process':>24}",
             file=out,
         )
         for r in measured:
             pa = r.perf_analyzer
             assert pa is not None  # measured: the rows perf_analyzer ran for
+            versus = r.perf_analyzer_vs_in_process
+            against = f"{versus:.2f}" if versus is not None else "-"
             print(
                 f"{r.concurrency:>7} {pa['texts_per_s']:>8.1f} {pa['p50_ms']:>8.1f} {pa['p99_ms']:>8.1f} "
-                f"{pa['errors']:>6} {r.texts_per_s:>13.1f} {pa['texts_per_s'] / r.texts_per_s:>19.2f}",
+                f"{pa['errors']:>6} {r.texts_per_s:>13.1f} {pa['texts_per_s'] / r.texts_per_s:>19.2f} {against:>24}",
                 file=out,
             )
     for r in rows:
