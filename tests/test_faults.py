@@ -19,7 +19,7 @@ from served import assemble_portable, score_texts, start_server
 
 from readability_triton import contracts as C
 from readability_triton.client import load
-from readability_triton.server.tritonserver import TritonServer, free_ports
+from readability_triton.server.tritonserver import CORE_STOPPED, TritonServer, free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -112,7 +112,8 @@ def test_stop_under_load_drains_then_exits_without_a_crash(repo, tmp_path, proto
     with the right score or refused cleanly (the ensemble is gone: NOT_FOUND; the server is
     gone: connection refused; gRPC's own shutdown: CANCELLED), the server exits without
     a crash, and nothing is left behind. Over gRPC the exit status is 0; over HTTP, Triton
-    waits for clients that keep their connections open until its exit timeout."""
+    waits for clients that keep their connections open until its exit timeout. Or the
+    server is ended once its core has stopped, when its gRPC endpoint never closes."""
     server = _server(repo, tmp_path, f"sigterm-{protocol}")
     expected = _expected(server)
     url = server.grpc_url if protocol == "grpc" else server.http_url
@@ -127,8 +128,15 @@ def test_stop_under_load_drains_then_exits_without_a_crash(repo, tmp_path, proto
     report = server.last_stop
     log = _log(server)
     assert report["drained"], (report, log[-3000:])
-    assert code == 0 if protocol == "grpc" else code in (0, 1), (code, report, log[-3000:])
-    assert report["exit_seconds"] < server.exit_timeout + 5 and not report["killed"], (report, log[-3000:])
+    # In about 1 stop in 20-50 with gRPC clients sending through it, Triton 2.51's gRPC endpoint
+    # holds the exit after the core has stopped (a call its handlers never finished;
+    # tritonserver.py): stop() ends it `endpoint_grace` s after the core's last line.
+    hung = report.get("endpoint_hang", False)
+    if hung:
+        assert code == -signal.SIGKILL and CORE_STOPPED.search(log.encode()), (code, report, log[-3000:])
+    else:
+        assert code == 0 if protocol == "grpc" else code in (0, 1), (code, report, log[-3000:])
+    assert report["exit_seconds"] < server.exit_timeout + 5 and report["killed"] == hung, (report, log[-3000:])
     for sign in CRASH_SIGNS:
         assert sign not in log, sign
     results = outcomes["all"]

@@ -22,7 +22,8 @@ class DrainReport(TypedDict, total=False):
     leaked: bool  # only requests Triton 2.51 had lost track of were left
     seconds: float
     error: str
-    killed: bool
+    killed: bool  # SIGKILLed: it had not exited in time, or (endpoint_hang) an endpoint never closed
+    endpoint_hang: bool  # the core had stopped, but the gRPC endpoint held the exit (tritonserver.py)
     died: bool
     exit_status: int | None
     exit_seconds: float

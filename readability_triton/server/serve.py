@@ -297,6 +297,12 @@ class Service:
                 "every step finished its requests, but the ensemble still held requests tritonserver 2.51 lost "
                 "track of: it was ended at once instead of after its exit timeout"
             )
+        if report.get("endpoint_hang"):
+            log.info(
+                f"tritonserver had stopped its core (every model unloaded, nothing in flight) but its gRPC "
+                f"endpoint did not close within {server.endpoint_grace:g} s (tritonserver 2.51 waits without a "
+                "deadline for a call it never finished): it was ended with SIGKILL"
+            )
         ok = bool(report.get("drained")) and (drained is None or drained["drained"])
         detail = (
             ""

@@ -12,6 +12,13 @@ control (every model loaded at start), so that the models can be unloaded while 
   refuses in flight forever and then hangs or crashes on exit; with nothing loaded it
   stops cleanly. After the process exits, the python backend's `/dev/shm` segments of
   this server (named with a prefix of its own) are removed if any are left.
+- Once the core has stopped (its log's last word: no model live, nothing in flight), only
+  the endpoints are left to close. Triton 2.51 closes its gRPC endpoint last, with
+  `grpc::Server::Shutdown()` and no deadline, so a call its handlers never finished holds
+  the exit for good: 5 of 174 stops with 8-16 gRPC clients sending through them here
+  (under gdb: `main` in `grpc::Server::ShutdownInternal`, every model unloaded).
+  `stop()` gives the endpoints `endpoint_grace` s, then ends the process and says so
+  (`endpoint_hang`). From 25.05 on (server PR #7969) Triton bounds that wait itself.
 """
 
 from __future__ import annotations
@@ -45,6 +52,10 @@ from .installation import (
     triton_home,
 )
 from .processes import exit_words, kill_process_group
+
+#: What Triton's core logs as the last step of its stop: no model left, no request in flight
+#: (server.cc, `TRITONSERVER_ServerStop`); after it only the endpoints close.
+CORE_STOPPED = re.compile(rb"Found 0 live models and 0 in-flight non-inference requests")
 
 
 def free_ports(count: int, taken: tuple[int, ...] = ()) -> list[int]:
@@ -108,6 +119,9 @@ class TritonServer(ModelControl):
     extra_args: list[str] = field(default_factory=list)
     exit_timeout: int = 10  # seconds tritonserver waits for in-flight work after SIGTERM
     drain_timeout: float = 30.0  # seconds stop() waits for in-flight requests before SIGTERM
+    #: Seconds stop() lets the endpoints close once the core has stopped (module docstring);
+    #: they normally close within a second of it.
+    endpoint_grace: float = 5.0
     process: subprocess.Popen | None = None  # set by start()
     shm_prefix: str = ""  # prefix of the python backend's /dev/shm segments (unique per server)
     last_stop: DrainReport = field(default_factory=lambda: DrainReport())  # what the last stop() did
@@ -119,6 +133,8 @@ class TritonServer(ModelControl):
     shm_region_limit: int = DEFAULT_SHM_REGION_LIMIT
     #: Triton's local response cache, in bytes (0: none), for the models whose config enables it.
     cache_size: int = 0
+    #: Set by the log's reader when the core has logged `CORE_STOPPED` (one per start).
+    _core_stopped: threading.Event | None = field(default=None, init=False, repr=False, compare=False)
     address: str = "127.0.0.1"  # where the HTTP and gRPC endpoints listen (serve's front door: 127.0.0.1)
     metrics_address: str = ""  # where the metrics endpoint listens (default: `address`; "0.0.0.0" in a container)
 
@@ -257,7 +273,8 @@ class TritonServer(ModelControl):
             )
         finally:
             os.close(secret_fd)
-        threading.Thread(target=self._forward_log, args=(self.process,), daemon=True).start()
+        self._core_stopped = threading.Event()
+        threading.Thread(target=self._forward_log, args=(self.process, self._core_stopped), daemon=True).start()
         self.wait_ready(timeout)
         return self
 
@@ -272,13 +289,16 @@ class TritonServer(ModelControl):
     def pid(self) -> int:
         return self.running.pid
 
-    def _forward_log(self, process: subprocess.Popen) -> None:
-        """Copy the server's output, line by line, to `log_file` (else to our stderr)."""
+    def _forward_log(self, process: subprocess.Popen, core_stopped: threading.Event) -> None:
+        """Copy the server's output, line by line, to `log_file` (else to our stderr), and
+        set `core_stopped` when the core says it has stopped (`CORE_STOPPED`)."""
         stream = process.stdout
         assert stream is not None  # started with stdout=PIPE
         out = open(self.log_file, "ab", buffering=0) if self.log_file else None
         try:
             for line in iter(stream.readline, b""):
+                if CORE_STOPPED.search(line):
+                    core_stopped.set()
                 if out is not None:
                     out.write(line)
                 else:
@@ -352,13 +372,10 @@ class TritonServer(ModelControl):
             # Requests Triton lost (see `drain`) or a dead stub's model never unload: tritonserver would wait its
             # whole exit timeout for them, then exit 1. Drained, nothing is left to lose: end it at once.
             process.send_signal(signal.SIGKILL if report.get("leaked") or abandon else signal.SIGTERM)
-            try:
-                code = process.wait(timeout if timeout is not None else self.exit_timeout + 10)
-                report["killed"] = False
-            except subprocess.TimeoutExpired:
-                process.kill()
-                code = process.wait()
-                report["killed"] = True
+            code, hung = self._wait_exit(timeout if timeout is not None else self.exit_timeout + 10)
+            report["killed"] = hung is not None
+            if hung == "endpoints":
+                report["endpoint_hang"] = True
         else:
             code = process.returncode
             report.update(
@@ -376,6 +393,29 @@ class TritonServer(ModelControl):
         )
         self.last_stop = report
         return code
+
+    def _wait_exit(self, limit: float) -> tuple[int, str | None]:
+        """Wait for the signalled process to exit: its status, and None, or SIGKILL it and
+        say why: "endpoints" (the core had stopped `endpoint_grace` s before, and only an
+        endpoint was left to close) or "timeout" (`limit` s passed)."""
+        process = self.running
+        deadline = time.monotonic() + limit
+        core_stopped = self._core_stopped
+        since: float | None = None
+        while True:
+            try:
+                return process.wait(0.05), None
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            if since is None and core_stopped is not None and core_stopped.is_set():
+                since = now
+            hung = "endpoints" if since is not None and now >= since + self.endpoint_grace else None
+            if hung is None and now >= deadline:
+                hung = "timeout"
+            if hung is not None:
+                process.kill()
+                return process.wait(), hung
 
     def __enter__(self) -> "TritonServer":
         return self.start()
