@@ -55,7 +55,7 @@ from .processes import exit_words, kill_process_group
 
 #: What Triton's core logs as the last step of its stop: no model left, no request in flight
 #: (server.cc, `TRITONSERVER_ServerStop`); after it only the endpoints close.
-CORE_STOPPED = re.compile(rb"Found 0 live models and 0 in-flight non-inference requests")
+CORE_STOPPED = b"Found 0 live models and 0 in-flight non-inference requests"
 
 
 def free_ports(count: int, taken: tuple[int, ...] = ()) -> list[int]:
@@ -125,6 +125,8 @@ class TritonServer(ModelControl):
     process: subprocess.Popen | None = None  # set by start()
     shm_prefix: str = ""  # prefix of the python backend's /dev/shm segments (unique per server)
     last_stop: DrainReport = field(default_factory=lambda: DrainReport())  # what the last stop() did
+    #: Set by the log's reader when the core has logged `CORE_STOPPED` (one per start).
+    _core_stopped: threading.Event | None = field(default=None, init=False, repr=False, compare=False)
     admin_key: str = ""  # key of the restricted APIs (default: $READABILITY_TRITON_ADMIN_KEY or random)
     #: The largest file tritonserver and its stubs may write, in bytes (0: no limit). It caps
     #: each python-backend /dev/shm region, which grows to hold a request's inputs and never
@@ -133,8 +135,6 @@ class TritonServer(ModelControl):
     shm_region_limit: int = DEFAULT_SHM_REGION_LIMIT
     #: Triton's local response cache, in bytes (0: none), for the models whose config enables it.
     cache_size: int = 0
-    #: Set by the log's reader when the core has logged `CORE_STOPPED` (one per start).
-    _core_stopped: threading.Event | None = field(default=None, init=False, repr=False, compare=False)
     address: str = "127.0.0.1"  # where the HTTP and gRPC endpoints listen (serve's front door: 127.0.0.1)
     metrics_address: str = ""  # where the metrics endpoint listens (default: `address`; "0.0.0.0" in a container)
 
@@ -297,7 +297,7 @@ class TritonServer(ModelControl):
         out = open(self.log_file, "ab", buffering=0) if self.log_file else None
         try:
             for line in iter(stream.readline, b""):
-                if CORE_STOPPED.search(line):
+                if CORE_STOPPED in line:
                     core_stopped.set()
                 if out is not None:
                     out.write(line)
