@@ -33,6 +33,26 @@ def extract(archive: str, into: str) -> None:
             tar.extractall(into)
 
 
+#: Modules of the GPU machine built for its numpy 2, which the carried numpy 1.x cannot load
+#: and CuPy 13 imports when it finds them (`import cupy` -> cupyx.scipy.sparse -> scipy,
+#: which fails with an AttributeError, not the ImportError CuPy allows for: the kit's
+#: first run on an H200). The site shadows each with a module that raises ImportError.
+NUMPY2_ONLY = ("scipy",)
+
+
+def shadow_numpy2_modules(site: str) -> list[str]:
+    """Write into `site` a package for each of NUMPY2_ONLY that raises ImportError, saying
+    why; the names written."""
+    for name in NUMPY2_ONLY:
+        os.makedirs(os.path.join(site, name), exist_ok=True)
+        with open(os.path.join(site, name, "__init__.py"), "w", encoding="utf-8") as handle:
+            handle.write(
+                f"raise ImportError({name!r} ' of the GPU machine is built for numpy 2, and the stub runs the "
+                f"carried numpy 1.x (scripts/gpu_kit_serve.py, NUMPY2_ONLY)')\n"
+            )
+    return list(NUMPY2_ONLY)
+
+
 def cuda_library_dirs(roots=None) -> list[str]:
     """The folders holding NVRTC and the CUDA runtime: the NVIDIA wheels' `nvidia/*/lib`
     (CUDA 13 puts them all in nvidia/cu13/lib) under `roots` (default sys.path), else a
@@ -119,7 +139,14 @@ def phase2a(result: dict, dry: bool, deadline: Deadline) -> None:
     began = time.time()
     os.makedirs(SITE, exist_ok=True)
     extract(archive, SITE)
-    result.update(dry_run=dry, site=SITE, entries=sorted(os.listdir(SITE)), unpack_s=round(time.time() - began, 1))
+    shadowed = shadow_numpy2_modules(SITE)
+    result.update(
+        dry_run=dry,
+        site=SITE,
+        entries=sorted(os.listdir(SITE)),
+        shadowed=shadowed,
+        unpack_s=round(time.time() - began, 1),
+    )
     env = stub_env(site=not dry)  # a dry run imports this Python's own: the site is built for the machine's
     env["CUPY_CACHE_DIR"] = tempfile.mkdtemp(prefix="kit-cupy-cache-")  # compile for real, not from a cache
     check = run_for(

@@ -123,13 +123,29 @@ def test_the_stub_gets_the_nvrtc_and_cuda_runtime_folders(kit, tmp_path):
     assert env["PYTHONPATH"].split(os.pathsep) == [serve.SITE, ROOT, "/x"]
 
 
+def test_the_site_shadows_the_machines_numpy2_scipy(kit, tmp_path):
+    """With the site first on the path, `import scipy` is an ImportError that says why,
+    which CuPy 13's `try: import scipy.sparse ... except ImportError` allows for (the
+    machine's scipy, built for numpy 2, failed `import cupy` with an AttributeError)."""
+    serve = kit[4]
+    assert serve.shadow_numpy2_modules(str(tmp_path)) == ["scipy"]
+    probe = (
+        "try:\n    import scipy.sparse\nexcept ImportError as exc:\n    print('ImportError:', exc)\n"
+        "else:\n    print('imported', scipy.__file__)\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ImportError: scipy of the GPU machine is built for numpy 2"), done.stdout
+
+
 @pytest.mark.integration
 def test_phase_2a_dry_run_unpacks_and_imports_the_site(tmp_path):
     _stand_in_site_archive(tmp_path / "carry")
     result = _kit("run", "--phase", "2a", "--cpu-dry-run", carry=tmp_path / "carry", out=tmp_path / "out")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
     record = json.loads((tmp_path / "out" / "phase2a.json").read_text())
-    assert record["ok"] and "kit_marker" in record["entries"]
+    assert record["ok"] and "kit_marker" in record["entries"] and record["shadowed"] == ["scipy"]
     imports = record["imports"]
     assert imports["numpy"]["version"].startswith("1.") and imports["torch"]["version"] and not imports["problems"]
 

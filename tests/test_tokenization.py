@@ -376,6 +376,16 @@ def test_device_incompatibility(vocab_dir):
     assert "pre-tokenizer" in routing.device_incompatibility(other)
 
 
+@pytest.mark.parametrize("max_length", (2, 3, 512))
+def test_a_short_max_length_is_no_incompatibility(vocab_dir, max_length):
+    """The post-processor is judged without the tokenizer's truncation and padding: with
+    max_length 2 the probe "hello world" came back as [CLS] [SEP] and the GPU path was
+    refused (the GPU kit's first run, on an H200, test_gpu_equals_cpu[2])."""
+    tok = WordPieceTokenizer.from_directory(vocab_dir, max_length)
+    assert routing.device_incompatibility(tok.backend) is None
+    assert tok.backend.truncation is not None  # the tokenizer itself still truncates
+
+
 def test_a_required_gpu_tokenizer_raises_instead_of_falling_back(vocab_dir, monkeypatch):
     """READABILITY_TRITON_REQUIRE_GPU_TOKENIZER=1 (the GPU kit sets it): where the GPU path
     would hand a GPU request to the CPU path, it raises, saying why."""

@@ -54,12 +54,17 @@ def device_incompatibility(backend) -> str | None:
         return "an added token is matched after normalization (normalized=true)"
     if backend.num_special_tokens_to_add(False) != 2:
         return "the post-processor does not add exactly two special tokens"
-    empty = backend.encode("", add_special_tokens=True).ids
+    # The probes see the post-processor alone: a copy without the truncation and padding the
+    # tokenizer was set up with (max_length 2 truncated "hello world" to [CLS] [SEP]).
+    whole = type(backend).from_str(backend.to_str())
+    whole.no_truncation()
+    whole.no_padding()
+    empty = whole.encode("", add_special_tokens=True).ids
     if len(empty) != 2:
         return "the post-processor is not [CLS] $A [SEP]"
     for probe in ("hello world", "unaffable, \u00e9t\u00e9!"):
-        body = backend.encode(probe, add_special_tokens=False).ids
-        if backend.encode(probe, add_special_tokens=True).ids != [empty[0], *body, empty[1]]:
+        body = whole.encode(probe, add_special_tokens=False).ids
+        if whole.encode(probe, add_special_tokens=True).ids != [empty[0], *body, empty[1]]:
             return "the post-processor is not [CLS] $A [SEP]"
     return None
 
