@@ -96,23 +96,71 @@ def test_a_client_alone_may_use_all_the_room_but_only_its_share_once_others_come
 
 
 def test_a_newcomer_is_not_refused_for_a_queue_it_would_not_wait_for():
-    # a flood filled the queue, then the rate fell: 200 texts wait where 2 s hold 100
-    gate, clock = _gate(max_wait=2.0, rate=100.0, inside=0.0, max_inside_requests=2, warmup=0)
-    for _ in range(20):
-        assert isinstance(gate.offer("flood", 10), Ticket)
+    # the rate fell to 50 texts a second, then a flood filled the 2.04 s admitted (102 texts)
+    gate, clock = _gate(max_wait=4.0, aim=0.51, rate=100.0, inside=0.0, max_inside_requests=2, warmup=0)
     for _ in range(4):
+        gate.offer("early", 10), gate.offer("early", 10)
         _serve(gate, clock, 0.4)  # 2 requests of 10 texts in 0.4 s: 50 texts a second
     assert gate.rate() == pytest.approx(50.0)
-    refused = gate.offer("flood", 10)
+    flood = [gate.offer("flood", 10) for _ in range(11)]
+    assert all(isinstance(t, Ticket) for t in flood[:10])
+    refused = flood[10]
     assert isinstance(refused, Refusal) and refused.kind == "busy", refused
-    assert refused.reason.startswith("busy: 120 texts are waiting or in the pipeline ahead of this request")
-    honest = gate.offer("honest", 1)  # ahead of it in the fair order: nothing but what is inside
+    assert refused.reason.startswith("busy: 100 texts are waiting or in the pipeline ahead of this request")
+    honest = gate.offer("honest", 1)  # ahead of it in the fair order: the flood's first request
     assert isinstance(honest, Ticket)
-    assert gate.next() is honest
+    assert [gate.next(), gate.next()] == [flood[0], honest]  # second, not eleventh
     # a newcomer's place is after the tickets that start before it, not after the queue
     other = gate.offer("other", 5)
     assert isinstance(other, Ticket)
-    assert gate.stats.refused["busy"] == 1
+    assert gate.stats.refused == {"busy": 1, "share": 0, "closed": 0, "deadline": 0, "slowed": 0}
+
+
+def test_requests_a_slowed_pipeline_cannot_answer_within_the_stated_wait_are_refused_uncomputed():
+    # 9.5 s stated, 7.125 s admitted at 100 texts a second: 71 requests of 10 texts
+    gate, clock = _gate(max_wait=9.5, aim=0.75, rate=100.0, inside=0.0, max_inside_requests=1, warmup=0)
+    tickets = [gate.offer("flood", 10) for _ in range(72)]
+    assert all(isinstance(t, Ticket) for t in tickets[:71]) and isinstance(tickets[71], Refusal)
+    tickets = tickets[:71]
+    # the pipeline halves: one request of 10 texts in 0.2 s. Its 8th answer (1.6 s in) lowers
+    # the rate to 50, and 63 requests wait: the first 39 still end by 1.6 + 39 x 0.2 = 9.4 s
+    for _ in range(8):
+        _serve(gate, clock, 0.2)
+    assert gate.rate() == pytest.approx(50.0) and gate.stats.refused["slowed"] == 0
+    clock.now += 0.01
+    sent = gate.next()
+    assert sent is tickets[8]
+    slowed = tickets[47:]
+    assert gate.stats.refused["slowed"] == 24 and gate.late == slowed and gate.rechecks == 1
+    assert all(t.state == "slowed" and t.refusal is not None and t.refusal.kind == "slowed" for t in slowed)
+    reason = slowed[0].refusal.reason
+    assert reason.startswith("busy: the pipeline slowed to 50 texts/s after this request was accepted")
+    assert "within the stated wait of 9.5 s" in reason and "was not computed" in reason
+    assert 0.2 <= slowed[0].refusal.retry_after <= 9.5
+    assert gate.queued == 38 * 10_000 and gate.stats.dropped == 0 and gate.stats.expired == 0
+    # the kept ones are answered within the stated wait, and nothing more is refused
+    clock.now += 0.19
+    gate.done(sent)
+    while _serve(gate, clock, 0.2):
+        pass
+    assert gate.stats.answered == 47 and gate.stats.refused["slowed"] == 24
+    assert gate.answer_times()["max"] <= 9.5 and gate.queued == 0 and gate.inside == 0
+    assert gate.snapshot()["refused"]["slowed"] == 24
+
+
+def test_at_a_steady_rate_nothing_accepted_is_refused_later():
+    # 100 texts a second whatever the request; a flood offers more than that, an honest client less
+    gate, clock = _gate(max_wait=2.0, aim=0.75, rate=100.0, inside=0.0, max_inside_requests=1, warmup=0)
+    for i in range(600):
+        gate.offer("flood", 5)
+        if i % 3 == 0:
+            gate.offer("honest", 1)
+        ticket = gate.next()
+        clock.now += ticket.work / 1000 / 100
+        gate.done(ticket)
+    assert gate.rate() == pytest.approx(100.0) and gate.stats.refused["busy"] > 100
+    assert gate.stats.refused["slowed"] == 0 and gate.answer_times()["max"] <= 2.0
+    assert gate.rechecks == 0  # the rate never fell: the waiting requests were not even looked at
 
 
 def test_accepted_work_is_sent_on_in_fair_order():
@@ -317,7 +365,7 @@ def test_the_snapshot_names_every_count():
     _serve(gate, clock, 0.1)
     snap = gate.snapshot()
     assert snap["accepted"] == 1 and snap["answered"] == 1 and snap["texts_waiting"] == 0
-    assert set(snap["refused"]) == {"busy", "share", "closed", "deadline"}
+    assert set(snap["refused"]) == {"busy", "share", "closed", "deadline", "slowed"}
     assert math.isfinite(snap["rate_texts_per_s"])
 
 
@@ -524,3 +572,35 @@ def test_a_shed_answer_is_passed_on_once_the_longest_wait_is_spent():
     # a client that gives up sooner bounds it too: a 60 ms deadline leaves room for one pause
     answer, sends, *_ = _door_run([SHED], patience=0.06)
     assert answer == SHED and sends <= 2
+
+
+def test_a_waiting_client_is_told_the_pipeline_slowed_and_its_request_is_never_sent():
+    import asyncio
+
+    from readability_triton.frontdoor import door as D
+
+    async def main():
+        door = D.Door("127.0.0.1:1", "127.0.0.1:2", max_wait=3.0)
+        door.loop = asyncio.get_running_loop()
+        door._running = asyncio.Event()
+        door._running.set()
+        door.gate.seed(100.0)
+        inside = [await door.admit("a", 20.0) for _ in range(2)]  # sent on at once; then no room
+        first = asyncio.ensure_future(door.admit("b", 10.0))
+        second = asyncio.ensure_future(door.admit("b", 40.0))
+        await asyncio.sleep(0.01)
+        waited = (first.done(), second.done())
+        door.gate.seed(20.0)  # slowed: the 50 texts up to the first's end take 2.5 s, the second's 90 4.5 s
+        await asyncio.sleep(0.06)
+        door._pump()
+        refusal = await asyncio.wait_for(second, 1.0)
+        still = first.done()
+        first.cancel()
+        return inside, waited, refusal, still, door.gate.snapshot()
+
+    inside, waited, refusal, still, snap = asyncio.run(main())
+    assert all(t.state == "sent" for t in inside) and waited == (False, False)
+    assert isinstance(refusal, Refusal) and refusal.kind == "slowed" and refusal.reason.startswith("busy: ")
+    assert "slowed to 20 texts/s" in refusal.reason and "not computed" in refusal.reason
+    assert not still  # the first still fits the stated wait: it waits for room
+    assert snap["refused"]["slowed"] == 1 and snap["texts_waiting"] == 10 and snap["dropped_before_compute"] == 0

@@ -177,8 +177,9 @@ def register(subparsers) -> None:
         default=float(env("READABILITY_TRITON_MAX_WAIT", "10")),
         help="the stated wait: a request is accepted only while the work ahead of it (in the fair order), "
         "at the rate the pipeline lately computed texts, is answered within this many seconds (admission fills "
-        "three quarters of it; the rest is headroom for a pipeline that slows down); else it is refused "
-        "at once as busy (default 10, or $READABILITY_TRITON_MAX_WAIT)",
+        "three quarters of it; the rest is headroom for a pipeline that slows down, and a waiting request that "
+        "a pipeline slowed down further could no longer answer in time is refused then, uncomputed); else it "
+        "is refused at once as busy (default 10, or $READABILITY_TRITON_MAX_WAIT)",
     )
     p.add_argument(
         "--max-request-bytes",

@@ -140,6 +140,8 @@ class Door:
                     self.gate.release(ticket)
                 self._pump()
                 raise
+        if ticket.state == "slowed" and ticket.refusal is not None:
+            return ticket.refusal  # the pipeline slowed down while it waited (`Gate.recheck`)
         if ticket.state == "late":
             return Refusal(
                 "the request's deadline passed before it could be answered: it was not computed", 0.0, "deadline"

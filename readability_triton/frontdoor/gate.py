@@ -17,6 +17,13 @@ keeps three promises:
   measured, not configured (`rate.Meter`): texts computed per second while the pipeline
   was full, believed at once when it slows down; answers paced by the clients may raise
   it, never lower it.
+- **The wait is checked again as the rate falls** (`recheck`). Admission's headroom covers
+  a pipeline up to 1/`AIM` slower than measured; where it slows down more after a request
+  was accepted (score jobs' processes starting on the same 2 cores halved the rate within
+  a second, and waits promised as 1.5 s took 3.5-3.7 s), a request still waiting here that
+  the rate now cannot answer within the stated wait is refused at once ("busy: ...
+  slowed ...", kind `slowed`), uncomputed: answered within the stated wait or refused
+  within it. What is inside tritonserver runs to its end.
 - **Fair shares.** Each client (an address, or the value of a header the operator trusts)
   may hold at most its share of the work the wait allows (that work divided among the
   clients that have work waiting) once the pipeline is full; while there is room, one
@@ -53,6 +60,12 @@ from .rate import UNIT, WARMUP_ANSWERS, Meter
 #: is headroom for a pipeline slower than lately measured. Where more arrives than fits, the
 #: pipeline stays as full either way: only the refusals come sooner.
 AIM = 0.75
+#: The waiting requests are checked against the stated wait at the rate now (`Gate.recheck`)
+#: when the rate has fallen by `RECHECK_FALL` below the highest since the last check (at a
+#: steady rate a request's wait so far grows as the work ahead of it shrinks: nothing
+#: changes), at most every `RECHECK` seconds.
+RECHECK = 0.05
+RECHECK_FALL = 0.05
 
 
 @dataclass(eq=False)
@@ -64,11 +77,12 @@ class Ticket:
     arrived: float
     start: float  # its start on the fair timeline
     serial: int
-    state: str = "queued"  # queued, sent, done, dropped
+    state: str = "queued"  # queued, sent, done, dropped, late, slowed
     sent_at: float = 0.0
     full_at_send: float = 0.0  # the pipeline's full seconds so far when it was sent (`rate.Meter`)
     deadline: float = math.inf  # when its client gives up (a gRPC deadline), on the gate's clock
     waiter: object = None  # the front's handle (an asyncio future); the gate never touches it
+    refusal: "Refusal | None" = None  # why it was refused after acceptance (state 'slowed')
 
     def __lt__(self, other: "Ticket") -> bool:
         return (self.start, self.serial) < (other.start, other.serial)
@@ -80,7 +94,7 @@ class Refusal:
 
     reason: str
     retry_after: float
-    kind: str = "busy"  # busy, share, closed, deadline
+    kind: str = "busy"  # busy, share, closed, deadline, slowed
 
 
 @dataclass
@@ -97,7 +111,9 @@ class _Client:
 @dataclass
 class Stats:
     accepted: int = 0
-    refused: dict[str, int] = field(default_factory=lambda: {"busy": 0, "share": 0, "closed": 0, "deadline": 0})
+    refused: dict[str, int] = field(
+        default_factory=lambda: {"busy": 0, "share": 0, "closed": 0, "deadline": 0, "slowed": 0}
+    )  # slowed: accepted, then refused uncomputed when the rate fell (`Gate.recheck`)
     dropped: int = 0  # abandoned while waiting here: never computed
     abandoned_inside: int = 0  # the client left after it was sent on: computed, answer dropped
     expired: int = 0  # waited past the longest wait: refused after acceptance
@@ -136,7 +152,10 @@ class Gate:
         self.inside_requests = 0
         self.paused = False
         self.closed = ""  # why new requests are refused ('' while open)
-        self.late: list[Ticket] = []  # dropped by next() as too late to answer; the front tells their clients
+        self.late: list[Ticket] = []  # refused by next() after acceptance (late, slowed); the front tells their clients
+        self._checked = -math.inf  # when recheck() last looked
+        self._basis = 0.0  # the highest rate (units) since then
+        self.rechecks = 0  # how many times it looked
         self.stats = Stats()
         self._service: collections.deque[float] = collections.deque(maxlen=64)  # seconds, sent to answered
         self._answer: collections.deque[float] = collections.deque(maxlen=4096)  # seconds, accepted to answered
@@ -250,8 +269,46 @@ class Gate:
             return False
         return self.inside_requests < 2 or self.inside < self.inside_seconds * self.meter.units()
 
+    def recheck(self, force: bool = False) -> int:
+        """Refuse the waiting tickets that can no longer be answered within the stated wait
+        at the rate now (module doc): in the fair order, a ticket whose wait so far plus the
+        work ahead of it (what is inside, and the tickets kept before it) and its own, at the
+        rate now, passes `max_wait` goes to `late` in state 'slowed'; the tickets behind it no
+        longer count it. Only when the rate has fallen (`RECHECK_FALL`), at most every
+        `RECHECK` seconds, unless `force`. Returns how many."""
+        if not self.queued:
+            self._basis = 0.0
+            return 0
+        now, rate = self._clock(), self.meter.units()
+        self._basis = max(self._basis, rate)
+        if not force and (now - self._checked < RECHECK or rate >= (1 - RECHECK_FALL) * self._basis):
+            return 0
+        self._checked, self._basis = now, rate
+        self.rechecks += 1
+        ahead, refused, room = self.inside, 0, self.room()
+        waiting = sorted((t for t in self._heap if t.state == "queued"), key=lambda t: (t.start, t.serial))
+        for n, ticket in enumerate(waiting):
+            waited = now - ticket.arrived
+            if (n == 0 and room) or waited + (ahead + ticket.work) / rate <= self.max_wait:
+                ahead += ticket.work  # the first goes now where there is room: refusing it spares no one
+                continue
+            self.drop(ticket, counted=False)
+            ticket.state = "slowed"
+            ticket.refusal = self._refuse(
+                "slowed",
+                f"busy: the pipeline slowed to {rate / UNIT:.0f} texts/s after this request was accepted: "
+                f"with {ahead / UNIT:.0f} texts ahead of it, it could no longer be answered within the stated "
+                f"wait of {self.max_wait:g} s (it waited {waited:.1f} s here and was not computed)",
+                (ahead + ticket.work) / rate - (self.max_wait - waited),
+            )
+            self.late.append(ticket)
+            refused += 1
+        return refused
+
     def next(self) -> Ticket | None:
-        """The next ticket to send on (marked sent), or None: nothing waits, or no room."""
+        """The next ticket to send on (marked sent), or None: nothing waits, or no room.
+        The waiting tickets are checked against the stated wait first (`recheck`)."""
+        self.recheck()
         while self._heap and self.room():
             ticket = heapq.heappop(self._heap)
             if ticket.state != "queued":
@@ -319,9 +376,10 @@ class Gate:
         self.stats.dropped += 1
         self._forget(ticket.client, state)
 
-    def drop(self, ticket: Ticket, expired: bool = False) -> None:
+    def drop(self, ticket: Ticket, expired: bool = False, counted: bool = True) -> None:
         """The client gave up on a ticket that still waits here (or it waited too long):
-        it leaves the queue and is never computed."""
+        it leaves the queue and is never computed (`counted`: as dropped or expired; a
+        refusal counts itself)."""
         if ticket.state != "queued":
             return
         ticket.state = "dropped"
@@ -330,7 +388,7 @@ class Gate:
         self.queued -= ticket.work
         if expired:
             self.stats.expired += 1
-        else:
+        elif counted:
             self.stats.dropped += 1
         self._forget(ticket.client, state)
         if not self.queued:
