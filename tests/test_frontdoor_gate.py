@@ -96,8 +96,8 @@ def test_a_client_alone_may_use_all_the_room_but_only_its_share_once_others_come
 
 
 def test_a_newcomer_is_not_refused_for_a_queue_it_would_not_wait_for():
-    # the rate fell to 50 texts a second, then a flood filled the 2.04 s admitted (102 texts)
-    gate, clock = _gate(max_wait=4.0, aim=0.51, rate=100.0, inside=0.0, max_inside_requests=2, warmup=0)
+    # the rate fell to 50 texts a second, then a flood filled the 2.01 s admitted (100.5 texts)
+    gate, clock = _gate(max_wait=4.0, aim=0.5025, rate=100.0, inside=0.0, max_inside_requests=2, warmup=0)
     for _ in range(4):
         gate.offer("early", 10), gate.offer("early", 10)
         _serve(gate, clock, 0.4)  # 2 requests of 10 texts in 0.4 s: 50 texts a second
@@ -108,7 +108,7 @@ def test_a_newcomer_is_not_refused_for_a_queue_it_would_not_wait_for():
     assert isinstance(refused, Refusal) and refused.kind == "busy", refused
     assert refused.reason.startswith("busy: 100 texts are waiting or in the pipeline ahead of this request")
     honest = gate.offer("honest", 1)  # ahead of it in the fair order: the flood's first request
-    assert isinstance(honest, Ticket)
+    assert isinstance(honest, Ticket) and gate.queued + honest.work > gate._capacity_units()
     assert [gate.next(), gate.next()] == [flood[0], honest]  # second, not eleventh
     # a newcomer's place is after the tickets that start before it, not after the queue
     other = gate.offer("other", 5)
@@ -134,9 +134,10 @@ def test_requests_a_slowed_pipeline_cannot_answer_within_the_stated_wait_are_ref
     assert gate.stats.refused["slowed"] == 24 and gate.late == slowed and gate.rechecks == 1
     assert all(t.state == "slowed" and t.refusal is not None and t.refusal.kind == "slowed" for t in slowed)
     reason = slowed[0].refusal.reason
-    assert reason.startswith("busy: the pipeline slowed to 50 texts/s after this request was accepted")
+    assert reason.startswith("busy: the pipeline slowed to 50.0 texts/s after this request was accepted")
     assert "within the stated wait of 9.5 s" in reason and "was not computed" in reason
-    assert 0.2 <= slowed[0].refusal.retry_after <= 9.5
+    # until its work would be admitted again: 390 texts kept ahead and its 10, at 50 a second, less 7.125 s
+    assert slowed[0].refusal.retry_after == pytest.approx(8.0 - 7.125)
     assert gate.queued == 38 * 10_000 and gate.stats.dropped == 0 and gate.stats.expired == 0
     # the kept ones are answered within the stated wait, and nothing more is refused
     clock.now += 0.19
@@ -161,6 +162,22 @@ def test_at_a_steady_rate_nothing_accepted_is_refused_later():
     assert gate.rate() == pytest.approx(100.0) and gate.stats.refused["busy"] > 100
     assert gate.stats.refused["slowed"] == 0 and gate.answer_times()["max"] <= 2.0
     assert gate.rechecks == 0  # the rate never fell: the waiting requests were not even looked at
+
+
+def test_a_repair_hold_is_not_taken_for_a_slowed_pipeline():
+    gate, clock = _gate(max_wait=2.0, aim=0.75, rate=100.0, inside=0.0, max_inside_requests=1, warmup=0)
+    held = [gate.offer("c", 10) for _ in range(15)]  # 1.5 s of work
+    assert all(isinstance(t, Ticket) for t in held)
+    gate.pause()
+    clock.now += 5.0  # the repair
+    gate.seed(50.0)  # its answerless seconds lowered the rate
+    assert gate.next() is None and gate.rechecks == 0
+    gate.resume()
+    assert gate.next() is held[0]
+    gate.seed(20.0)  # and it falls further after the repair
+    clock.now += 0.1
+    assert gate.next() is None  # one request inside: no room, but it looked
+    assert gate.rechecks == 1 and gate.stats.refused["slowed"] == 0 and gate.queued == 14 * 10_000
 
 
 def test_accepted_work_is_sent_on_in_fair_order():
@@ -580,7 +597,7 @@ def test_a_waiting_client_is_told_the_pipeline_slowed_and_its_request_is_never_s
     from readability_triton.frontdoor import door as D
 
     async def main():
-        door = D.Door("127.0.0.1:1", "127.0.0.1:2", max_wait=3.0)
+        door = D.Door("127.0.0.1:1", "127.0.0.1:2", max_wait=3.0)  # 3 s stated, 2.25 s admitted
         door.loop = asyncio.get_running_loop()
         door._running = asyncio.Event()
         door._running.set()
@@ -590,10 +607,8 @@ def test_a_waiting_client_is_told_the_pipeline_slowed_and_its_request_is_never_s
         second = asyncio.ensure_future(door.admit("b", 40.0))
         await asyncio.sleep(0.01)
         waited = (first.done(), second.done())
-        door.gate.seed(20.0)  # slowed: the 50 texts up to the first's end take 2.5 s, the second's 90 4.5 s
-        await asyncio.sleep(0.06)
-        door._pump()
-        refusal = await asyncio.wait_for(second, 1.0)
+        door.gate.seed(25.0)  # slowed: the 50 texts up to the first's end take 2 s, the second's 90 3.6 s
+        refusal = await asyncio.wait_for(second, 1.0)  # no answer comes: the door looks again by itself
         still = first.done()
         first.cancel()
         return inside, waited, refusal, still, door.gate.snapshot()
@@ -601,6 +616,6 @@ def test_a_waiting_client_is_told_the_pipeline_slowed_and_its_request_is_never_s
     inside, waited, refusal, still, snap = asyncio.run(main())
     assert all(t.state == "sent" for t in inside) and waited == (False, False)
     assert isinstance(refusal, Refusal) and refusal.kind == "slowed" and refusal.reason.startswith("busy: ")
-    assert "slowed to 20 texts/s" in refusal.reason and "not computed" in refusal.reason
+    assert "slowed to 25.0 texts/s" in refusal.reason and "not computed" in refusal.reason
     assert not still  # the first still fits the stated wait: it waits for room
     assert snap["refused"]["slowed"] == 1 and snap["texts_waiting"] == 10 and snap["dropped_before_compute"] == 0

@@ -31,7 +31,7 @@ import logging
 import math
 from typing import Any, Awaitable, Callable, TypedDict
 
-from .gate import UNIT, Gate, Refusal, Ticket
+from .gate import RECHECK, UNIT, Gate, Refusal, Ticket
 from .wire import DEFAULT_MAX_REQUEST_BYTES
 
 log = logging.getLogger(__name__)
@@ -93,6 +93,7 @@ class Door:
         self._held_at: float | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self._tasks: set[asyncio.Task] = set()
+        self._check: asyncio.TimerHandle | None = None  # the next look at the waiting work (`_pump`)
         #: Why this server is leaving ('' while it is not): set by `leave()` when serve is
         #: told to stop. Requests are still taken (the grace that lets load balancers see it
         #: go), but server readiness answers false on both ports from then on.
@@ -127,6 +128,8 @@ class Door:
             try:
                 await asyncio.wait_for(asyncio.shield(waiter), EXPIRE_FACTOR * self.gate.max_wait)
             except asyncio.TimeoutError:
+                if ticket.state == "slowed" and ticket.refusal is not None:
+                    return ticket.refusal  # refused in the same turn, by the look at the waiting work
                 self.gate.drop(ticket, expired=True)
                 return Refusal(
                     f"busy: the request waited {EXPIRE_FACTOR * self.gate.max_wait:g} s without being "
@@ -260,6 +263,13 @@ class Door:
             self._wake(ticket)
         while self.gate.late:
             self._wake(self.gate.late.pop())
+        if self.gate.queued and self._check is None and self.loop is not None and self.loop.is_running():
+            # work waits: look again soon even if no answer comes back (`Gate.recheck`)
+            self._check = self.loop.call_later(RECHECK, self._look)
+
+    def _look(self) -> None:
+        self._check = None
+        self._pump()
 
     @staticmethod
     def _wake(ticket: Ticket) -> None:

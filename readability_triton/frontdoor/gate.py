@@ -60,10 +60,8 @@ from .rate import UNIT, WARMUP_ANSWERS, Meter
 #: is headroom for a pipeline slower than lately measured. Where more arrives than fits, the
 #: pipeline stays as full either way: only the refusals come sooner.
 AIM = 0.75
-#: The waiting requests are checked against the stated wait at the rate now (`Gate.recheck`)
-#: when the rate has fallen by `RECHECK_FALL` below the highest since the last check (at a
-#: steady rate a request's wait so far grows as the work ahead of it shrinks: nothing
-#: changes), at most every `RECHECK` seconds.
+#: `Gate.recheck` looks once the rate fell by `RECHECK_FALL` below the highest since its last
+#: look (at a steady rate a wait so far grows as the work ahead shrinks), at most every `RECHECK` s.
 RECHECK = 0.05
 RECHECK_FALL = 0.05
 
@@ -155,6 +153,7 @@ class Gate:
         self.late: list[Ticket] = []  # refused by next() after acceptance (late, slowed); the front tells their clients
         self._checked = -math.inf  # when recheck() last looked
         self._basis = 0.0  # the highest rate (units) since then
+        self._resumed_at = -math.inf  # the end of the last hold (`resume`)
         self.rechecks = 0  # how many times it looked
         self.stats = Stats()
         self._service: collections.deque[float] = collections.deque(maxlen=64)  # seconds, sent to answered
@@ -269,19 +268,19 @@ class Gate:
             return False
         return self.inside_requests < 2 or self.inside < self.inside_seconds * self.meter.units()
 
-    def recheck(self, force: bool = False) -> int:
-        """Refuse the waiting tickets that can no longer be answered within the stated wait
-        at the rate now (module doc): in the fair order, a ticket whose wait so far plus the
-        work ahead of it (what is inside, and the tickets kept before it) and its own, at the
-        rate now, passes `max_wait` goes to `late` in state 'slowed'; the tickets behind it no
-        longer count it. Only when the rate has fallen (`RECHECK_FALL`), at most every
-        `RECHECK` seconds, unless `force`. Returns how many."""
-        if not self.queued:
-            self._basis = 0.0
+    def recheck(self) -> int:
+        """Refuse, in state 'slowed' (to `late`), each waiting ticket whose wait so far plus
+        the work ahead of it in the fair order (inside, and the tickets kept before it) and its
+        own passes `max_wait` at the rate now. Kept: the first where there is room (it goes now,
+        also one larger than the wait allows), and those a repair held (accepted before the last
+        `resume`: the door's expiry bounds them). Only once the rate fell `RECHECK_FALL` below
+        the highest since the last look, at most every `RECHECK` s, never paused. How many."""
+        if not self.queued or self.paused:
+            self._basis = 0.0  # a hold's answerless seconds lower the rate: start again after it
             return 0
         now, rate = self._clock(), self.meter.units()
         self._basis = max(self._basis, rate)
-        if not force and (now - self._checked < RECHECK or rate >= (1 - RECHECK_FALL) * self._basis):
+        if now - self._checked < RECHECK or rate >= (1 - RECHECK_FALL) * self._basis or rate <= 0:
             return 0
         self._checked, self._basis = now, rate
         self.rechecks += 1
@@ -289,17 +288,18 @@ class Gate:
         waiting = sorted((t for t in self._heap if t.state == "queued"), key=lambda t: (t.start, t.serial))
         for n, ticket in enumerate(waiting):
             waited = now - ticket.arrived
-            if (n == 0 and room) or waited + (ahead + ticket.work) / rate <= self.max_wait:
-                ahead += ticket.work  # the first goes now where there is room: refusing it spares no one
+            late = waited + (ahead + ticket.work) / rate > self.max_wait
+            if not late or (n == 0 and room) or ticket.arrived < self._resumed_at:
+                ahead += ticket.work
                 continue
             self.drop(ticket, counted=False)
             ticket.state = "slowed"
             ticket.refusal = self._refuse(
                 "slowed",
-                f"busy: the pipeline slowed to {rate / UNIT:.0f} texts/s after this request was accepted: "
+                f"busy: the pipeline slowed to {rate / UNIT:.1f} texts/s after this request was accepted: "
                 f"with {ahead / UNIT:.0f} texts ahead of it, it could no longer be answered within the stated "
                 f"wait of {self.max_wait:g} s (it waited {waited:.1f} s here and was not computed)",
-                (ahead + ticket.work) / rate - (self.max_wait - waited),
+                (ahead + ticket.work) / rate - self.admitted_wait(),  # until its work would be admitted again
             )
             self.late.append(ticket)
             refused += 1
@@ -406,6 +406,7 @@ class Gate:
 
     def resume(self) -> None:
         self.paused = False
+        self._resumed_at = self._clock()
 
     def close(self, reason: str) -> None:
         """Refuse every new request from now on with `reason` (shutting down)."""
