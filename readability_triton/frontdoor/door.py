@@ -128,8 +128,8 @@ class Door:
             try:
                 await asyncio.wait_for(asyncio.shield(waiter), EXPIRE_FACTOR * self.gate.max_wait)
             except asyncio.TimeoutError:
-                if ticket.state == "slowed" and ticket.refusal is not None:
-                    return ticket.refusal  # refused in the same turn, by the look at the waiting work
+                if ticket.refusal is not None:
+                    return ticket.refusal  # refused by the gate in the same turn
                 self.gate.drop(ticket, expired=True)
                 return Refusal(
                     f"busy: the request waited {EXPIRE_FACTOR * self.gate.max_wait:g} s without being "
@@ -143,12 +143,8 @@ class Door:
                     self.gate.release(ticket)
                 self._pump()
                 raise
-        if ticket.state == "slowed" and ticket.refusal is not None:
-            return ticket.refusal  # the pipeline slowed down while it waited (`Gate.recheck`)
-        if ticket.state == "late":
-            return Refusal(
-                "the request's deadline passed before it could be answered: it was not computed", 0.0, "deadline"
-            )
+        if ticket.refusal is not None:
+            return ticket.refusal  # refused after acceptance: too late for its deadline, or the pipeline slowed
         return ticket
 
     async def run(

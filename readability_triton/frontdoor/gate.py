@@ -17,13 +17,11 @@ keeps three promises:
   measured, not configured (`rate.Meter`): texts computed per second while the pipeline
   was full, believed at once when it slows down; answers paced by the clients may raise
   it, never lower it.
-- **The wait is checked again as the rate falls** (`recheck`). Admission's headroom covers
-  a pipeline up to 1/`AIM` slower than measured; where it slows down more after a request
-  was accepted (score jobs' processes starting on the same 2 cores halved the rate within
-  a second, and waits promised as 1.5 s took 3.5-3.7 s), a request still waiting here that
-  the rate now cannot answer within the stated wait is refused at once ("busy: ...
-  slowed ...", kind `slowed`), uncomputed: answered within the stated wait or refused
-  within it. What is inside tritonserver runs to its end.
+- **The wait is checked again as the rate falls** (`recheck`): where the pipeline slows
+  down more than admission's headroom covers after a request was accepted (score jobs
+  starting on the same 2 cores halved the rate within a second: 1.5 s waits took 3.5-3.7 s),
+  a waiting request the rate now cannot answer within the stated wait is refused then,
+  uncomputed (kind `slowed`). What is inside tritonserver runs to its end.
 - **Fair shares.** Each client (an address, or the value of a header the operator trusts)
   may hold at most its share of the work the wait allows (that work divided among the
   clients that have work waiting) once the pipeline is full; while there is room, one
@@ -80,7 +78,7 @@ class Ticket:
     full_at_send: float = 0.0  # the pipeline's full seconds so far when it was sent (`rate.Meter`)
     deadline: float = math.inf  # when its client gives up (a gRPC deadline), on the gate's clock
     waiter: object = None  # the front's handle (an asyncio future); the gate never touches it
-    refusal: "Refusal | None" = None  # why it was refused after acceptance (state 'slowed')
+    refusal: "Refusal | None" = None  # why it was refused after acceptance (states late, slowed)
 
     def __lt__(self, other: "Ticket") -> bool:
         return (self.start, self.serial) < (other.start, other.serial)
@@ -317,6 +315,9 @@ class Gate:
             if ticket.deadline - now < self.quickest():
                 self.drop(ticket)  # its client gives up before any answer could come: never sent
                 ticket.state = "late"
+                ticket.refusal = Refusal(
+                    "the request's deadline passed before it could be answered: it was not computed", 0.0, "deadline"
+                )
                 self.late.append(ticket)
                 continue
             state = self._clients[ticket.client]
