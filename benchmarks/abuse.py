@@ -1,6 +1,7 @@
 """The abuse suite: every attack production clients mount, each beside honest clients,
 against the default `readability-triton serve` of a repository (a fresh serve per attack,
-so that restarts and memory are each attack's own).
+so that restarts and memory are each attack's own). The first round's attacks are
+`readability_triton.client.abuse`'s, the second round's `attacks.py`'s (beside this file).
 
     python benchmarks/abuse.py --repository .cache/demo-repository            # the table in docs/operations.md
     python benchmarks/abuse.py --repository REPO --short --json out.json      # what `make test` runs
@@ -24,12 +25,58 @@ import tempfile
 import time
 from dataclasses import asdict
 
+import attacks as second_round
+
 from readability_triton.client import abuse, honest
 from readability_triton.server.tritonserver import free_ports
 
-ATTACKS = ("deadlines", "disconnects", "flood", "huge", "kill_stub", "sigterm")
-SHORT = {"deadlines": 12.0, "disconnects": 12.0, "flood": 20.0, "kill_stub": 25.0}
-LONG = {"deadlines": 60.0, "disconnects": 60.0, "flood": 120.0, "kill_stub": 40.0}
+ATTACKS = (
+    "deadlines",
+    "disconnects",
+    "flood",
+    "huge",
+    "kill_stub",
+    "sigterm",
+    "injection",
+    "generate_flood",
+    "idle_connections",
+    "shape_poison",
+    "long_texts",
+    "sybil",
+    "freeze",
+    "method_names",
+    "rapid_reset",
+)
+SHORT = {
+    "deadlines": 12.0,
+    "disconnects": 12.0,
+    "flood": 20.0,
+    "kill_stub": 25.0,
+    "injection": 12.0,
+    "generate_flood": 15.0,
+    "idle_connections": 25.0,
+    "shape_poison": 10.0,
+    "long_texts": 20.0,
+    "sybil": 15.0,
+    "freeze": 40.0,
+    "method_names": 15.0,
+    "rapid_reset": 12.0,
+}
+LONG = {
+    "deadlines": 60.0,
+    "disconnects": 60.0,
+    "flood": 120.0,
+    "kill_stub": 40.0,
+    "injection": 60.0,
+    "generate_flood": 60.0,
+    "idle_connections": 60.0,
+    "shape_poison": 60.0,
+    "long_texts": 90.0,
+    "sybil": 60.0,
+    "freeze": 75.0,
+    "method_names": 60.0,
+    "rapid_reset": 60.0,
+}
 
 
 def start_serve(
@@ -149,8 +196,22 @@ def run(
                     report = abuse.huge(target, count=1 if short else 4)
                 elif name == "kill_stub":
                     report = abuse.kill_stub(target, seconds=durations[name])
-                else:
+                elif name == "sigterm":
                     report = abuse.sigterm(target)
+                elif name == "idle_connections":
+                    report = second_round.idle_connections(
+                        target,
+                        durations[name],
+                        total=5_000 if short else 20_000,
+                        slowloris=300 if short else 1_100,
+                        serve_log=os.path.join(folder, "serve.log"),
+                    )
+                elif name == "long_texts":
+                    report = second_round.long_texts(target, durations[name], texts=16 if short else 64)
+                elif name == "freeze":
+                    report = second_round.freeze(target, durations[name], frozen=25.0 if short else 40.0)
+                else:
+                    report = getattr(second_round, name)(target, durations[name])
                 report.notes.append(
                     f"admin key from {'a file' if key_file else 'the environment'}; readable by "
                     f"another user: {key_leaks(key, folder) or 'nowhere'}"

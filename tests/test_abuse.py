@@ -101,3 +101,75 @@ def test_sigterm_under_load_answers_every_request_in_flight(rows):
 def test_no_run_showed_the_admin_key_to_another_user(rows):
     for row in rows.values():
         assert any(note.endswith("readable by another user: nowhere") for note in row["notes"]), row["notes"]
+
+
+# -- the second round (benchmarks/attacks.py) ------------------------------------------------------
+
+
+def test_words_that_say_a_stub_died_in_a_clients_request_hold_nothing(rows):
+    row = rows["injection"]
+    assert row["front"]["holds"] == 0 and row["restarts"] == 0, _why(row)
+    assert row["honest"]["success"] >= 0.95, _why(row)
+    counts = row["attack_counts"]
+    assert counts.get("grpc_NOT_FOUND", 0) > 0 and counts.get("http_404", 0) > 0, counts  # the model of that name
+    assert counts.get("grpc_INVALID_ARGUMENT", 0) + counts.get("http_400", 0) > 0, counts  # the input of that name
+
+
+def test_generate_floods_are_refused_like_infer_floods(rows):
+    row = rows["generate_flood"]
+    assert row["honest"]["success"] >= 0.9, _why(row)
+    assert row["attack_counts"].get("http_200", 0) > 0 and row["attack_counts"].get("http_503", 0) > 0, _why(row)
+    assert row["front"]["refused"]["busy"] + row["front"]["refused"]["share"] > 0, _why(row)
+
+
+def test_idle_and_slowloris_connections_leave_room_for_everyone_else(rows):
+    row = rows["idle_connections"]
+    counts = row["attack_counts"]
+    assert counts["livez_ok"] == counts["livez_checks"] > 0, _why(row)
+    assert 0 < counts["serve_descriptors_max"] < counts["descriptor_limit"], _why(row)
+    assert counts["serve_log_growth_kb"] < 1024, _why(row)
+    assert counts["closed_by_server"] > 0, _why(row)  # the caps and timeouts closed what they had to
+    assert row["honest"]["success"] >= 0.95, _why(row)
+    assert row["crashes"] == 0, _why(row)
+
+
+def test_a_declared_shape_of_two_billion_texts_is_refused_and_counts_nothing(rows):
+    row = rows["shape_poison"]
+    counts = row["attack_counts"]
+    assert counts.get("INVALID_ARGUMENT", 0) > 0 and set(counts) == {"INVALID_ARGUMENT"}, counts
+    assert row["honest"]["success"] >= 0.95 and row["front"]["refused"]["busy"] == 0, _why(row)
+
+
+def test_long_texts_are_weighed_and_the_stated_wait_holds(rows):
+    row = rows["long_texts"]
+    assert row["attack_counts"].get("answered", 0) > 0, _why(row)
+    assert row["front"]["answer_seconds"]["p99"] <= 1.5 * MAX_WAIT, _why(row)
+    assert row["honest"]["success"] >= 0.8, _why(row)
+
+
+def test_fifty_addresses_of_one_network_get_one_networks_share(rows):
+    row = rows["sybil"]
+    assert row["honest"]["success"] >= 0.5, _why(row)
+    assert row["attack_counts"].get("http_200", 0) > 0, _why(row)
+
+
+def test_a_frozen_tritonserver_is_seen_and_healed(rows):
+    row = rows["freeze"]
+    counts = row["attack_counts"]
+    assert counts["not_ready_after_s"] is not None and counts["not_ready_after_s"] <= 15, _why(row)
+    assert counts["healed_after_s"] is not None and row["restarts"] == 1, _why(row)
+    assert row["honest"]["requests"] > 0 and row["honest"]["success"] == 1.0, _why(row)  # those sent after the heal
+
+
+def test_new_method_names_keep_no_state(rows):
+    row = rows["method_names"]
+    counts = row["attack_counts"]
+    assert counts.get("UNIMPLEMENTED", 0) > 1000, counts
+    assert counts["serve_rss_mb_after"] - counts["serve_rss_mb_before"] < 20, counts
+    assert row["honest"]["success"] >= 0.95, _why(row)
+
+
+def test_a_rapid_reset_flood_cancels_no_other_clients_call(rows):
+    row = rows["rapid_reset"]
+    assert row["attack_counts"]["pairs_sent"] > 10_000, _why(row)
+    assert row["honest"]["success"] >= 0.98 and row["honest"]["cancelled"] == 0, _why(row)

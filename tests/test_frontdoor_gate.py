@@ -4,13 +4,12 @@ requests as tritonclient and curl send them."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
 
+from readability_triton import triton_messages as M
 from readability_triton.frontdoor.gate import Gate, Refusal, Ticket
-from readability_triton.frontdoor.wire import FULL_TEXT_BYTES, MIN_WORK, grpc_work, http_work, is_shed, work_of
 
 
 class Clock:
@@ -109,7 +108,8 @@ def test_a_newcomer_is_not_refused_for_a_queue_it_would_not_wait_for():
     assert refused.reason.startswith("busy: 100 texts are waiting or in the pipeline ahead of this request")
     honest = gate.offer("honest", 1)  # ahead of it in the fair order: the flood's first request
     assert isinstance(honest, Ticket) and gate.queued + honest.work > gate._capacity_units()
-    assert [gate.next(), gate.next()] == [flood[0], honest]  # second, not eleventh
+    # first, not eleventh: it starts with the flood's first request and ends sooner
+    assert [gate.next(), gate.next()] == [honest, flood[0]]
     # a newcomer's place is after the tickets that start before it, not after the queue
     other = gate.offer("other", 5)
     assert isinstance(other, Ticket)
@@ -367,7 +367,7 @@ def test_a_deadline_shorter_than_any_answer_is_refused_and_a_late_ticket_never_s
     _serve(gate, clock, 0.05)
     refused = gate.offer("c", 1, patience=0.01)
     assert isinstance(refused, Refusal) and refused.kind == "deadline" and "50 ms" in refused.reason
-    blocker = gate.offer("c", 1)
+    blocker = gate.offer("b", 1)
     late = gate.offer("d", 1, patience=0.2)
     assert gate.next() is blocker
     clock.now += 0.19  # 10 ms left of its 200: less than the quickest answer
@@ -384,73 +384,6 @@ def test_the_snapshot_names_every_count():
     assert snap["accepted"] == 1 and snap["answered"] == 1 and snap["texts_waiting"] == 0
     assert set(snap["refused"]) == {"busy", "share", "closed", "deadline", "slowed"}
     assert math.isfinite(snap["rate_texts_per_s"])
-
-
-# -- the wire -------------------------------------------------------------------------
-
-
-def test_a_text_weighs_its_length_up_to_what_bert_reads():
-    assert work_of(0) == MIN_WORK and work_of(FULL_TEXT_BYTES) == 1.0 and work_of(10 * FULL_TEXT_BYTES) == 1.0
-    assert work_of(FULL_TEXT_BYTES // 2) == pytest.approx(0.5)
-
-
-def _grpc_request(texts: list[bytes], packed: bool = True, raw: bool = True) -> bytes:
-    from tritonclient.grpc import service_pb2
-
-    request = service_pb2.ModelInferRequest(model_name="readability")
-    request.parameters["priority"].int64_param = 1
-    tensor = request.inputs.add(name="TEXT", datatype="BYTES", shape=[len(texts), 1])
-    tensor.parameters["binary_data_size"].int64_param = 9
-    request.outputs.add(name="SCORE")
-    if raw:
-        request.raw_input_contents.append(b"".join(len(t).to_bytes(4, "little") + t for t in texts))
-    else:
-        tensor.contents.bytes_contents.extend(texts)
-    data = request.SerializeToString()
-    if not packed:  # the shape as repeated varints (what a proto2-style writer may send)
-        n = len(texts)
-        data = data.replace(bytes([0x1A, 0x02, n, 0x01]), bytes([0x18, n, 0x18, 0x01]))
-    return data
-
-
-@pytest.mark.parametrize("n", [1, 7, 64, 127])
-def test_grpc_texts_and_work_are_read_off_the_message(n):
-    texts = [b"x" * (FULL_TEXT_BYTES * 2), b"y" * (FULL_TEXT_BYTES // 4)] * n
-    texts = texts[:n]
-    want = sum(work_of(len(t)) for t in texts)
-    assert grpc_work(_grpc_request(texts)) == (n, pytest.approx(want))
-    assert grpc_work(_grpc_request(texts, raw=False)) == (n, pytest.approx(want))
-
-
-def test_grpc_unpacked_shapes_and_malformed_messages():
-    assert grpc_work(_grpc_request([b"a" * 600] * 5, packed=False)) == (5, pytest.approx(2.5))
-    assert grpc_work(b"") == (1, 1.0)
-    assert grpc_work(b"\x2a\xff\xff\xff\xff\x0f") == (1, 1.0)  # a length past the end
-    whole = _grpc_request([b"abc"] * 3)
-    assert grpc_work(whole[: whole.index(b"TEXT") + 4]) == (1, 1.0)  # cut inside its input
-    from tritonclient.grpc import service_pb2
-
-    short = service_pb2.ModelInferRequest.FromString(whole)
-    short.raw_input_contents[0] = (100).to_bytes(4, "little") + b"abc"  # lengths past its end
-    assert grpc_work(short.SerializeToString()) == (3, 3.0)  # each text counts 1
-
-
-def test_http_texts_and_work_from_json_and_from_the_binary_tensor():
-    texts = ["a" * 600, "b" * 2400, "c"]
-    body = json.dumps({"inputs": [{"name": "TEXT", "shape": [3, 1], "datatype": "BYTES", "data": texts}]})
-    assert http_work(body.encode()) == (3, pytest.approx(0.5 + 1.0 + MIN_WORK))
-    blob = b"".join(len(t).to_bytes(4, "little") + t.encode() for t in texts)
-    header = json.dumps(
-        {
-            "inputs": [
-                {"name": "TEXT", "shape": [3, 1], "datatype": "BYTES", "parameters": {"binary_data_size": len(blob)}}
-            ]
-        }
-    ).encode()
-    assert http_work(header + blob, len(header)) == (3, pytest.approx(1.6))
-    assert http_work(header + blob[:10], len(header)) == (3, 3.0)
-    assert http_work(b"{not json") == (1, 1.0) and http_work(b'{"inputs": 5}') == (1, 1.0)
-    assert http_work(b"[]") == (1, 1.0)
 
 
 # -- the door: a request the pipeline's entrance shed is sent again -----------------------
@@ -497,7 +430,7 @@ def _door_run(
                 forward,
                 ok=lambda a: a == "ok",
                 dead_stub=lambda a: a == DEAD,
-                uncomputed=is_shed,
+                uncomputed=lambda a: M.is_shed(503, a),
                 client_gone=gone_check or (lambda: gone_before),
             )
         )
@@ -532,14 +465,29 @@ def test_shed_signs_match_what_the_entrance_says():
     waiting = Admission(0, 1.0, ["bert"])
     waiting._judge(metrics, 1.0)
     stuck = waiting._judge(metrics, 3.0)
-    assert pending and stuck and is_shed(pending) and is_shed(stuck.encode())
-    assert not is_shed("text 0 of the request is not valid UTF-8") and not is_shed(DEAD)
-    assert not is_shed("in ensemble 'readability', Request timeout expired")  # may have been computed in part
-    from readability_triton.frontdoor.wire import is_no_connection
-
+    assert pending and stuck and M.is_shed(503, pending) and M.is_shed("UNAVAILABLE", stuck.encode())
+    assert not M.is_shed(503, "text 0 of the request is not valid UTF-8") and not M.is_shed(503, DEAD)
+    assert not M.is_shed(503, "in ensemble 'readability', Request timeout expired")  # may have been computed in part
     refused = "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:38647: Connection refused"
-    assert is_no_connection(refused) and is_no_connection(b'{"error": "tritonserver refused the connection (X)"}')
-    assert not is_no_connection("Socket closed") and not is_no_connection(SHED)
+    assert M.is_no_connection("UNAVAILABLE", refused)
+    assert M.is_no_connection(503, b'{"error": "tritonserver refused the connection (X)"}')
+    assert not M.is_no_connection(503, "Socket closed") and not M.is_no_connection(503, SHED)
+
+
+def test_the_same_words_under_a_client_errors_code_mean_nothing():
+    """tritonserver echoes a model name it does not serve (NOT_FOUND), an input name
+    (INVALID_ARGUMENT): such words are the client's, whatever they say."""
+    import grpc
+
+    echoed = f"Request for unknown model: '{SHED}' is not found"
+    assert not M.is_shed(404, echoed) and not M.is_shed(grpc.StatusCode.NOT_FOUND, echoed)
+    assert not M.is_no_connection(400, "unexpected input 'failed to connect to all addresses'")
+    named = "Request for unknown model: 'Stub process 'bert_0_0' is not healthy' is not found"
+    assert M.dead_stub(404, named, {"bert"}) == [] and M.dead_stub(grpc.StatusCode.NOT_FOUND, named, {"bert"}) == []
+    assert M.dead_stub(500, "Request for unknown model: 'is not healthy'", {"bert"}) == []
+    assert M.dead_stub(500, "in ensemble 'readability', " + DEAD, {"bert", "readability"}) == ["bert"]
+    assert M.dead_stub(grpc.StatusCode.INTERNAL, DEAD, {"bert"}) == ["bert"]
+    assert M.dead_stub("StatusCode.INTERNAL", DEAD, {"featurize"}) == []  # not a model of this repository
 
 
 def test_a_shed_answer_is_sent_again_until_the_pipeline_takes_it():
@@ -619,3 +567,60 @@ def test_a_waiting_client_is_told_the_pipeline_slowed_and_its_request_is_never_s
     assert "slowed to 25.0 texts/s" in refusal.reason and "not computed" in refusal.reason
     assert not still  # the first still fits the stated wait: it waits for room
     assert snap["refused"]["slowed"] == 1 and snap["texts_waiting"] == 10 and snap["dropped_before_compute"] == 0
+
+
+def test_a_dead_stub_answer_the_supervisor_dismisses_ends_the_hold_and_holds_nothing_for_a_while():
+    """A client can make tritonserver say 'is not healthy' (a model of that name); the
+    supervisor finds nothing to repair and dismisses the suspicion: the hold ends at once,
+    and for SUSPICION_COOLDOWN s more such answers only tell the supervisor."""
+    import asyncio
+
+    from readability_triton.frontdoor import door as D
+
+    async def main():
+        told = []
+        door = D.Door("127.0.0.1:1", "127.0.0.1:2")
+        door.on_dead_stub = lambda: (told.append(1), door.loop.call_later(0.01, door._dismiss))
+        door.loop = asyncio.get_running_loop()
+        door._running = asyncio.Event()
+        door._running.set()
+        answers = iter([DEAD, "ok", DEAD, DEAD])
+
+        async def forward():
+            await asyncio.sleep(0.001)
+            return next(answers)
+
+        async def one():
+            ticket = await door.admit("127.0.0.2", 1.0)
+            return await door.run(ticket, forward, ok=lambda a: a == "ok", dead_stub=lambda a: a == DEAD)
+
+        started = door.loop.time()
+        first = await one()
+        held = door.loop.time() - started
+        second = await one()  # within the cooldown: told, sent once more at once, no hold
+        return first, second, held, told, door.snapshot()
+
+    first, second, held, told, snap = asyncio.run(main())
+    assert first == "ok" and held < 0.5
+    assert second == DEAD and len(told) == 2
+    assert snap["holds"] == 1 and snap["holds_dismissed"] == 1 and snap["paused"] is False
+
+
+def test_a_client_that_comes_back_at_once_keeps_its_place_and_the_memory_of_places_is_bounded(monkeypatch):
+    """A closed loop of one request at a time has no work between its requests; it comes
+    back at the end of its last request on the fair timeline, not at the present (where
+    every such client would tie, and 50 addresses would win 50 turns)."""
+    from readability_triton.frontdoor import gate as G
+
+    gate, clock = _gate()
+    gate.offer("a", 4)
+    _serve(gate, clock, 0.1)  # a's request goes on and is answered
+    back = gate.offer("a", 4)  # at the end of its last one (4 texts), not at the present (0)
+    newcomer = gate.offer("b", 1)
+    assert isinstance(back, Ticket) and back.start == 4000.0 and newcomer.start == 0.0
+    assert gate.next() is newcomer
+    monkeypatch.setattr(G, "MAX_REMEMBERED", 8)
+    for n in range(50):
+        ticket = gate.offer(f"c{n}", 1)
+        gate.drop(ticket)
+    assert len(gate._finishes) <= 8

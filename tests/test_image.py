@@ -315,7 +315,7 @@ def test_saturating_load_keeps_it_healthy_and_unrestarted(portable_image):
 def test_the_images_front_door_holds_against_short_deadlines_and_disconnects(portable_image):
     """Through the image's own ports (serve's front door): 4 gRPC clients with 1/5/20/50 ms
     deadlines for 60 s, then 4 HTTP loops from 127.0.0.2 that send a request and close, each
-    beside 2 honest clients (the second pair on 127.0.0.3): no crash, no restart, the honest
+    beside 2 honest clients (the second pair on 127.1.0.3, a network of their own): no crash, no restart, the honest
     clients served."""
     box = Container(portable_image)
     try:

@@ -320,7 +320,7 @@ HEAVY = {
 #: Imports put off for start-up time, each with its reason: (importing module, imported).
 DEFERRED = {
     # `health --serve` is Docker's HEALTHCHECK: it never needs NumPy or the Triton client
-    ("readability_triton.cli.health", "readability_triton.server.health"),
+    ("readability_triton.cli.health", "readability_triton.server.canary_probe"),
 }
 
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from tritonclient.utils import InferenceServerException
 
+from readability_triton import triton_messages as M
 from readability_triton.client.readability import is_busy, is_transient
 from readability_triton.server import admin as A
-from readability_triton.server import health as H
 from readability_triton.server import installation as I
 from readability_triton.server import tritonserver as S
 
@@ -56,9 +56,9 @@ def test_command_uses_explicit_model_control_and_its_own_shm_prefix(tmp_path):
 
 def test_dead_stub_models_are_read_from_the_error():
     message = "in ensemble 'readability', Stub process 'featurize_0_0' is not healthy."
-    assert H.dead_stub_models(message) == ["featurize"]
-    assert H.dead_stub_models("Stub process 'bert_portable_x_1_3' is not healthy.") == ["bert_portable_x"]
-    assert H.dead_stub_models("text 0 of the request is not valid UTF-8") == []
+    assert M.dead_stub_models(message) == ["featurize"]
+    assert M.dead_stub_models("Stub process 'bert_portable_x_1_3' is not healthy.") == ["bert_portable_x"]
+    assert M.dead_stub_models("text 0 of the request is not valid UTF-8") == []
 
 
 @pytest.mark.parametrize(

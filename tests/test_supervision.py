@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from readability_triton import contracts as C
+from readability_triton import triton_messages as M
 from readability_triton.repository.canary import Canary
 from readability_triton.server import health as H
 from readability_triton.server import processes as P
@@ -25,6 +26,10 @@ class FakeProcess:
 
 class FakeServer:
     http_url = grpc_url = "127.0.0.1:1"
+    answers_live = True
+
+    def live(self, timeout=2.0):
+        return self.answers_live
 
     def __init__(self):
         self.process = FakeProcess()
@@ -63,6 +68,8 @@ def world(monkeypatch):
         H, "python_stubs", lambda pid: {p: i for p, i in state["stubs"].get(pid, {}).items() if p not in state["dead"]}
     )
     monkeypatch.setattr(H, "alive", lambda pid: pid not in state["dead"])
+    state["stopped"] = set()
+    monkeypatch.setattr(H, "stopped", lambda pid: pid in state["stopped"])
     monkeypatch.setattr(H, "reap_zombies", lambda keep=(): [])
 
     def fake_check(url, protocol="http", timeout=10.0, canary=None, model=C.ENSEMBLE):
@@ -90,8 +97,8 @@ def test_a_slow_or_shed_canary_under_load_is_not_evidence(world):
     server, supervisor, state = world
     state["answers"] = [
         H.Probe("busy", "in ensemble 'readability', Request timeout expired", 60.0),
-        H.Probe(H.classify("busy: 9 requests are waiting"), "busy: 9 requests are waiting", 0.01),
-        H.Probe(H.classify("[StatusCode.DEADLINE_EXCEEDED] Deadline Exceeded"), "deadline", 60.0),
+        H.Probe(M.classify("busy: 9 requests are waiting"), "busy: 9 requests are waiting", 0.01),
+        H.Probe(M.classify("[StatusCode.DEADLINE_EXCEEDED] Deadline Exceeded"), "deadline", 60.0),
     ]
     server.pending = {"bert": 40}
     for _ in range(3):
@@ -163,6 +170,78 @@ def test_a_server_that_died_is_restarted_without_a_drain(world):
     assert server.stops[0]["drain"] is False and server.starts == 1
 
 
+def test_a_dead_stub_answer_with_nothing_behind_it_ends_the_hold_at_once(world):
+    """The front door's suspicion (a client can make tritonserver echo 'is not healthy'):
+    every stub runs and the canary is right, so nothing is restarted and the hold ends."""
+    server, supervisor, state = world
+    dismissed = []
+    supervisor.dismiss = lambda: dismissed.append(1)
+    supervisor.poke()
+    supervisor._stop.set()  # one round of run(), then out
+    supervisor._suspected, suspected = False, supervisor._suspected
+    assert suspected and supervisor.check_once() is None
+    assert supervisor.confirm() is None
+    assert dismissed == [1] and server.stops == [] and server.starts == 0
+    assert [kind for _, kind, _ in supervisor.events] == ["dismissed"]
+    assert "nothing to repair" in supervisor.events[-1][2]
+
+
+def test_a_dead_stub_answer_the_canary_confirms_is_repaired(world):
+    server, supervisor, state = world
+    dismissed = []
+    supervisor.dismiss = lambda: dismissed.append(1)
+    state["answers"] = [H.Probe("dead", "Stub process 'bert_0_0' is not healthy.", 0.01, dead_stubs=["bert"])]
+    assert supervisor.confirm() == "restart"
+    assert dismissed == [] and server.starts == 1 and server.stops[0]["abandon"] == ["bert"]
+
+
+def test_a_stopped_server_is_not_ready_at_once_and_is_killed_and_restarted(world, monkeypatch):
+    server, supervisor, state = world
+    monkeypatch.setattr(H, "STOPPED_GRACE", 0.01)
+    state["stopped"].add(server.pid)
+    status = supervisor.status()
+    assert status["live"] and not status["ready"] and "is stopped" in status["problem"]
+    assert supervisor.check_once() == "restart"
+    assert server.stops[0]["kill"] is True and server.stops[0]["drain"] is False
+    assert supervisor.status()["ready"]  # the new process runs
+    # a process continued within the grace is not repaired
+    state["stopped"].add(server.pid)
+    monkeypatch.setattr(H, "stopped", lambda pid: state["stopped"].discard(pid) is None and False)
+    assert supervisor.check_once() is None and server.starts == 1
+
+
+def test_a_server_silent_on_its_own_liveness_endpoint_is_not_ready_then_repaired(world, monkeypatch):
+    server, supervisor, _ = world
+    clock = [1000.0]
+    monkeypatch.setattr(H.time, "monotonic", lambda: clock[0])
+    supervisor.freeze_timeout = 20.0
+    supervisor._liveness = object()  # as if watch_liveness ran (its thread is not needed here)
+    supervisor.started()
+    clock[0] += H.LIVE_GRACE - 1
+    assert supervisor.status()["ready"]
+    clock[0] += 2
+    status = supervisor.status()
+    assert not status["ready"] and "/v2/health/live" in status["problem"]
+    assert supervisor.check_once() is None  # silent, not yet for freeze_timeout: no statistics asked
+    clock[0] += 20
+    assert supervisor.check_once() == "restart" and server.stops[-1]["kill"] is True
+    clock[0] += 1
+    assert supervisor.status()["ready"]  # started() counts from the restart
+
+
+def test_the_liveness_thread_notes_each_answer(world):
+    server, supervisor, _ = world
+    supervisor._answered_at = 0.0
+    supervisor.watch_liveness()
+    try:
+        deadline = __import__("time").monotonic() + 5
+        while supervisor.silent() > 60 and __import__("time").monotonic() < deadline:
+            __import__("time").sleep(0.01)
+        assert supervisor.silent() < 5
+    finally:
+        supervisor.stop()
+
+
 @pytest.mark.parametrize(
     "message, kind",
     [
@@ -175,7 +254,7 @@ def test_a_server_that_died_is_restarted_without_a_drain(world):
     ],
 )
 def test_what_a_failed_canary_means(message, kind):
-    assert H.classify(message) == kind
+    assert M.classify(message) == kind
     assert H.Probe(kind, message, 0.0).evidence == (kind in ("dead", "missing"))
 
 

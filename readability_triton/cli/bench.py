@@ -14,7 +14,7 @@ from ..data import read_table
 from ..errors import CommandError, ServerError
 from ..pipeline import Pipeline
 from ..repository.assemble import repository_pipeline, served_bert
-from ..server.health import check
+from ..server.canary_probe import check
 from ..server.serve import local_server
 from ..texts import as_utf8
 from .common import connection_arguments, progress, server_url

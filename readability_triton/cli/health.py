@@ -69,7 +69,7 @@ def cmd_health(args) -> int:
     if args.serve:
         return ask_serve(args.serve, args.check, args.timeout)
 
-    from ..server.health import check  # NumPy and the Triton client: not for a probe
+    from ..server.canary_probe import check  # NumPy and the Triton client: not for a probe
 
     canary = Canary.load(args.repository) if args.repository else None
     if args.repository and canary is None:

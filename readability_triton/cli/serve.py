@@ -6,6 +6,7 @@ import os
 
 from .. import contracts
 from ..errors import CommandError, ServerError
+from ..frontdoor.clients import parse_prefixes
 from ..frontdoor.door import DEFAULT_MAX_REQUEST_BYTES
 from ..intervals import DEFAULT_LEVEL, for_blend
 from ..repository import releases
@@ -203,6 +204,37 @@ def register(subparsers) -> None:
         help="name clients by this header (HTTP) or metadata key (gRPC), e.g. X-Forwarded-For behind a "
         "proxy that sets it, instead of by their address (default: by address)",
     )
+    p.add_argument(
+        "--network-prefix",
+        default=env("READABILITY_TRITON_NETWORK_PREFIX", "24,64"),
+        metavar="V4,V6",
+        help="fair shares go first to client networks of these prefix lengths, then to the clients of each, so "
+        "that one sender with many addresses of a network gets one network's share (default 24,64, or "
+        "$READABILITY_TRITON_NETWORK_PREFIX; 32,128: every address its own)",
+    )
+    p.add_argument(
+        "--freeze-timeout",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="restart tritonserver when its own /v2/health/live has not answered for this long (a frozen "
+        "server; it is not ready after 6 s of silence, and a stopped process is restarted within two checks; "
+        "0: never for silence; default 20)",
+    )
+    p.add_argument(
+        "--max-connections",
+        type=int,
+        default=None,
+        metavar="N",
+        help="the HTTP port's connections at most (default 4096, or fewer where the descriptor limit is "
+        "lower); over it, or over an eighth of it from one client network, an idle one is closed to make room",
+    )
+    p.add_argument(
+        "--allow-model-uploads",
+        action="store_true",
+        help="let holders of the admin key load models with file: content (python files the server then "
+        "runs as its own user): refused by default",
+    )
     p.set_defaults(func=cmd_serve)
 
 
@@ -278,7 +310,14 @@ def cmd_serve(args) -> int:
         max_request_bytes=args.max_request_bytes,
         client_header=args.client_header,
         warm_up=args.warm_up,
+        freeze_timeout=args.freeze_timeout,
+        max_connections=args.max_connections,
+        allow_model_uploads=args.allow_model_uploads,
     )
+    try:
+        options.network_prefix = parse_prefixes(args.network_prefix)
+    except ValueError as err:
+        raise CommandError(f"--network-prefix {err}") from None
     try:
         return Service(options).run()
     except (ServerError, ValueError) as err:

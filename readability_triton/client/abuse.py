@@ -32,6 +32,7 @@ from typing import Sequence
 
 from .. import contracts as C
 from .honest import (
+    HONEST_SOURCE,
     HONEST_TEXTS,
     Report,
     Target,
@@ -72,7 +73,7 @@ def deadlines(target: Target, seconds: float = 60.0, deadlines_ms=(1, 5, 20, 50)
 
 
 def disconnects(
-    target: Target, seconds: float = 60.0, loops: int = 4, source: str = "127.0.0.2", honest_source: str = "127.0.0.3"
+    target: Target, seconds: float = 60.0, loops: int = 4, source: str = "127.0.0.2", honest_source: str = HONEST_SOURCE
 ) -> Report:
     """`loops` threads from `source` that connect, send a whole inference request and close
     at once, beside 2 honest HTTP clients from `honest_source`."""
@@ -138,7 +139,7 @@ def flood(
 ) -> Report:
     """`jobs` concurrent `score --batch-size <batch> --concurrency <concurrency>` jobs over
     gRPC (each with its own copy of `texts`, retrying "busy" as `score` does), started again
-    as they finish until `seconds` have passed, beside 2 honest HTTP clients from 127.0.0.3."""
+    as they finish until `seconds` have passed, beside 2 honest HTTP clients from HONEST_SOURCE."""
 
     def attack(deadline: float, counts: dict) -> None:
         with tempfile.TemporaryDirectory() as tmp:
@@ -171,7 +172,7 @@ def flood(
 
             run_all(job, range(jobs))
 
-    report = beside_honest("flood", target, attack, http_honest(target, "127.0.0.3"), seconds)
+    report = beside_honest("flood", target, attack, http_honest(target, HONEST_SOURCE), seconds)
     report.attack_counts["texts_per_job"] = len(texts)
     return report
 

@@ -19,6 +19,9 @@ from .. import contracts as C
 from .load import Outcome, percentiles, rss_by_process
 from .readability import text_input, triton_client
 
+#: Where honest clients beside an attack come from: a network of their own (`frontdoor.clients`
+#: shares first among networks; the attacks use 127.0.0.0/24).
+HONEST_SOURCE = "127.1.0.3"
 HONEST_TEXTS = (
     "The cat sat on the mat. It was a warm day, and the children played in the garden until dusk.",
     "Notwithstanding the aforementioned stipulations, the lessee shall indemnify the lessor against all claims.",

@@ -15,9 +15,14 @@ clients do:
 `Door` is what the two protocols (`http_front`, `grpc_front`) call, in the loop that
 `front.FrontDoor` runs in a thread of `serve`; from serve's thread, `pause`/`resume` hold
 the queue during a repair and `drain` refuses new requests and lets the accepted ones
-finish. When an answer says a python-backend stub died, the door holds its queue at once,
-tells the supervisor (`on_dead_stub`), and sends the requests that met the dead stub once
-more after the repair: a killed stub costs latency, not answers. A request refused before
+finish. When an answer says a python-backend stub died (an internal error naming an
+instance of a model this repository serves: `triton_messages.dead_stub`), the door holds its
+queue at once, tells the supervisor (`on_dead_stub`), and sends the requests that met the
+dead stub once more after the repair: a killed stub costs latency, not answers. The answer
+is a suspicion, not a verdict: the supervisor repairs only on its own evidence (the stubs'
+processes, a canary), and where it finds nothing it ends the hold at once (`dismiss`); for
+`SUSPICION_COOLDOWN` s after that, such an answer tells the supervisor but holds nothing, so
+that no client can stop the service by making tritonserver say those words. A request refused before
 anything computed it (the pipeline's own load shedding, `stub.admission`, there for clients
 that reach tritonserver directly; or a connection tritonserver's port refused while it
 restarts) is sent again after a short pause, within the stated wait: behind the front door
@@ -31,8 +36,10 @@ import logging
 import math
 from typing import Any, Awaitable, Callable, TypedDict
 
+from .clients import V4_PREFIX, V6_PREFIX, group_of
+from .connections import DEFAULT_MAX_CONNECTIONS, PER_GROUP_SHARE, Guard
 from .gate import RECHECK, UNIT, Gate, Refusal, Ticket
-from .wire import DEFAULT_MAX_REQUEST_BYTES
+from .wire import DEFAULT_MAX_REQUEST_BYTES, Weigher
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +49,9 @@ EXPIRE_FACTOR = 2.0
 #: The longest the front door holds its queue on its own after a dead-stub answer, waiting
 #: for the supervisor's repair to release it.
 HOLD_LIMIT = 120.0
+#: After the supervisor found nothing to repair behind a dead-stub answer, such answers hold
+#: nothing for this long (seconds): they only ask the supervisor to look again.
+SUSPICION_COOLDOWN = 30.0
 #: The first pause before a request refused uncomputed is sent again (seconds), doubled at
 #: each try up to RESEND_PAUSE_LIMIT.
 RESEND_PAUSE = 0.05
@@ -66,7 +76,11 @@ class Door:
     `upstream_http`/`upstream_grpc`: tritonserver's own endpoints (host:port on
     127.0.0.1); `client_header`: a header (HTTP) or metadata key (gRPC)
     whose first value names the client instead of its address (only behind a proxy that
-    sets it and that clients cannot bypass)."""
+    sets it and that clients cannot bypass); `served`: the models of the repository (a
+    dead-stub answer counts only when it names one of them); `network_prefix`: the IPv4 and
+    IPv6 prefix lengths of a client group (`clients`); `max_connections`: the HTTP port's
+    connections at most (`connections.Guard`); `allow_model_uploads`: pass on model loads
+    with file: content."""
 
     def __init__(
         self,
@@ -79,6 +93,10 @@ class Door:
         max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
         client_header: str | None = None,
         on_dead_stub: Callable[[], None] | None = None,
+        served: frozenset[str] = frozenset(),
+        network_prefix: tuple[int, int] = (V4_PREFIX, V6_PREFIX),
+        max_connections: int = DEFAULT_MAX_CONNECTIONS,
+        allow_model_uploads: bool = False,
     ):
         self.upstream_http, self.upstream_grpc = upstream_http, upstream_grpc
         self.address, self.http_port, self.grpc_port = address, http_port, grpc_port
@@ -88,7 +106,18 @@ class Door:
         #: repairs at once. With it set, the front holds its queue until `resume()` (at most
         #: HOLD_LIMIT s) and sends each request that met the dead stub once more.
         self.on_dead_stub = on_dead_stub
+        self.served = served
+        self.network_prefix = network_prefix
+        #: model loads with file: content (python files tritonserver then runs) are refused unless set
+        self.allow_model_uploads = allow_model_uploads
+        # behind a proxy every connection comes from it: no cap per network there
+        per_group = max_connections if client_header else max(1, max_connections // PER_GROUP_SHARE)
+        self.guard = Guard(self.group_of, max_connections, per_group)
+        self.weigher = Weigher()  # a request's work (`serve` sets what its warm-up measured)
         self.gate = Gate(max_wait=max_wait)
+        self._trust_after = -math.inf  # dead-stub answers hold nothing before this (loop time)
+        self.holds = 0  # holds of the queue for a suspected dead stub
+        self.dismissed = 0  # of which the supervisor found nothing to repair
         self._running: asyncio.Event | None = None  # set while not paused (made in the loop)
         self._held_at: float | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
@@ -116,7 +145,7 @@ class Door:
         left) while it waits: the request leaves the queue uncomputed. `patience`: the
         seconds left before the client gives up (a gRPC deadline), where known; `work`:
         its texts weighed by length (`wire`)."""
-        outcome = self.gate.offer(client, work, math.inf if patience is None else patience)
+        outcome = self.gate.offer(client, work, math.inf if patience is None else patience, self.group_of(client))
         if isinstance(outcome, Refusal):
             return outcome
         ticket = outcome
@@ -219,9 +248,15 @@ class Door:
             raise
 
     def _hold_for_repair(self) -> None:
-        """A dead stub answered: send nothing more until the supervisor's repair is done."""
+        """A dead stub answered: send nothing more until the supervisor's repair is done (or
+        it dismisses the suspicion); within SUSPICION_COOLDOWN of a dismissal, only tell it."""
         assert self.loop is not None and self._running is not None
+        if self.loop.time() < self._trust_after:
+            assert self.on_dead_stub is not None
+            self.on_dead_stub()
+            return
         if self._held_at is None:
+            self.holds += 1
             log.warning("front door: a request met a dead python-backend stub; holding the queue for the repair")
             self._held_at = self.loop.time()
             self.gate.pause()
@@ -238,6 +273,19 @@ class Door:
     async def _until_running(self) -> None:
         assert self._running is not None
         await self._running.wait()
+
+    def _dismiss(self) -> None:
+        """The supervisor found nothing to repair: end the hold, and hold for no such answer
+        for SUSPICION_COOLDOWN s."""
+        assert self.loop is not None
+        self._trust_after = self.loop.time() + SUSPICION_COOLDOWN
+        if self._held_at is not None:
+            self.dismissed += 1
+            log.warning(
+                "front door: the supervisor found no dead stub behind the answer that held the queue; sending again "
+                f"(such answers hold nothing for the next {SUSPICION_COOLDOWN:g} s)"
+            )
+            self._resume()
 
     def _pause(self) -> None:
         self.gate.pause()
@@ -273,6 +321,10 @@ class Door:
         if isinstance(waiter, asyncio.Future) and not waiter.done():
             waiter.set_result(None)
 
+    def group_of(self, client: str) -> str:
+        """A client's group: its network (`clients.group_of`)."""
+        return group_of(client, *self.network_prefix)
+
     def client_of(self, address: str | None, header: str | None) -> str:
         if self.client_header and header:
             return header.split(",")[0].strip() or (address or "?")
@@ -286,9 +338,22 @@ class Door:
     def resume(self) -> None:
         self._call(self._resume)
 
+    def dismiss(self) -> None:
+        """The supervisor looked behind a dead-stub answer and found nothing to repair."""
+        self._call(self._dismiss)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The gate's snapshot and the door's own counts (in the loop's thread)."""
+        return {
+            **self.gate.snapshot(),
+            "holds": self.holds,
+            "holds_dismissed": self.dismissed,
+            "connections": self.guard.snapshot(),
+        }
+
     def status(self) -> dict[str, Any]:
         try:
-            return self._call(self.gate.snapshot, timeout=2.0)
+            return self._call(self.snapshot, timeout=2.0)
         except Exception:  # noqa: BLE001 - a status is never worth an exception
             return {}
 

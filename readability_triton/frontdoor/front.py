@@ -9,6 +9,7 @@ import threading
 from typing import Any, Awaitable, Callable
 
 from ..errors import ServerError
+from .connections import quiet_logs
 from .door import Door
 from .grpc_front import open_grpc
 from .http_front import open_http
@@ -30,6 +31,8 @@ class FrontDoor(Door):
         """Listen on both ports (ServerError when one cannot be bound)."""
         started: dict[str, Any] = {}
         ready = threading.Event()
+
+        quiet_logs()  # a line per kind of trouble per second, not a traceback per socket
 
         def main() -> None:
             loop = asyncio.new_event_loop()

@@ -22,12 +22,14 @@ keeps three promises:
   starting on the same 2 cores halved the rate within a second: 1.5 s waits took 3.5-3.7 s),
   a waiting request the rate now cannot answer within the stated wait is refused then,
   uncomputed (kind `slowed`). What is inside tritonserver runs to its end.
-- **Fair shares.** Each client (an address, or the value of a header the operator trusts)
-  may hold at most its share of the work the wait allows (that work divided among the
-  clients that have work waiting) once the pipeline is full; while there is room, one
-  client may use all of it. Accepted requests are sent on in start-time fair order
-  (each client's texts form one virtual timeline; the smallest start goes first), so a
-  client that sends one text at a time is not stuck behind another's backlog.
+- **Fair shares.** Each client group (a network of addresses, `clients`) may hold at most
+  its share of the work the wait allows (that work divided among the groups that have work
+  waiting) once the pipeline is full, and each client (an address, or the value of a header
+  the operator trusts) its share of its group's; while there is room, one client may use
+  all of it. Accepted requests are sent on in start-time fair order (each client's texts
+  form one virtual timeline, paced by the number of its group's clients with work; the
+  smallest start goes first), so a client that sends one text at a time is not stuck behind
+  another's backlog, and 50 addresses of one network get one network's turn, not 50.
 - **Abandoned work gives up its place.** A request whose client leaves (a closed
   connection, a cancelled or expired gRPC call) while it waits here is dropped before any
   step computes it. Once sent on, a request runs to its end inside tritonserver and its
@@ -49,10 +51,10 @@ import heapq
 import itertools
 import math
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from .rate import UNIT, WARMUP_ANSWERS, Meter
+from .tickets import ClientState, GroupState, Refusal, Stats, Ticket
 
 #: The share of the stated wait that admission fills at the measured rate (`Gate`): the rest
 #: is headroom for a pipeline slower than lately measured. Where more arrives than fits, the
@@ -62,59 +64,8 @@ AIM = 0.75
 #: look (at a steady rate a wait so far grows as the work ahead shrinks), at most every `RECHECK` s.
 RECHECK = 0.05
 RECHECK_FALL = 0.05
-
-
-@dataclass(eq=False)
-class Ticket:
-    """One accepted request: who sent it, how many texts, and where it is."""
-
-    client: str
-    work: int  # thousandths of a text (texts weighed by length, `wire.work_of`)
-    arrived: float
-    start: float  # its start on the fair timeline
-    serial: int
-    state: str = "queued"  # queued, sent, done, dropped, late, slowed
-    sent_at: float = 0.0
-    full_at_send: float = 0.0  # the pipeline's full seconds so far when it was sent (`rate.Meter`)
-    deadline: float = math.inf  # when its client gives up (a gRPC deadline), on the gate's clock
-    waiter: object = None  # the front's handle (an asyncio future); the gate never touches it
-    refusal: "Refusal | None" = None  # why it was refused after acceptance (states late, slowed)
-
-    def __lt__(self, other: "Ticket") -> bool:
-        return (self.start, self.serial) < (other.start, other.serial)
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """Why a request was not accepted, and when to try again (seconds)."""
-
-    reason: str
-    retry_after: float
-    kind: str = "busy"  # busy, share, closed, deadline, slowed
-
-
-@dataclass
-class _Client:
-    queued: int = 0  # work waiting here (thousandths of a text)
-    inside: int = 0  # work sent on and not answered yet
-    finish: float = 0.0  # the end of its last request on the fair timeline
-
-    @property
-    def work(self) -> int:
-        return self.queued + self.inside
-
-
-@dataclass
-class Stats:
-    accepted: int = 0
-    refused: dict[str, int] = field(
-        default_factory=lambda: {"busy": 0, "share": 0, "closed": 0, "deadline": 0, "slowed": 0}
-    )  # slowed: accepted, then refused uncomputed when the rate fell (`Gate.recheck`)
-    dropped: int = 0  # abandoned while waiting here: never computed
-    abandoned_inside: int = 0  # the client left after it was sent on: computed, answer dropped
-    expired: int = 0  # waited past the longest wait: refused after acceptance
-    answered: int = 0
-    resent: int = 0  # sends again of requests refused before anything computed them
+#: Clients without work whose place on the fair timeline is remembered, at most.
+MAX_REMEMBERED = 65536
 
 
 class Gate:
@@ -139,10 +90,12 @@ class Gate:
         self.max_inside_requests = max_inside_requests
         self._clock = clock
         self.meter = Meter(rate, inside, max_inside_requests, clock, warmup)
-        self._clients: dict[str, _Client] = {}
+        self._clients: dict[str, ClientState] = {}
+        self._groups: dict[str, GroupState] = {}
         self._heap: list[Ticket] = []
         self._serial = itertools.count()
         self._now_start = 0.0  # the fair timeline's present: the start of the last ticket sent
+        self._finishes: dict[str, float] = {}  # the ends of clients without work, while ahead of the present
         self.queued = 0  # work waiting here (thousandths of a text)
         self.inside = 0  # work inside tritonserver
         self.inside_requests = 0
@@ -188,9 +141,10 @@ class Gate:
         return self.admitted_wait() * self.meter.units()
 
     # -- admission ------------------------------------------------------------------
-    def offer(self, client: str, work: float, patience: float = math.inf) -> Ticket | Refusal:
+    def offer(self, client: str, work: float, patience: float = math.inf, group: str | None = None) -> Ticket | Refusal:
         """Accept (a Ticket, queued) or refuse a request of `work` (texts weighed by length)
-        from `client`, who gives up after `patience` seconds."""
+        from `client` of `group` (its network; default: itself), who gives up after
+        `patience` seconds."""
         texts = max(1, round(work * UNIT))
         if self.closed:
             self.stats.refused["closed"] += 1
@@ -204,16 +158,23 @@ class Gate:
                 "deadline",
             )
         now = self._clock()
-        state = self._clients.get(client) or _Client()
+        group = group or client
+        state = self._clients.get(client) or ClientState(group)
         total = self.queued + self.inside
         capacity = self._capacity_units()
         rate = self.meter.last()
-        active = sum(1 for name, c in self._clients.items() if c.work and name != client) + 1
-        share = capacity / active
-        start = max(self._now_start, state.finish)  # its place in the fair order
+        mine = self._groups.get(group) or GroupState()
+        groups = sum(1 for name, g in self._groups.items() if g.work and name != group) + 1
+        group_share = capacity / groups
+        members = mine.clients + (0 if state.work else 1)  # its group's clients with work, itself included
+        share = group_share / members
+        # its place in the fair order; a client that comes back (its last request answered)
+        # keeps the end of its last one where that is still ahead of the timeline's present
+        start = max(self._now_start, state.finish or self._finishes.get(client, 0.0))
+        finish = start + texts * members  # weighted: the clients of one network share one client's pace
         if total == 0 or total + texts <= capacity or (self.queued == 0 and self.room()):
             pass  # room for anyone (or nothing waits here and it goes straight in)
-        elif (ahead := self._ahead(start)) + texts > capacity:
+        elif (ahead := self._ahead((start, finish))) + texts > capacity:
             return self._refuse(
                 "busy",
                 f"busy: {ahead / UNIT:.0f} texts are waiting or in the pipeline ahead of this request, "
@@ -221,31 +182,44 @@ class Gate:
                 f"{self.max_wait:g} s, of which {self.admitted_wait():g} s is admitted",
                 (ahead + texts - capacity) / rate,
             )
+        elif members > 1 and mine.work + texts > group_share:  # (alone in its network, the client's own rule)
+            return self._refuse(
+                "share",
+                f"busy: the clients of this network ({group}) already have {mine.work / UNIT:.0f} texts waiting "
+                f"or in the pipeline, its share while {groups} networks wait is {group_share / UNIT:.0f}",
+                (mine.work + texts - group_share) / rate,
+            )
         elif state.work and state.work + texts > share:
             return self._refuse(
                 "share",
-                f"busy: this client already has {state.work / UNIT:.0f} texts waiting or "
-                f"in the pipeline, its share while {active} clients wait is {share / UNIT:.0f}",
+                f"busy: this client already has {state.work / UNIT:.0f} texts waiting or in the pipeline, its "
+                + (
+                    f"share while {groups} clients wait"
+                    if members == 1
+                    else f"share while {groups} networks and {members} clients of its own network wait"
+                )
+                + f" is {share / UNIT:.0f}",
                 (state.work + texts - share) / rate,
             )
         self._clients[client] = state
-        ticket = Ticket(client, texts, now, start, next(self._serial), deadline=now + patience)
-        state.finish = ticket.start + texts
-        state.queued += texts
+        self._finishes.pop(client, None)
+        ticket = Ticket(client, texts, now, start, next(self._serial), deadline=now + patience, finish=finish)
+        state.finish = finish
+        self._add(state, queued=texts)
         self.queued += texts
         heapq.heappush(self._heap, ticket)
         self.stats.accepted += 1
         return ticket
 
-    def _ahead(self, start: float) -> int:
-        """The work a new ticket starting at `start` would wait for: what is inside, and the
-        queued tickets that start no later (the heap's tickets in order, from its root,
-        leaving each subtree whose root starts later: all of it does)."""
+    def _ahead(self, place: tuple[float, float]) -> int:
+        """The work a new ticket at `place` (start, finish) would wait for: what is inside,
+        and the queued tickets before it in the fair order (the heap's tickets in order, from
+        its root, leaving each subtree whose root comes later: all of it does)."""
         ahead, todo = self.inside, [0] if self._heap else []
         while todo:
             i = todo.pop()
             ticket = self._heap[i]
-            if ticket.start > start:
+            if (ticket.start, ticket.finish) > place:
                 continue
             if ticket.state == "queued":
                 ahead += ticket.work
@@ -283,7 +257,7 @@ class Gate:
         self._checked, self._basis = now, rate
         self.rechecks += 1
         ahead, refused, room = self.inside, 0, self.room()
-        waiting = sorted((t for t in self._heap if t.state == "queued"), key=lambda t: (t.start, t.serial))
+        waiting = sorted((t for t in self._heap if t.state == "queued"), key=Ticket.order)
         for n, ticket in enumerate(waiting):
             waited = now - ticket.arrived
             late = waited + (ahead + ticket.work) / rate > self.max_wait
@@ -321,8 +295,7 @@ class Gate:
                 self.late.append(ticket)
                 continue
             state = self._clients[ticket.client]
-            state.queued -= ticket.work
-            state.inside += ticket.work
+            self._add(state, queued=-ticket.work, inside=ticket.work)
             self.queued -= ticket.work
             self.inside += ticket.work
             self.inside_requests += 1
@@ -341,7 +314,7 @@ class Gate:
         now = self._clock()
         ticket.state = "done"
         state = self._clients[ticket.client]
-        state.inside -= ticket.work
+        self._add(state, inside=-ticket.work)
         self.inside -= ticket.work
         self.inside_requests -= 1
         if ok:
@@ -370,7 +343,7 @@ class Gate:
             return
         ticket.state = "dropped"
         state = self._clients[ticket.client]
-        state.inside -= ticket.work
+        self._add(state, inside=-ticket.work)
         self.inside -= ticket.work
         self.inside_requests -= 1
         self.meter.changed(self.inside, self.inside_requests, self._clock())
@@ -385,7 +358,7 @@ class Gate:
             return
         ticket.state = "dropped"
         state = self._clients[ticket.client]
-        state.queued -= ticket.work
+        self._add(state, queued=-ticket.work)
         self.queued -= ticket.work
         if expired:
             self.stats.expired += 1
@@ -395,10 +368,31 @@ class Gate:
         if not self.queued:
             self._heap.clear()  # only dropped tickets were left in it
 
-    def _forget(self, name: str, state: _Client) -> None:
+    def _add(self, state: ClientState, queued: int = 0, inside: int = 0) -> None:
+        """Move a client's work, and its group's with it."""
+        before = state.work
+        state.queued += queued
+        state.inside += inside
+        group = self._groups.setdefault(state.group, GroupState())
+        group.work += queued + inside
+        group.clients += (state.work > 0) - (before > 0)
+        if not group.work and not group.clients:
+            del self._groups[state.group]
+
+    def _forget(self, name: str, state: ClientState) -> None:
         if not state.work:
-            # keep its place on the timeline only while it has work
             self._clients.pop(name, None)
+            # its end on the timeline, while still ahead of the present: a client that comes back
+            # at once does not start again from the present (a closed loop of one request at a
+            # time would otherwise always tie with everyone, and 50 such addresses win 50 turns)
+            if state.finish > self._now_start:
+                if len(self._finishes) >= MAX_REMEMBERED:
+                    self._finishes = {c: f for c, f in self._finishes.items() if f > self._now_start}
+                    if len(self._finishes) >= MAX_REMEMBERED:
+                        self._finishes.clear()  # bounded: the oldest places are lost, not the memory
+                self._finishes[name] = state.finish
+            else:
+                self._finishes.pop(name, None)
 
     # -- lifecycle ------------------------------------------------------------------
     def pause(self) -> None:
@@ -439,6 +433,7 @@ class Gate:
             "texts_inside": self.inside / UNIT,
             "requests_inside": self.inside_requests,
             "clients_with_work": sum(1 for c in self._clients.values() if c.work),
+            "networks_with_work": sum(1 for g in self._groups.values() if g.work),
             "paused": self.paused,
             "accepted": self.stats.accepted,
             "refused": dict(self.stats.refused),

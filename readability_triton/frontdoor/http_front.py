@@ -1,9 +1,13 @@
 """The front door's HTTP port (aiohttp): KServe v2 over HTTP/1.1, passed on to tritonserver's
-HTTP endpoint. Inference requests (`POST /v2/models/<model>[/versions/<v>]/infer`) pass the
-gate; every other path is passed on at once, but for `/v2/health/ready`, which answers 400
-(not ready) once serve is stopping (`Door.leave`). A body over the limit is answered 413 from
-its Content-Length, or as soon as the bytes read (inflated, for a compressed body) pass it.
-A client that closes its connection cancels its handler: while it waits in the gate, or
+HTTP endpoint. Only tritonserver 2.51's own routes (`ROUTES`, as its binary spells them) are
+known here: every request that creates an inference (`POST /v2/models/<model>[/versions/<v>]/`
+`infer`, `generate` and `generate_stream`) passes the gate, for a model this repository
+serves; the other routes are passed on at once, but for `/v2/health/ready`, which answers
+400 (not ready) once serve is stopping (`Door.leave`); any other path is answered 404 here,
+so that a route a later Triton adds is not an inference that skips the gate.
+`generate_stream` is answered whole (the models are not decoupled: one event). A body over
+the limit is answered 413 from its Content-Length, or as soon as the bytes read (inflated,
+for a compressed body) pass it. A client that closes its connection cancels its handler: while it waits in the gate, or
 when its close was already read as its request is sent on (a client that sends and closes at
 once), its request leaves uncomputed; once sent on, it still runs to its end in
 tritonserver.
@@ -11,17 +15,40 @@ tritonserver.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from typing import Awaitable, Callable
 
 from aiohttp import ClientConnectorError, ClientError, ClientSession, ClientTimeout, TCPConnector, web
 
+from .. import triton_messages as M
 from .door import ClientLeft, Door
 from .gate import Refusal
-from .wire import DEAD_STUB_SIGN, NO_CONNECTION_SIGNS, http_work, is_no_connection, is_shed
+from .uploads import REFUSAL as UPLOAD_REFUSAL
+from .uploads import http_uploads
+from .wire import BadRequest
 
-INFER_PATH = re.compile(r"^/v2/models/[^/]+(/versions/[^/]+)?/infer$")
+#: tritonserver 2.51's HTTP routes (src/http_server.cc, RE2::FullMatch on the path), as its
+#: binary holds them (tests/test_front_door.py reads them from it).
+MODEL_ROUTE = (
+    r"/v2/models/([^/]+)(?:/versions/([0-9]+))?(?:/(infer|generate|generate_stream|ready|config|stats|trace/setting))?"
+)
+ROUTES = (
+    MODEL_ROUTE,
+    r"/v2/repository(?:/([^/]+))?/(index|models/([^/]+)/(load|unload))",
+    r"/v2/systemsharedmemory(?:/region/([^/]+))?/(status|register|unregister)",
+    r"/v2/cudasharedmemory(?:/region/([^/]+))?/(status|register|unregister)",
+    r"/v2(?:/health/(live|ready))?",
+    r"/v2/trace/setting",
+    r"/v2/models/stats",
+    r"/v2/logging",
+)
+_MODEL = re.compile(MODEL_ROUTE)
+_OTHERS = tuple(re.compile(route) for route in ROUTES[1:])
+_LOAD = re.compile(r"/v2/repository(?:/[^/]+)?/models/[^/]+/load")
+#: The actions of MODEL_ROUTE that create an inference request (POST).
+INFERENCE_ACTIONS = ("infer", "generate", "generate_stream")
 READY_PATH = "/v2/health/ready"
 #: Headers of one hop, never passed on (RFC 9110 7.6.1), plus what the hop recomputes.
 _HOP = frozenset(
@@ -44,6 +71,9 @@ _REQUEST_HOP = _HOP | {"content-encoding"}
 #: Seconds a refused upload may go on being read (and discarded) so that its client sees
 #: the answer before the connection closes.
 LINGER = 2.0
+#: Seconds a request's body has to arrive once its headers have (a slow upload holds a
+#: connection and a handler: `connections` bounds the rest of a connection's life).
+BODY_TIMEOUT = 30.0
 
 
 #: The listen queue, which is also how many connections asyncio accepts each time the port
@@ -101,20 +131,40 @@ async def open_http(door: Door) -> Callable[[], Awaitable[None]]:
         if request.content_length is not None and request.content_length > limit:
             return too_large(request.content_length)
         try:
-            body = await request.read()
+            body = await asyncio.wait_for(request.read(), BODY_TIMEOUT)
         except web.HTTPRequestEntityTooLarge:
             return too_large(None)
+        except asyncio.TimeoutError:
+            return _error(
+                408,
+                f"the request body did not arrive within {BODY_TIMEOUT:g} s; send it at once",
+                {"Connection": "close"},
+            )
         if door.leaving and request.path == READY_PATH:  # KServe v2: 4xx is "not ready"
             return _error(400, f"{door.leaving}: this server is not ready; use another replica")
-        if request.method != "POST" or not INFER_PATH.match(request.path):
+        model = _MODEL.fullmatch(request.path)
+        inference = model is not None and model.group(3) in INFERENCE_ACTIONS and request.method == "POST"
+        if not inference:
+            if model is None and not any(route.fullmatch(request.path) for route in _OTHERS):
+                return _error(404, "Not Found")  # as tritonserver answers a path it does not serve
+            if not door.allow_model_uploads and _LOAD.fullmatch(request.path) and http_uploads(body):
+                return _error(403, UPLOAD_REFUSAL)
             try:
                 return await forward(request, body)
             except (OSError, ClientError) as err:
                 return _error(503, f"the server is not answering ({type(err).__name__}); retry in a moment")
-        header_length = request.headers.get("Inference-Header-Content-Length")
-        _, work = http_work(body, int(header_length) if header_length and header_length.isdigit() else None)
+        assert model is not None
+        if door.served and model.group(1) not in door.served:
+            return _error(404, f"Request for unknown model: '{model.group(1)}' is not served here")
+        try:
+            if model.group(3) == "infer":
+                weighed = door.weigher.http(body, request.headers.get("Inference-Header-Content-Length"))
+            else:
+                weighed = door.weigher.generate(body)
+        except BadRequest as err:
+            return _error(400, str(err))
         client = door.client_of(request.remote, request.headers.get(door.client_header) if door.client_header else None)
-        outcome = await door.admit(client, work)
+        outcome = await door.admit(client, weighed.work)
         if isinstance(outcome, Refusal):
             return _error(503, outcome.reason, {"Retry-After": str(max(1, round(outcome.retry_after)))})
 
@@ -122,15 +172,17 @@ async def open_http(door: Door) -> Callable[[], Awaitable[None]]:
             try:
                 return await forward(request, body)
             except ClientConnectorError as err:  # never reached tritonserver: may be sent again
-                return _error(503, f"{NO_CONNECTION_SIGNS[1]} ({type(err).__name__}); retry in a moment")
+                return _error(503, f"{M.NO_CONNECTION_SIGNS[1]} ({type(err).__name__}); retry in a moment")
 
         try:
             return await door.run(
                 outcome,
                 forward_infer,
                 ok=lambda reply: reply.status == 200,
-                dead_stub=lambda reply: reply.status >= 500 and DEAD_STUB_SIGN.encode() in reply.body,
-                uncomputed=lambda reply: reply.status >= 400 and (is_shed(reply.body) or is_no_connection(reply.body)),
+                dead_stub=lambda reply: bool(M.dead_stub(reply.status, reply.body, door.served)),
+                uncomputed=lambda reply: (
+                    M.is_shed(reply.status, reply.body) or M.is_no_connection(reply.status, reply.body)
+                ),
                 client_gone=lambda: request.transport is None or request.transport.is_closing(),
             )
         except ClientLeft:
@@ -140,18 +192,34 @@ async def open_http(door: Door) -> Callable[[], Awaitable[None]]:
 
     app = web.Application(client_max_size=limit)
     app.router.add_route("*", "/{tail:.*}", handle)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None, lingering_time=LINGER)
+    runner = web.AppRunner(
+        app,
+        handler_cancellation=True,
+        access_log=None,
+        lingering_time=LINGER,
+        keepalive_timeout=door.guard.idle_timeout + 5,  # the guard's sweep closes them first
+    )
     await runner.setup()
-    site = web.TCPSite(runner, door.address, door.http_port, backlog=ACCEPT_BACKLOG, reuse_address=True)
+    assert runner.server is not None
     try:
-        await site.start()
+        listener = await asyncio.get_running_loop().create_server(
+            door.guard.factory(runner.server),
+            door.address,
+            door.http_port,
+            backlog=ACCEPT_BACKLOG,
+            reuse_address=True,
+        )
     except BaseException:
         await runner.cleanup()
         await session.close()
         raise
+    door.guard.start()
 
     async def close() -> None:
+        door.guard.stop()
+        listener.close()
         await runner.cleanup()
+        await listener.wait_closed()
         await session.close()
 
     return close

@@ -16,7 +16,14 @@ So `serve` looks for evidence, not for slowness:
   values `assemble` recorded (`Canary`, `<repository>/readability/1/canary.json`) by more
   than their tolerance; or a model of the repository is gone (NOT_FOUND);
 - **no progress**: a step has requests queued (`nv_inference_pending_request_count`) and
-  has finished no execute (the statistics' `execution_count`) for `stall_timeout` seconds.
+  has finished no execute (the statistics' `execution_count`) for `stall_timeout` seconds;
+- **a frozen server**: the tritonserver process is stopped (SIGSTOP, a tracer: `/proc` says
+  so, not the server) and still is `STOPPED_GRACE` s later, or its own `/v2/health/live`, asked every
+  second with a 2 s deadline by a thread of its own, has not answered for
+  `freeze_timeout` seconds (that endpoint's threads never wait for inference, so load does
+  not silence it). Readiness turns false at once while the process is stopped, and after
+  `LIVE_GRACE` seconds of silence. A frozen server acts on no signal but SIGKILL, so its
+  repair starts with one.
 
 A canary that times out or is refused as busy is none of these: under load it waits
 behind real work, and that proves the server is busy, not dead. On evidence the supervisor
@@ -28,6 +35,10 @@ repository) is the one repair.
 
 `Supervisor.status()` is what the health endpoints of `serve` answer (`probes.py`):
 
+A dead-stub answer the front door saw is a suspicion (`poke`): the supervisor looks at once
+(the processes, then a canary of its own), repairs on evidence, and otherwise ends the
+front door's hold (`dismiss`) and says so.
+
 - live: serve is supervising and the server is running or being restarted by it. It is
   false only when serve cannot get a working server up at all. Load never makes it false.
 - ready: the server runs, no repair is under way, no stub is dead, and the last canary
@@ -38,107 +49,31 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
-import re
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .. import contracts as C
-from ..client.readability import ReadabilityClient
-from ..errors import ClientError
-from ..repository.canary import CANARY, Canary
-from .processes import alive, instance_model, python_stubs, reap_zombies
+from ..repository.canary import Canary
+from .canary_probe import Probe, check
+from .processes import alive, instance_model, python_stubs, reap_zombies, stopped
 
 log = logging.getLogger(__name__)
 
-_DEAD_STUB = re.compile(r"Stub process '(.+?)_\d+_\d+' is not healthy")
-_probes = itertools.count(int(time.time()))
-#: Answers that mean "busy, not broken": a queue timeout, the first step's load shedding, a
-#: deadline that passed while the canary waited behind real work.
-_BUSY = ("timeout expired", "busy:", "deadline exceeded", "timed out", "timeout")
 #: Seconds between the starts of one repair while tritonserver aborts (status -6) as it
 #: starts again: Triton 2.51 now and then does after a stub was killed, before it writes a
 #: line of its log, for several seconds in a row (a CI run: 4 aborts, healed after 18.2 s
 #: over three repairs, 20 honest requests failed between them); the queue stays held.
 ABORT_PAUSES = (0.5, 1.0, 2.0, 4.0)
-#: Answers that mean a model of the repository is not served.
-_MISSING = ("has no available versions", "is not found", "unknown model", "is not ready")
-
-
-@dataclass
-class Probe:
-    """One canary inference and what it shows: "ok", "wrong", "dead" (a stub),
-    "missing" (a model), "busy" (slow or shed: not evidence) or "down" (no answer)."""
-
-    kind: str
-    message: str
-    seconds: float
-    outputs: dict[str, float] = field(default_factory=dict)
-    dead_stubs: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.kind == "ok"
-
-    @property
-    def evidence(self) -> bool:
-        """Whether this answer proves the service broken (not merely busy or unreachable)."""
-        return self.kind in ("wrong", "dead", "missing")
-
-
-# The name `check` returned before; the `health` command and `bench` use it.
-Health = Probe
-
-
-def dead_stub_models(message: str) -> list[str]:
-    """The models a Triton error message reports with an unhealthy stub."""
-    return sorted(set(_DEAD_STUB.findall(message or "")))
-
-
-def classify(message: str) -> str:
-    """The kind of a failed canary's error message (see `Probe`)."""
-    text = message.lower()
-    if dead_stub_models(message):
-        return "dead"
-    if any(sign in text for sign in _BUSY):
-        return "busy"
-    if any(sign in text for sign in _MISSING):
-        return "missing"
-    return "down"
-
-
-def check(
-    url: str, protocol: str = "http", timeout: float = 10.0, canary: Canary | None = None, model: str = C.ENSEMBLE
-) -> Probe:
-    """One canary inference through `model` at `url`: "ok" when the outputs are finite and,
-    given a `canary`, equal to its expected answers."""
-
-    text = canary.text if canary else CANARY
-    names = tuple(canary.expected) if canary else (C.SCORE,)
-    # A second text of its own with every probe: no response cache can answer the request
-    # from an earlier one (Triton's is keyed by the inputs), so the models compute it.
-    texts = [text, f"A probe of the health check, number {next(_probes)}, with a few plain words."]
-    started = time.perf_counter()
-    try:
-        with ReadabilityClient(url, protocol, model=model, timeout=timeout, retries=0) as client:
-            got, _ = client.infer_batch(texts, names)
-    except ClientError as err:
-        message = str(err)
-        return Probe(classify(message), message, time.perf_counter() - started, dead_stubs=dead_stub_models(message))
-    seconds = time.perf_counter() - started
-    outputs = {name: float(values[0]) for name, values in got.items()}
-    problem = (
-        canary.judge(outputs)
-        if canary
-        else next((f"the canary's {n} is {v}" for n, v in outputs.items() if not math.isfinite(v)), None)
-    )
-    if problem:
-        return Probe("wrong", problem, seconds, outputs)
-    shown = ", ".join(f"{n} {v:.4f}" for n, v in outputs.items())
-    return Probe("ok", f"{shown} in {seconds * 1e3:.0f} ms" + (" (as recorded)" if canary else ""), seconds, outputs)
+#: Seconds the canary that checks a dead-stub answer of the front door (`confirm`) waits.
+CONFIRM_TIMEOUT = 10.0
+#: tritonserver's /v2/health/live: asked every LIVE_EVERY s, each time for at most
+#: LIVE_TIMEOUT s; silent for LIVE_GRACE s, serve is not ready.
+LIVE_EVERY = 1.0
+LIVE_TIMEOUT = 2.0
+LIVE_GRACE = 6.0
+#: Seconds a stopped tritonserver is given to be continued before it is repaired.
+STOPPED_GRACE = 2.0
 
 
 class Supervisor:
@@ -161,6 +96,8 @@ class Supervisor:
         start_timeout: float = 300.0,
         hold: Callable[[], None] | None = None,
         release: Callable[[], None] | None = None,
+        dismiss: Callable[[], None] | None = None,
+        freeze_timeout: float = 20.0,
     ):
         self.server = server
         self.interval = interval
@@ -172,6 +109,12 @@ class Supervisor:
         self.start_timeout = start_timeout
         #: called before a repair and after it (serve's front door holds its queue meanwhile)
         self.hold, self.release = hold or (lambda: None), release or (lambda: None)
+        #: called when a suspicion (`poke`) found nothing to repair (the front door's hold ends)
+        self.dismiss = dismiss or self.release
+        self.freeze_timeout = freeze_timeout
+        self._suspected = False  # a poke waits for its look
+        self._answered_at = time.monotonic()  # tritonserver's /v2/health/live last answered
+        self._liveness: threading.Thread | None = None
         self.events: list[tuple[float, str, str]] = []
         self.restarts = 0
         self._stop = threading.Event()
@@ -205,6 +148,8 @@ class Supervisor:
         gone = sorted(instance for pid, instance in list(self._stubs.items()) if not alive(pid))
         if gone and not problem:  # seen at once, before the next round repairs it
             problem = f"the python-backend stub of {', '.join(gone)} is gone"
+        if running and phase == "serving" and not problem:
+            problem = self._frozen()
         live = phase != "failed" and (running or phase in ("starting", "repairing", "stopping"))
         ready = phase == "serving" and running and not problem and (probe is None or probe.kind in ("ok", "busy"))
         return {
@@ -237,7 +182,47 @@ class Supervisor:
         self._stubs = python_stubs(self.server.pid)
         self._progress = {}
         self._probe_result = None
+        self._answered_at = time.monotonic()
         self._set("serving", "")
+
+    def silent(self) -> float:
+        """Seconds since tritonserver's /v2/health/live last answered (`watch_liveness`)."""
+        return time.monotonic() - self._answered_at
+
+    def _frozen(self) -> str:
+        """Why the server looks frozen now ('' where it does not)."""
+        pid = self.server.process.pid if self.server.process is not None else None
+        if pid is not None and stopped(pid):
+            return f"tritonserver (pid {pid}) is stopped (SIGSTOP or a tracer): it answers nothing"
+        if self._liveness is not None and self.silent() >= LIVE_GRACE:
+            return f"tritonserver has not answered /v2/health/live for {self.silent():.0f} s"
+        return ""
+
+    def watch_liveness(self) -> None:
+        """Ask tritonserver's /v2/health/live every LIVE_EVERY s (LIVE_TIMEOUT s each) in a
+        thread of its own until `stop()`; `silent()` says since when it has not answered."""
+
+        def run() -> None:
+            while not self._stop.is_set():
+                with self._lock:
+                    repairing = self.phase != "serving"
+                if repairing or self.server.live(timeout=LIVE_TIMEOUT):
+                    self._answered_at = time.monotonic()
+                self._stop.wait(LIVE_EVERY)
+
+        self._liveness = threading.Thread(target=run, daemon=True, name="liveness")
+        self._liveness.start()
+
+    def freeze(self) -> str:
+        """Why the server is to be repaired as frozen ('' while it is not): its process
+        stopped and still stopped STOPPED_GRACE s later, or silent for `freeze_timeout` s."""
+        pid = self.server.process.pid if self.server.process is not None else None
+        if pid is not None and stopped(pid):
+            if not self._stop.wait(STOPPED_GRACE) and stopped(pid):
+                return f"tritonserver (pid {pid}) is stopped (SIGSTOP or a tracer) and answers nothing"
+        if self.freeze_timeout > 0 and self._liveness is not None and self.silent() >= self.freeze_timeout:
+            return f"tritonserver has not answered /v2/health/live for {self.silent():.0f} s"
+        return ""
 
     def dead_stubs(self) -> list[str]:
         """The instances whose stub process is gone or a zombie, and that no new stub serves
@@ -302,6 +287,11 @@ class Supervisor:
                 "every request to it fails)",
                 abandon=[instance_model(i) for i in dead],
             )
+        frozen = self.freeze()
+        if frozen:
+            return self.repair(frozen, drain=False, kill=True)
+        if self._liveness is not None and self.silent() >= LIVE_GRACE:
+            return None  # its statistics and a canary would only wait for it too
         stalled = self.stalled()
         if stalled:
             return self.repair(
@@ -317,7 +307,24 @@ class Supervisor:
         return None
 
     # -- repair -----------------------------------------------------------------------
-    def repair(self, reason: str, drain: bool = True, abandon=()) -> str | None:
+    def confirm(self) -> str | None:
+        """Look behind a dead-stub answer the front door saw (`poke`), once this round's
+        checks found nothing: a canary of its own; on evidence, repair; otherwise end the
+        front door's hold (`dismiss`) and say so."""
+        probe = check(self.url(), self.protocol, min(CONFIRM_TIMEOUT, self.probe_timeout), self.canary)
+        with self._lock:
+            self.last_probe = probe
+        if probe.evidence:
+            return self.repair(f"canary: {probe.message}", abandon=probe.dead_stubs)
+        self._event(
+            "dismissed",
+            "a request met what looked like a dead stub, but every stub runs and the canary answered "
+            f"({probe.kind}: {probe.message[:120]}): nothing to repair; the front door sends again",
+        )
+        self.dismiss()
+        return None
+
+    def repair(self, reason: str, drain: bool = True, abandon=(), kill: bool = False) -> str | None:
         """Restart tritonserver from the repository: drain it first when it runs (the
         ensemble stops taking requests, the ones in flight finish, at most
         `drain_timeout` s), end it and what it left, start it again, check the canary.
@@ -334,7 +341,8 @@ class Supervisor:
         self._event("restart", "restarting tritonserver" + (" (draining it first)" if drain else ""))
         self.hold()
         try:
-            self.server.stop(drain=drain, drain_timeout=self.drain_timeout, timeout=5, abandon=abandon)
+            stop: dict[str, Any] = {"kill": True} if kill else {}
+            self.server.stop(drain=drain, drain_timeout=self.drain_timeout, timeout=5, abandon=abandon, **stop)
             self.restarts += 1
             pauses = iter(ABORT_PAUSES)
             for attempt in itertools.count(1):
@@ -386,7 +394,9 @@ class Supervisor:
         return getattr(process, "returncode", None) == -signal.SIGABRT
 
     def poke(self) -> None:
-        """Check now, not at the next round (serve's front door saw a dead stub's answer)."""
+        """Check now, not at the next round: serve's front door saw a dead stub's answer and
+        holds its queue until a repair, or until this finds nothing (`confirm`)."""
+        self._suspected = True
         self._wake.set()
 
     def run(self) -> None:
@@ -396,8 +406,10 @@ class Supervisor:
             self._wake.clear()
             if self._stop.is_set():
                 break
+            suspected, self._suspected = self._suspected, False
             try:
-                self.check_once()
+                if self.check_once() is None and suspected:
+                    self.confirm()
             except Exception as exc:  # noqa: BLE001 - keep supervising; say what happened
                 self._event("error", f"supervisor: {type(exc).__name__}: {exc}")
 

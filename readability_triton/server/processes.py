@@ -35,6 +35,13 @@ def alive(pid: int) -> bool:
     return fields is not None and fields[0] != "Z"
 
 
+def stopped(pid: int) -> bool:
+    """Whether `pid` is stopped (SIGSTOP, SIGTSTP, or held by a tracer): it runs no code
+    until it is continued, and answers nothing meanwhile."""
+    fields = _stat_fields(pid)
+    return fields is not None and fields[0] in ("T", "t")
+
+
 def python_stubs(server_pid: int) -> dict[int, str]:
     """{pid: model instance name} of the python-backend stubs a tritonserver started: its
     children running `triton_python_backend_stub`, whose 9th argument is the instance

@@ -32,10 +32,13 @@ from typing import Any, Iterator
 
 from .. import contracts as C
 from ..errors import ReadabilityError, ServerError
+from ..frontdoor.clients import V4_PREFIX, V6_PREFIX
+from ..frontdoor.connections import DEFAULT_MAX_CONNECTIONS, descriptor_budget
 from ..frontdoor.door import FrontDrain
 from ..frontdoor.front import FrontDoor
 from ..frontdoor.wire import DEFAULT_MAX_REQUEST_BYTES
 from ..repository.canary import Canary
+from ..repository.configs import present_models
 from .admin import ADMIN_HEADER, ADMIN_KEY_ENV
 from .backends import check_servable, writable_forest_view
 from .health import Supervisor
@@ -60,6 +63,7 @@ class ServeOptions:
     health_interval: float = 5.0  # 0: no supervision
     health_port: int | None = None
     stall_timeout: float = 120.0
+    freeze_timeout: float = 20.0  # seconds tritonserver's /v2/health/live may stay silent (0: never repair for it)
     cache_size: int = 0
     drain_timeout: float = 30.0
     drain_grace: float = 2.0  # seconds from SIGTERM during which requests are still taken, not ready
@@ -67,6 +71,9 @@ class ServeOptions:
     max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
     client_header: str | None = None
     warm_up: bool = True  # send the pipeline generated texts before the ports open (`warmup`)
+    network_prefix: tuple[int, int] = (V4_PREFIX, V6_PREFIX)  # a client group's network (`frontdoor.clients`)
+    max_connections: int | None = None  # the HTTP port's (None: DEFAULT_MAX_CONNECTIONS, within the descriptors)
+    allow_model_uploads: bool = False  # model loads with file: content (code the server runs)
 
 
 def check_repository(repository: str) -> None:
@@ -159,7 +166,11 @@ class Service:
         servable_repository(server, o.repository, stack)
         canary = Canary.load(o.repository)
         supervisor = self.supervisor = Supervisor(
-            server, interval=o.health_interval or 1.0, canary=canary, stall_timeout=o.stall_timeout
+            server,
+            interval=o.health_interval or 1.0,
+            canary=canary,
+            stall_timeout=o.stall_timeout,
+            freeze_timeout=o.freeze_timeout,
         )
         door = self.door = FrontDoor(
             server.http_url,
@@ -171,8 +182,12 @@ class Service:
             max_request_bytes=o.max_request_bytes,
             client_header=o.client_header,
             on_dead_stub=supervisor.poke if o.health_interval > 0 else None,
+            served=frozenset(present_models(o.repository)),
+            network_prefix=o.network_prefix,
+            max_connections=self._connection_cap(),
+            allow_model_uploads=o.allow_model_uploads,
         )
-        supervisor.hold, supervisor.release = door.pause, door.resume
+        supervisor.hold, supervisor.release, supervisor.dismiss = door.pause, door.resume, door.dismiss
         previous = {
             sig: signal.signal(sig, lambda signum, _frame: self._signal(signum))
             for sig in (signal.SIGINT, signal.SIGTERM)
@@ -193,6 +208,7 @@ class Service:
             self._announce(canary is None, probes is not None)
             if o.health_interval > 0:
                 watcher.start()
+                supervisor.watch_liveness()
             while not self.stopping:
                 if o.health_interval <= 0 and server.running.poll() is not None:
                     break
@@ -217,6 +233,16 @@ class Service:
                 signal.signal(sig, handler)
             stack.close()
         return self._report(code, drained)
+
+    def _connection_cap(self) -> int:
+        """The HTTP port's connection cap: as asked (or DEFAULT_MAX_CONNECTIONS), within half
+        the descriptors serve may use (the other half is the gRPC port's)."""
+        budget = descriptor_budget()
+        wanted = self.options.max_connections or DEFAULT_MAX_CONNECTIONS
+        cap = max(16, min(wanted, budget // 2))
+        if cap < wanted:
+            log.info(f"the HTTP port keeps at most {cap} connections (the descriptor limit allows {budget} in all)")
+        return cap
 
     def _signal(self, signum: int) -> None:
         if not self.stopping:
@@ -249,6 +275,8 @@ class Service:
             log.warning(f"the warm-up failed ({err}): the first clients pay a cold pipeline's start")
             return
         door.gate.seed(warm.rate)
+        if warm.byte_work is not None:
+            door.weigher.byte_work = warm.byte_work
         log.info(warm.describe())
 
     def _announce(self, no_canary: bool, probes: bool) -> None:

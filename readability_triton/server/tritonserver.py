@@ -315,6 +315,15 @@ class TritonServer(ModelControl):
         with open(self.log_file, encoding="utf-8", errors="replace") as handle:
             return "".join(handle.readlines()[-lines:])
 
+    def live(self, timeout: float = 2.0) -> bool:
+        """Whether tritonserver's HTTP endpoint answers /v2/health/live within `timeout` s
+        (it does under saturating load: the endpoint's threads do not wait for inference)."""
+        try:
+            with urllib.request.urlopen(f"http://{self.http_url}/v2/health/live", timeout=timeout) as reply:
+                return reply.status == 200
+        except (urllib.error.URLError, OSError):
+            return False
+
     def ready(self, timeout: float = 2.0) -> bool:
         try:
             with urllib.request.urlopen(f"http://{self.http_url}/v2/health/ready", timeout=timeout) as reply:
@@ -345,14 +354,20 @@ class TritonServer(ModelControl):
             return []
 
     def stop(
-        self, timeout: float | None = None, drain: bool = True, drain_timeout: float | None = None, abandon=()
+        self,
+        timeout: float | None = None,
+        drain: bool = True,
+        drain_timeout: float | None = None,
+        abandon=(),
+        kill: bool = False,
     ) -> int | None:
         """Drain (see `drain`; at most `drain_timeout` s, default the server's), SIGTERM the
         server (by PID), SIGKILL it if it has not exited `timeout` s later (default: its exit
         timeout + 10 s), end its whole process group (the python-backend stubs: a stub of a
         server that died is otherwise left behind, adopted by init, holding its memory and
         segment) and remove this server's /dev/shm segments. Also when the server has died on
-        its own. Returns the exit status; `last_stop` says what happened."""
+        its own. `kill`: SIGKILL at once, with no drain (a frozen server acts on nothing else).
+        Returns the exit status; `last_stop` says what happened."""
         process = self.process
         if process is None:
             return None
@@ -360,9 +375,9 @@ class TritonServer(ModelControl):
         started = time.monotonic()
         if process.poll() is None:
             # Under saturating load readiness can take seconds: wait as for a busy server.
-            if drain and self.ready(timeout=READY_BEFORE_DRAIN_S):
+            if drain and not kill and self.ready(timeout=READY_BEFORE_DRAIN_S):
                 report = self.drain(drain_timeout, abandon=abandon)
-            elif drain:
+            elif drain and not kill:
                 report["error"] = (
                     f"it did not answer /v2/health/ready within {READY_BEFORE_DRAIN_S:g} s, so it was "
                     "stopped without a drain"
@@ -371,7 +386,7 @@ class TritonServer(ModelControl):
                 report["error"] = f"it died during the stop, {exit_words(process.returncode)}"
             # Requests Triton lost (see `drain`) or a dead stub's model never unload: tritonserver would wait its
             # whole exit timeout for them, then exit 1. Drained, nothing is left to lose: end it at once.
-            process.send_signal(signal.SIGKILL if report.get("leaked") or abandon else signal.SIGTERM)
+            process.send_signal(signal.SIGKILL if report.get("leaked") or abandon or kill else signal.SIGTERM)
             code, hung = self._wait_exit(timeout if timeout is not None else self.exit_timeout + 10)
             report["killed"] = hung is not None
             if hung == "endpoints":

@@ -8,6 +8,12 @@ Why both:
 - Until the front door's gate has seen the pipeline full, its rate is a guess (10 texts/s):
   on a pipeline that computes 290, it refused jobs of 53 texts, and the honest clients
   beside them, as busy for the first seconds of a flood.
+- What a byte past BERT's window costs (`wire.Weigher.byte_work`) differs by far between
+  artifact sets (a 100 KB text costs about 3 full texts on the MiniLM set, about 150 on the
+  tiny test set, whose BERT costs next to nothing): counted at a guess, four clients of
+  64 x 100 KB texts were let in as 256 texts of work and took 5-8 s each, so the stated wait
+  broke. So the warm-up times requests of long texts beside requests of full ones, one at
+  a time, the best of `LONG_ROUNDS` each.
 
 The texts are generated (`artifacts.corpus.generate_corpus`), all different, so that a
 response cache cannot answer them; they go straight to tritonserver, not through the front
@@ -25,7 +31,7 @@ from .. import contracts as C
 from ..artifacts.corpus import generate_corpus
 from ..client.readability import ReadabilityClient
 from ..errors import ReadabilityError
-from ..frontdoor.wire import work_of
+from ..frontdoor.wire import FULL_TEXT_BYTES, Weigher
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +39,10 @@ log = logging.getLogger(__name__)
 TEXTS_PER_REQUEST = 16
 CONCURRENCY = 2
 ROUNDS = 2
+#: The long texts' requests: texts each, bytes a text, and rounds (the best one counts).
+LONG_TEXTS = 4
+LONG_BYTES = 24_000
+LONG_ROUNDS = 2
 
 
 @dataclass(frozen=True)
@@ -43,17 +53,51 @@ class WarmUp:
     texts: int
     seconds: float
     rate: float
+    byte_work: float | None = None  # the work of a byte past FULL_TEXT_BYTES (None: not measured)
 
     def describe(self) -> str:
+        long = (
+            f"; a {LONG_BYTES // 1000} KB text costs {1 + (LONG_BYTES - FULL_TEXT_BYTES) * self.byte_work:.1f} "
+            "full texts"
+            if self.byte_work is not None
+            else ""
+        )
         return (
             f"warmed up with {self.texts} texts in {self.seconds:.1f} s; the pipeline computed "
             f"{self.rate:.1f} texts/s with {CONCURRENCY} requests of {TEXTS_PER_REQUEST} texts at once "
-            "(the front door's starting rate)"
+            f"(the front door's starting rate){long}"
         )
 
 
 def _work(texts: list[str]) -> float:
-    return sum(work_of(len(t.encode("utf-8"))) for t in texts)
+    weigher = Weigher(byte_work=0.0)
+    return sum(weigher.work_of(len(t.encode("utf-8"))) for t in texts)
+
+
+def _long_texts(texts: list[str]) -> list[str]:
+    """LONG_TEXTS texts of LONG_BYTES each, from `texts` in turn (all different)."""
+    out, at = [], 0
+    for _ in range(LONG_TEXTS):
+        parts: list[str] = []
+        while sum(len(p) + 1 for p in parts) < LONG_BYTES:
+            parts.append(texts[at % len(texts)])
+            at += 1
+        out.append(" ".join(parts)[:LONG_BYTES])
+    return out
+
+
+def byte_work(client: ReadabilityClient, full: list[str], long: list[str]) -> float:
+    """The work of a byte past FULL_TEXT_BYTES: requests of `full` and of `long` texts,
+    one at a time, the best of LONG_ROUNDS each, in units of `full`'s time per text of work."""
+    best = {"full": float("inf"), "long": float("inf")}
+    for _ in range(LONG_ROUNDS):
+        for name, batch in (("full", full), ("long", long)):
+            started = time.perf_counter()
+            client.infer_batch(batch, C.OUTPUTS)
+            best[name] = min(best[name], time.perf_counter() - started)
+    unit = best["full"] / _work(full)  # seconds per text of work
+    extra = sum(max(0, len(t.encode("utf-8")) - FULL_TEXT_BYTES) for t in long)
+    return max(0.0, (best["long"] / unit - _work(long)) / extra)
 
 
 def warm_up(url: str, protocol: str = "grpc", timeout: float = 120.0) -> WarmUp:
@@ -62,6 +106,7 @@ def warm_up(url: str, protocol: str = "grpc", timeout: float = 120.0) -> WarmUp:
     needed = 1 + TEXTS_PER_REQUEST + CONCURRENCY * ROUNDS * TEXTS_PER_REQUEST
     texts = generate_corpus(needed)[0]
     cold, rest = texts[: 1 + TEXTS_PER_REQUEST], texts[1 + TEXTS_PER_REQUEST :]
+    full = [t for t in texts if len(t.encode("utf-8")) >= FULL_TEXT_BYTES // 2][:TEXTS_PER_REQUEST]
     started = time.perf_counter()
     # one text, then a whole request's worth: the first calls of every step and shape
     with ReadabilityClient(url, protocol, timeout=timeout, retries=0) as client:
@@ -87,4 +132,7 @@ def warm_up(url: str, protocol: str = "grpc", timeout: float = 120.0) -> WarmUp:
     finished = time.perf_counter()
     if errors:
         raise errors[0] if isinstance(errors[0], ReadabilityError) else ReadabilityError(str(errors[0]))
-    return WarmUp(len(texts), finished - started, _work(rest) / max(finished - measured, 1e-6))
+    rate = _work(rest) / max(finished - measured, 1e-6)
+    with ReadabilityClient(url, protocol, timeout=timeout, retries=0) as client:
+        per_byte = byte_work(client, full, _long_texts(texts))
+    return WarmUp(len(texts), time.perf_counter() - started, rate, per_byte)
