@@ -206,6 +206,8 @@ def run(
                         slowloris=300 if short else 1_100,
                         serve_log=os.path.join(folder, "serve.log"),
                     )
+                elif name == "generate_flood":
+                    report = second_round.generate_flood(target, durations[name], threads=16 if short else 8)
                 elif name == "long_texts":
                     report = second_round.long_texts(target, durations[name], texts=16 if short else 64)
                 elif name == "freeze":

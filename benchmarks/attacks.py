@@ -132,10 +132,12 @@ def injection(target: Target, seconds: float = 60.0) -> Report:
 
 def generate_flood(target: Target, seconds: float = 60.0, threads: int = 8, texts: int = 64) -> Report:
     """`threads` closed loops of `texts`-text `/generate` requests from 127.0.0.2 (each
-    text an honest one), beside 2 honest HTTP clients from HONEST_SOURCE: the door refuses
-    them like `/infer` floods (503 busy), so the honest clients are served."""
+    text about what BERT reads: one text of work), beside 2 honest HTTP clients from
+    HONEST_SOURCE: the door admits them like `/infer` requests (its accepted count holds
+    them) and refuses them as busy when they do not fit, so the honest clients are served."""
     host, port = target.http.rsplit(":", 1)
-    body = json.dumps({"TEXT": [HONEST_TEXTS[i % 3] for i in range(texts)]}).encode()
+    full = " ".join(HONEST_TEXTS) * 5
+    body = json.dumps({"TEXT": [full[i:] + full[:i] for i in range(texts)]}).encode()
 
     def attack(deadline: float, counts: dict) -> None:
         def loop(_: int) -> None:

@@ -433,3 +433,143 @@ def test_sigterm_turns_readiness_false_everywhere_and_answers_requests_during_th
     assert code == 0
     log = (tmp_path / "serve.log").read_text()
     assert f"still taking requests for {grace:g} s" in log
+
+
+# -- the second round of attacks: what the door decides before tritonserver sees anything ------
+
+
+def _strings(path: str) -> set[str]:
+    """The printable runs of 6 or more bytes in a binary (what `strings` prints)."""
+    import re
+
+    with open(path, "rb") as handle:
+        return {m.decode() for m in re.findall(rb"[\x20-\x7e]{6,}", handle.read())}
+
+
+def test_every_route_and_method_tritonserver_serves_is_known_to_the_door():
+    """tritonserver's HTTP routes (RE2 patterns) and gRPC methods, read off its binary: the
+    door gates every inference route among them, passes the rest on, and answers anything
+    else itself, so a route a later release adds cannot skip admission unnoticed."""
+    from readability_triton.frontdoor import grpc_front, http_front
+    from readability_triton.server.installation import triton_home
+
+    found = _strings(os.path.join(triton_home(), "bin", "tritonserver"))
+    routes = {s for s in found if s.startswith("/v2")}
+    assert routes == set(http_front.ROUTES), routes ^ set(http_front.ROUTES)
+    methods = {s for s in found if s.startswith(("/inference.GRPCInferenceService/", "/grpc.health.v1."))}
+    known = set(grpc_front.METHODS) | set(grpc_front.NOT_OFFERED)
+    assert methods == known, methods ^ known
+    model_route = next(r for r in routes if r.startswith("/v2/models/([^/]+)"))
+    actions = model_route.split("(?:/(")[1].split(")")[0].split("|")
+    inference = {"infer", "generate", "generate_stream"}  # the actions that create an inference request
+    assert inference <= set(actions) and set(http_front.INFERENCE_ACTIONS) == inference
+
+
+def _front_counts(target: Target) -> dict:
+    return target.status()["front"]
+
+
+def test_generate_and_generate_stream_pass_the_gate_and_other_paths_never_reach_tritonserver(served):
+    target, _ = served
+    before = _front_counts(target)["accepted"]
+    for action in ("generate", "generate_stream"):
+        request = urllib.request.Request(
+            f"http://{target.http}/v2/models/{C.ENSEMBLE}/{action}",
+            data=json.dumps({C.TEXT: ["The cat sat on the mat.", "Rivers shape valleys."]}).encode(),
+            method="POST",
+        )
+        with urllib.request.urlopen(request) as reply:
+            data = reply.read().decode()
+        assert C.SCORE in data and (action == "generate" or data.startswith("data: "))
+    assert _front_counts(target)["accepted"] == before + 2
+    for path, method in (("/v2/models/readability/infer/x", "POST"), ("/metrics", "GET"), ("//v2", "GET")):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(urllib.request.Request(f"http://{target.http}{path}", method=method))
+        assert refused.value.code == 404
+
+
+def test_words_that_name_a_dead_stub_in_a_clients_request_hold_nothing(served):
+    """The attack that once stopped all inference for 120 s: a model named 'is not healthy'
+    (tritonserver echoed the name), and an input named like a dead stub's message."""
+    target, _ = served
+    import grpc
+
+    module, client = __import__("readability_triton.client.readability", fromlist=["x"]).triton_client(
+        target.grpc, "grpc"
+    )
+    from readability_triton.client.readability import text_input
+
+    with pytest.raises(Exception) as named:
+        client.infer("is not healthy", [text_input(module, ["x"])])
+    assert "NOT_FOUND" in str(named.value)
+    words = "Stub process 'bert_0_0' is not healthy"
+    tensor = module.InferInput(words, [1, 1], "BYTES")
+    tensor.set_data_from_numpy(np.array([[b"x"]], dtype=object))
+    with pytest.raises(Exception) as as_input:
+        client.infer(C.ENSEMBLE, [tensor])
+    assert "INVALID_ARG" in str(as_input.value)
+    client.close()
+    with grpc.insecure_channel(target.grpc) as channel:
+        with pytest.raises(grpc.RpcError) as unknown:
+            channel.unary_unary("/inference.GRPCInferenceService/NoSuchMethod")(b"")
+        assert unknown.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    front = _front_counts(target)
+    assert front["holds"] == 0 and front["paused"] is False
+    assert target.status()["restarts"] == 0
+    assert score_texts(_front(target), "grpc", TEXTS)[C.SCORE].shape == (3, 1)
+
+
+def test_each_client_error_tritonserver_answers_500_is_a_400_from_the_door(served, direct):
+    """Each request of tests/test_frontdoor_wire.py's CLIENT_ERRORS: tritonserver itself
+    answers most with 500 (a server error, and a traceback nowhere); through the door each is
+    400, says what is wrong, and leaves no traceback in serve's log."""
+    from test_frontdoor_wire import CLIENT_ERRORS
+
+    target, folder = served
+    direct_codes = {}
+    for name, (body, header_length, words) in CLIENT_ERRORS.items():
+        head = f"Content-Type: application/json\nContent-Length: {len(body)}"
+        if header_length is not None:
+            head += f"\nInference-Header-Content-Length: {header_length}"
+        status, reply = _raw_http(target, head.encode("utf-8"), [body])
+        assert status == 400, (name, status, reply[:200])
+        assert words.lower() in json.loads(reply)["error"].lower(), (name, reply[:200])
+        if header_length is None or header_length.isascii():
+            direct_status, _ = _raw_http(Target(direct.http_url, "", ""), head.encode("utf-8"), [body])
+            direct_codes[name] = direct_status
+    assert sum(code == 500 for code in direct_codes.values()) >= 9, direct_codes  # what the door spares its clients
+    assert "Traceback" not in (folder / "serve.log").read_text(errors="replace")
+
+
+def test_model_uploads_with_file_content_are_refused_by_default(served):
+    target, _ = served
+    body = json.dumps({"parameters": {"config": "{}", "file:1/model.py": "aW1wb3J0IG9z"}}).encode()
+    request = urllib.request.Request(
+        f"http://{target.http}/v2/repository/models/uploaded/load",
+        data=body,
+        method="POST",
+        headers={"admin-key": target.key},
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request)
+    assert refused.value.code == 403 and "--allow-model-uploads" in refused.value.read().decode()
+    import grpc
+    from tritonclient.grpc import service_pb2
+
+    load = service_pb2.RepositoryModelLoadRequest(model_name="uploaded")
+    load.parameters["config"].string_param = "{}"
+    load.parameters["file:1/model.py"].bytes_param = b"import os"
+    with grpc.insecure_channel(target.grpc) as channel:
+        call = channel.unary_unary("/inference.GRPCInferenceService/RepositoryModelLoad")
+        with pytest.raises(grpc.RpcError) as denied:
+            call(load.SerializeToString(), metadata=[("triton-grpc-protocol-admin-key", target.key)])
+        assert denied.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    # a load without files (a model of the repository loaded again) is passed on as before
+    again = urllib.request.Request(
+        f"http://{target.http}/v2/repository/models/{C.POSTPROCESS}/load",
+        data=b"{}",
+        method="POST",
+        headers={"admin-key": target.key},
+    )
+    with urllib.request.urlopen(again) as reply:
+        assert reply.status == 200

@@ -231,3 +231,32 @@ def test_fifty_addresses_of_one_network_get_one_networks_share():
     assert sorted(waits)[len(waits) // 2] <= 0.2  # its median wait: about one turn
     # without the networks (every address its own group) the honest client is one of 51
     assert gate.snapshot()["networks_with_work"] <= 2
+
+
+def test_a_body_that_does_not_arrive_in_time_is_answered_408_and_its_connection_closed(monkeypatch):
+    """The front door's HTTP port itself (no tritonserver behind it: the request never gets
+    that far): headers, then 10 of 100 bytes of body, then nothing."""
+    from readability_triton.frontdoor import http_front
+    from readability_triton.frontdoor.door import Door
+    from readability_triton.server.tritonserver import free_port
+
+    monkeypatch.setattr(http_front, "BODY_TIMEOUT", 0.5)
+
+    async def main():
+        door = Door("127.0.0.1:1", "127.0.0.1:2", http_port=free_port())
+        door.loop = asyncio.get_running_loop()
+        close = await http_front.open_http(door)
+        try:
+            reader, writer = await asyncio.open_connection("127.0.0.1", door.http_port)
+            writer.write(
+                b"POST /v2/models/readability/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" + b"{" * 10
+            )
+            started = time.monotonic()
+            reply = await asyncio.wait_for(reader.read(), 5)
+            return reply, time.monotonic() - started
+        finally:
+            await close()
+
+    reply, seconds = asyncio.run(main())
+    assert reply.startswith(b"HTTP/1.1 408") and b"did not arrive within 0.5 s" in reply
+    assert 0.4 <= seconds < 3

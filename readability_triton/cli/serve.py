@@ -218,7 +218,7 @@ def register(subparsers) -> None:
         default=20.0,
         metavar="SECONDS",
         help="restart tritonserver when its own /v2/health/live has not answered for this long (a frozen "
-        "server; it is not ready after 6 s of silence, and a stopped process is restarted within two checks; "
+        "server; it is not ready after 6 s of silence, and a stopped process is restarted at the next check; "
         "0: never for silence; default 20)",
     )
     p.add_argument(

@@ -39,6 +39,7 @@ from typing import Any, Awaitable, Callable, TypedDict
 from .clients import V4_PREFIX, V6_PREFIX, group_of
 from .connections import DEFAULT_MAX_CONNECTIONS, PER_GROUP_SHARE, Guard
 from .gate import RECHECK, UNIT, Gate, Refusal, Ticket
+from .uploads import Uploads
 from .wire import DEFAULT_MAX_REQUEST_BYTES, Weigher
 
 log = logging.getLogger(__name__)
@@ -110,6 +111,7 @@ class Door:
         self.network_prefix = network_prefix
         #: model loads with file: content (python files tritonserver then runs) are refused unless set
         self.allow_model_uploads = allow_model_uploads
+        self.uploads = Uploads()  # the folders tritonserver made for the uploads passed on
         # behind a proxy every connection comes from it: no cap per network there
         per_group = max_connections if client_header else max(1, max_connections // PER_GROUP_SHARE)
         self.guard = Guard(self.group_of, max_connections, per_group)
@@ -344,11 +346,12 @@ class Door:
 
     def snapshot(self) -> dict[str, Any]:
         """The gate's snapshot and the door's own counts (in the loop's thread)."""
+        connections = self.guard.snapshot()
         return {
             **self.gate.snapshot(),
             "holds": self.holds,
             "holds_dismissed": self.dismissed,
-            "connections": self.guard.snapshot(),
+            **{f"http_connections_{key}": value for key, value in connections.items()},
         }
 
     def status(self) -> dict[str, Any]:

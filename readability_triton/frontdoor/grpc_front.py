@@ -66,6 +66,9 @@ METHODS = tuple(
         "LogSettings",
     )
 ) + ("/grpc.health.v1.Health/Check",)
+#: What tritonserver also serves and the door does not offer (UNIMPLEMENTED): grpc.health.v1's
+#: Watch, a stream that stays open for as long as its client likes (probes use Check).
+NOT_OFFERED = ("/grpc.health.v1.Health/Watch",)
 #: ServerReadyResponse{ready: false}: proto3 leaves a false bool out, so it is empty.
 NOT_READY = b""
 
@@ -209,9 +212,12 @@ async def open_grpc(door: Door) -> Callable[[], Awaitable[None]]:
             async def passthrough(request: bytes, context) -> bytes:
                 if method == READY and door.leaving:  # serve is stopping: not ready, whatever tritonserver says
                     return NOT_READY
-                if method == LOAD and not door.allow_model_uploads and grpc_uploads(request):
-                    await context.abort(grpc.StatusCode.PERMISSION_DENIED, UPLOAD_REFUSAL)
-                return await answer(await forward(method, request, _passed_on(context.invocation_metadata())), context)
+                metadata = _passed_on(context.invocation_metadata())
+                if method == LOAD and grpc_uploads(request):
+                    if not door.allow_model_uploads:
+                        await context.abort(grpc.StatusCode.PERMISSION_DENIED, UPLOAD_REFUSAL)
+                    return await answer(await door.uploads.watch(lambda: forward(method, request, metadata)), context)
+                return await answer(await forward(method, request, metadata), context)
 
             return grpc.unary_unary_rpc_method_handler(passthrough)
 

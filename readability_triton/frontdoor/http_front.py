@@ -130,16 +130,29 @@ async def open_http(door: Door) -> Callable[[], Awaitable[None]]:
     async def handle(request: web.Request) -> web.StreamResponse:
         if request.content_length is not None and request.content_length > limit:
             return too_large(request.content_length)
+        # the body's deadline cancels this handler (no task of its own, as asyncio.wait_for
+        # would make: a body already here is read in this turn, before a close that came
+        # with it is seen)
+        late: list[bool] = []
+        this = asyncio.current_task()
+        assert this is not None
+
+        def expire() -> None:
+            late.append(True)
+            this.cancel()
+
+        timer = asyncio.get_running_loop().call_later(BODY_TIMEOUT, expire)
         try:
-            body = await asyncio.wait_for(request.read(), BODY_TIMEOUT)
+            body = await request.read()
         except web.HTTPRequestEntityTooLarge:
             return too_large(None)
-        except asyncio.TimeoutError:
-            return _error(
-                408,
-                f"the request body did not arrive within {BODY_TIMEOUT:g} s; send it at once",
-                {"Connection": "close"},
-            )
+        except asyncio.CancelledError:
+            if not late:
+                raise  # the client left
+            message = f"the request body did not arrive within {BODY_TIMEOUT:g} s; send it at once"
+            return _error(408, message, {"Connection": "close"})
+        finally:
+            timer.cancel()
         if door.leaving and request.path == READY_PATH:  # KServe v2: 4xx is "not ready"
             return _error(400, f"{door.leaving}: this server is not ready; use another replica")
         model = _MODEL.fullmatch(request.path)
@@ -147,9 +160,12 @@ async def open_http(door: Door) -> Callable[[], Awaitable[None]]:
         if not inference:
             if model is None and not any(route.fullmatch(request.path) for route in _OTHERS):
                 return _error(404, "Not Found")  # as tritonserver answers a path it does not serve
-            if not door.allow_model_uploads and _LOAD.fullmatch(request.path) and http_uploads(body):
+            upload = _LOAD.fullmatch(request.path) is not None and http_uploads(body)
+            if upload and not door.allow_model_uploads:
                 return _error(403, UPLOAD_REFUSAL)
             try:
+                if upload:
+                    return await door.uploads.watch(lambda: forward(request, body))
                 return await forward(request, body)
             except (OSError, ClientError) as err:
                 return _error(503, f"the server is not answering ({type(err).__name__}); retry in a moment")

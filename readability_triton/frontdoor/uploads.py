@@ -10,13 +10,28 @@ load that names no files (reloading a model from the repository) is passed on as
 
 A load whose body cannot be read is refused too: what tritonserver would read in it cannot
 be known.
+
+Where uploads are allowed, the door notes the folders tritonserver made for them
+(`Uploads.watch`: the `/tmp/folderXXXXXX` folders of this user that appeared while a load
+with files was in tritonserver's hands) and `serve` removes what is left of them when it
+stops: tritonserver removes a folder itself when its model is unloaded and at a clean stop,
+not when it is ended by SIGKILL (a frozen server's repair).
 """
 
 from __future__ import annotations
 
+import glob
 import json
+import os
+import shutil
+from typing import Awaitable, Callable, TypeVar
 
 from .protobuf import Malformed, fields
+
+T = TypeVar("T")
+#: Where tritonserver 2.51 puts a load's files (core r24.10: mkdtemp("/tmp/folderXXXXXX"),
+#: whatever TMPDIR says).
+FOLDERS = "/tmp/folder??????"
 
 #: The prefix of a load parameter that carries a file's content.
 FILE_PREFIX = "file:"
@@ -58,3 +73,38 @@ def grpc_uploads(message: bytes) -> bool:
     except Malformed:
         return True
     return False
+
+
+def _folders() -> set[str]:
+    uid = os.getuid()
+    found = set()
+    for path in glob.glob(FOLDERS):
+        try:
+            if os.stat(path).st_uid == uid:
+                found.add(path)
+        except OSError:
+            pass
+    return found
+
+
+class Uploads:
+    """The upload folders tritonserver made for loads this door passed on."""
+
+    def __init__(self) -> None:
+        self.folders: set[str] = set()
+
+    async def watch(self, load: Callable[[], Awaitable[T]]) -> T:
+        """`load()` (a load with files, passed on), noting the folders it made."""
+        before = _folders()
+        try:
+            return await load()
+        finally:
+            self.folders |= _folders() - before
+
+    def remove(self) -> list[str]:
+        """Remove the noted folders that are still there (serve, after tritonserver stopped)."""
+        removed = [path for path in sorted(self.folders) if os.path.isdir(path)]
+        for path in removed:
+            shutil.rmtree(path, ignore_errors=True)
+        self.folders.clear()
+        return removed

@@ -43,6 +43,37 @@ _METRICS = (
         "counter",
         "Sends again of requests refused before anything computed them (load shedding, a restart)",
     ),
+    (
+        "holds",
+        "readability_front_holds_total",
+        "counter",
+        "Holds of the queue after an answer that named a dead stub of this repository",
+    ),
+    (
+        "holds_dismissed",
+        "readability_front_holds_dismissed_total",
+        "counter",
+        "Holds the supervisor ended at once: nothing to repair behind the answer",
+    ),
+    ("http_connections_open", "readability_front_http_connections", "gauge", "Open connections to the HTTP port"),
+    (
+        "http_connections_evicted",
+        "readability_front_http_connections_evicted_total",
+        "counter",
+        "Idle HTTP connections closed to make room under the connection caps",
+    ),
+    (
+        "http_connections_timed_out",
+        "readability_front_http_connections_timed_out_total",
+        "counter",
+        "HTTP connections closed for sending no request, or not all of its headers, in time",
+    ),
+    (
+        "http_connections_refused",
+        "readability_front_http_connections_refused_total",
+        "counter",
+        "HTTP connections closed at once: the caps were reached and no connection was idle",
+    ),
     ("texts_waiting", "readability_front_texts_waiting", "gauge", "Texts waiting at the front door"),
     ("texts_inside", "readability_front_texts_inside", "gauge", "Texts sent on to tritonserver, not answered yet"),
     (

@@ -227,6 +227,9 @@ class Service:
                 watcher.join(timeout=60)  # a repair in progress finishes first
             code = server.stop()
             door.stop()
+            left = door.uploads.remove()
+            if left:
+                log.info(f"removed {len(left)} folder(s) of uploaded models tritonserver left: {', '.join(left)}")
             if probes is not None:
                 probes.shutdown()
             for sig, handler in previous.items():
