@@ -50,6 +50,7 @@ from readability_triton.client.honest import (
 )
 from readability_triton.client.load import Outcome
 from readability_triton.client.readability import text_input, triton_client
+from readability_triton.frontdoor.wire import Weigher
 
 
 def _rss_mb(pid: int) -> float:
@@ -362,8 +363,15 @@ def long_texts(target: Target, seconds: float = 60.0, clients: int = 4, texts: i
             client.close()
 
         run_all(loop, range(clients))
-        answers = sorted(counts.get("answer_s", []))
+        answers = sorted(counts.pop("answer_s", []))
+        counts["answer_s_min"] = answers[0] if answers else None
         counts["answer_s_max"] = answers[-1] if answers else None
+        # what the door counted such a request as, in seconds of the pipeline at its rate
+        front = target.status().get("front") or {}
+        if front.get("rate_texts_per_s") and front.get("byte_work") is not None:
+            weigher = Weigher(byte_work=front["byte_work"])
+            counts["weighed_texts"] = round(texts * weigher.work_of(size), 1)
+            counts["weighed_s"] = round(counts["weighed_texts"] / front["rate_texts_per_s"], 2)
 
     report = beside_honest("long_texts", target, attack, http_honest(target, HONEST_SOURCE), seconds)
     report.attack_counts["texts_per_request"] = f"{texts} x {size // 1000} KB"

@@ -351,6 +351,7 @@ class Door:
             **self.gate.snapshot(),
             "holds": self.holds,
             "holds_dismissed": self.dismissed,
+            "byte_work": self.weigher.byte_work,
             **{f"http_connections_{key}": value for key, value in connections.items()},
         }
 
