@@ -260,3 +260,63 @@ def test_a_body_that_does_not_arrive_in_time_is_answered_408_and_its_connection_
     reply, seconds = asyncio.run(main())
     assert reply.startswith(b"HTTP/1.1 408") and b"did not arrive within 0.5 s" in reply
     assert 0.4 <= seconds < 3
+
+
+def test_a_network_that_changes_address_for_every_request_gets_one_networks_turns():
+    """The Sybil attack with fresh addresses: every request of one /24 from an address it
+    never used before (a new client each time, with no place of its own on the timeline),
+    against one honest client of another network sending 1 text at a time."""
+    now = [100.0]
+    gate = Gate(max_wait=2.0, rate=20.0, clock=lambda: now[0], aim=1.0, max_inside_requests=2, warmup=0, inside=0.0)
+    served = {"honest": 0, "attacker": 0}
+    fresh = iter(range(10**6))
+    honest_ticket = None
+    for _ in range(1500):
+        for _ in range(3):
+            address = f"127.0.0.{next(fresh) % 250 + 1}:{next(fresh)}"  # a new name each time, one network
+            gate.offer(address, 1.0, group="127.0.0.0/24")
+        if honest_ticket is None or honest_ticket.state != "queued" and honest_ticket.state != "sent":
+            outcome = gate.offer("127.1.0.3", 1.0, group="127.1.0.0/24")
+            honest_ticket = outcome if isinstance(outcome, Ticket) else None
+        sent = []
+        while (ticket := gate.next()) is not None:
+            sent.append(ticket)
+        now[0] += 0.05
+        for ticket in sent:
+            gate.done(ticket)
+            served["honest" if ticket.client == "127.1.0.3" else "attacker"] += 1
+    assert served["honest"] >= 0.4 * (served["honest"] + served["attacker"]), served
+
+
+def test_the_memory_of_places_on_the_timeline_is_bounded_and_cheap(monkeypatch):
+    import time as clock
+
+    from readability_triton.frontdoor import gate as G
+
+    monkeypatch.setattr(G, "MAX_REMEMBERED", 2048)
+    gate = Gate(max_wait=1e9, rate=1e6, max_inside_requests=10**6)
+    started = clock.perf_counter()
+    for n in range(20_000):
+        gate.drop(gate.offer(f"c{n}", 1.0))  # each leaves a place ahead of the present
+    assert len(gate._finishes) <= 2048
+    assert clock.perf_counter() - started < 2.0  # not a rebuild of the whole memory per request
+
+
+def test_messages_that_name_a_client_are_one_kind():
+    logger = logging.getLogger("test.quiet.kinds")
+    quiet = Quiet(every=60.0)
+    logger.addFilter(quiet)
+    seen = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            seen.append(record.getMessage())
+
+    logger.addHandler(Keep())
+    logger.propagate = False
+    try:
+        for n in range(100):
+            logger.warning("closed an idle connection of %s", f"10.0.{n}.0/24")
+        assert len(seen) == 1
+    finally:
+        logger.removeFilter(quiet)

@@ -193,3 +193,46 @@ def test_model_loads_with_file_content_are_found_in_both_protocols():
     request.parameters["file:1/model.py"].bytes_param = b"import os"
     assert uploads.grpc_uploads(request.SerializeToString())
     assert uploads.grpc_uploads(b"\x2a\xff\xff")
+
+
+def test_a_key_twice_is_refused_where_python_and_tritonserver_would_read_different_requests():
+    """Python's json keeps a key's last value, tritonserver's rapidjson its first: 64 long
+    texts then one short one were weighed as the short one, and a load's files hidden
+    behind a second, empty "parameters" passed the upload refusal."""
+    long = {"name": "TEXT", "shape": [64, 1], "datatype": "BYTES", "data": ["x" * 100_000] * 64}
+    short = {"name": "TEXT", "shape": [1, 1], "datatype": "BYTES", "data": ["hi"]}
+    body = b'{"inputs": ' + json.dumps([long]).encode() + b', "inputs": ' + json.dumps([short]).encode() + b"}"
+    with pytest.raises(BadRequest, match="the key 'inputs' twice"):
+        W.http(body)
+    with pytest.raises(BadRequest, match="twice"):
+        W.generate(b'{"TEXT": "a", "TEXT": "b"}')
+    assert uploads.http_uploads(b'{"parameters": {"file:1/model.py": "aW1w"}, "parameters": {}}')
+
+
+def test_numbers_are_never_walked_and_never_count_as_texts():
+    import time
+
+    numbers = json.dumps(
+        {"inputs": [{"name": "INPUT_IDS", "shape": [3, 1_000_000], "datatype": "INT64", "data": [0] * 3_000_000}]}
+    ).encode()
+    started = time.perf_counter()
+    weighed = W.http(numbers)
+    assert (weighed.texts, weighed.work) == (3, 3.0)
+    assert time.perf_counter() - started < 0.5 * 2  # the parse itself, not a walk of 3 million numbers
+    ids = W.generate(json.dumps({"INPUT_IDS": [[1] * 300], "ATTENTION_MASK": [[1] * 300]}).encode())
+    assert (ids.texts, ids.work) == (1, MIN_WORK)  # bert's inputs: no texts, not 300 of them
+
+
+def test_more_texts_than_any_model_takes_are_refused_however_the_shape_puts_them():
+    with pytest.raises(BadRequest, match="300 texts|257 texts"):
+        W.http(_http(["x"] * 300, shape=[1, 300]))
+    blob = b"".join((1).to_bytes(4, "little") + b"x" for _ in range(300))
+    header = json.dumps(
+        {
+            "inputs": [
+                {"name": "TEXT", "shape": [1, 300], "datatype": "BYTES", "parameters": {"binary_data_size": len(blob)}}
+            ]
+        }
+    ).encode()
+    with pytest.raises(BadRequest, match="257 texts"):
+        W.http(header + blob, str(len(header)))

@@ -320,3 +320,20 @@ def test_a_server_that_keeps_failing_to_start_is_left_failed_after_its_attempts(
     assert server.starts == starts and supervisor.restarts == 1
     assert not supervisor.status()["ready"]
     assert supervisor.status()["events"][-1]["message"].startswith("tritonserver did not start again:")
+
+
+def test_a_confirmed_dead_stub_during_the_repairs_backoff_holds_nothing(world, monkeypatch):
+    server, supervisor, state = world
+    dismissed = []
+    supervisor.dismiss = lambda: dismissed.append(1)
+    supervisor._next_repair = H.time.monotonic() + 60  # backing off after repairs that did not help
+    state["answers"] = [H.Probe("dead", "Stub process 'bert_0_0' is not healthy.", 0.01, dead_stubs=["bert"])]
+    assert supervisor.confirm() is None
+    assert dismissed == [1] and server.starts == 0
+
+
+def test_the_supervisors_events_are_bounded(world):
+    _, supervisor, _ = world
+    for n in range(H.MAX_EVENTS * 3):
+        supervisor._event("dismissed", f"event {n}")
+    assert len(supervisor.events) == H.MAX_EVENTS and supervisor.events[-1][2] == f"event {H.MAX_EVENTS * 3 - 1}"

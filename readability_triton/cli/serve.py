@@ -226,8 +226,9 @@ def register(subparsers) -> None:
         type=int,
         default=None,
         metavar="N",
-        help="the HTTP port's connections at most (default 4096, or fewer where the descriptor limit is "
-        "lower); over it, or over an eighth of it from one client network, an idle one is closed to make room",
+        help="connections each port keeps at most (default 4096, or fewer where the descriptor limit is "
+        "lower); on the HTTP port, over it or over an eighth of it from one client network, an idle one is "
+        "closed to make room",
     )
     p.add_argument(
         "--allow-model-uploads",

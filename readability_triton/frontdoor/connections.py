@@ -23,7 +23,7 @@ that never finished its headers.
   `http_front.BODY_TIMEOUT`).
 
 A connection is waiting for a request while aiohttp's handler has a pending `_waiter` (the
-test aiohttp's own keep-alive timer makes; `tests/test_front_door_connections.py` pins it).
+test aiohttp's own keep-alive timer makes; `tests/test_frontdoor_connections.py` pins it).
 """
 
 from __future__ import annotations
@@ -158,7 +158,7 @@ class Guard:
         self.counts["refused"] += 1
         if not self.groups.get(connection.group):
             self.groups.pop(connection.group, None)
-        log.warning(f"front door: a connection from {connection.group} closed at once: every connection is busy")
+        log.warning("front door: a connection from %s closed at once: every connection is busy", connection.group)
         return False
 
     def _evict(self, members: dict[_Guarded, None]) -> bool:
@@ -169,8 +169,11 @@ class Guard:
         oldest = min(idle, key=lambda c: c.wait_since)
         self.counts["evicted"] += 1
         log.warning(
-            f"front door: closed an idle connection of {oldest.group} to make room (the connection caps: "
-            f"{self.max_connections} in all, {self.max_per_group} per client network)"
+            "front door: closed an idle connection of %s to make room (the connection caps: %d in all, %d per "
+            "client network)",
+            oldest.group,
+            self.max_connections,
+            self.max_per_group,
         )
         self._close(oldest)
         return True
@@ -207,7 +210,7 @@ class Guard:
             self.counts["timed_out"] += 1
             self._close(connection)
         if late:
-            log.info(f"front door: closed {len(late)} connection(s) that sent no request in time")
+            log.info("front door: closed %d connection(s) that sent no request in time", len(late))
         return len(late)
 
     def start(self) -> None:
@@ -229,9 +232,11 @@ class Guard:
 
 
 class Quiet(logging.Filter):
-    """Let each kind of record (logger, the message's first line, the exception's type)
-    through at most once per `every` s; the next one that passes says how many were
-    dropped. A filter on the logger drops a record before its traceback is formatted."""
+    """Let each kind of record (logger, the message's first line before its arguments are
+    put in, the exception's type) through at most once per `every` s; the next one that
+    passes says how many were dropped. A filter on the logger drops a record before its
+    traceback is formatted. Messages that name a client take it as an argument (%s), so
+    that each client is not a kind of its own."""
 
     def __init__(self, every: float = 1.0):
         super().__init__()
@@ -252,6 +257,7 @@ class Quiet(logging.Filter):
             record.msg = f"{record.msg} ({dropped} more like it in the last {self.every:g} s not logged)"
         if len(self._last) > 4096:  # no state without a bound
             self._last.clear()
+            self._dropped.clear()
         return True
 
 

@@ -36,6 +36,7 @@ import logging
 import math
 from typing import Any, Awaitable, Callable, TypedDict
 
+from .. import contracts as C
 from .clients import V4_PREFIX, V6_PREFIX, group_of
 from .connections import DEFAULT_MAX_CONNECTIONS, PER_GROUP_SHARE, Guard
 from .gate import RECHECK, UNIT, Gate, Refusal, Ticket
@@ -53,6 +54,8 @@ HOLD_LIMIT = 120.0
 #: After the supervisor found nothing to repair behind a dead-stub answer, such answers hold
 #: nothing for this long (seconds): they only ask the supervisor to look again.
 SUSPICION_COOLDOWN = 30.0
+#: The longest client name kept (a --client-header value).
+MAX_CLIENT_NAME = 64
 #: The first pause before a request refused uncomputed is sent again (seconds), doubled at
 #: each try up to RESEND_PAUSE_LIMIT.
 RESEND_PAUSE = 0.05
@@ -80,7 +83,8 @@ class Door:
     sets it and that clients cannot bypass); `served`: the models of the repository (a
     dead-stub answer counts only when it names one of them); `network_prefix`: the IPv4 and
     IPv6 prefix lengths of a client group (`clients`); `max_connections`: the HTTP port's
-    connections at most (`connections.Guard`); `allow_model_uploads`: pass on model loads
+    connections at most (`connections.Guard`; the gRPC port's too, by grpc's own cap);
+    `max_text_bytes`: the steps' limit on a text; `allow_model_uploads`: pass on model loads
     with file: content."""
 
     def __init__(
@@ -98,6 +102,7 @@ class Door:
         network_prefix: tuple[int, int] = (V4_PREFIX, V6_PREFIX),
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         allow_model_uploads: bool = False,
+        max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
     ):
         self.upstream_http, self.upstream_grpc = upstream_http, upstream_grpc
         self.address, self.http_port, self.grpc_port = address, http_port, grpc_port
@@ -115,7 +120,7 @@ class Door:
         # behind a proxy every connection comes from it: no cap per network there
         per_group = max_connections if client_header else max(1, max_connections // PER_GROUP_SHARE)
         self.guard = Guard(self.group_of, max_connections, per_group)
-        self.weigher = Weigher()  # a request's work (`serve` sets what its warm-up measured)
+        self.weigher = Weigher(max_text_bytes=max_text_bytes)  # (`serve` sets what its warm-up measured)
         self.gate = Gate(max_wait=max_wait)
         self._trust_after = -math.inf  # dead-stub answers hold nothing before this (loop time)
         self.holds = 0  # holds of the queue for a suspected dead stub
@@ -328,8 +333,10 @@ class Door:
         return group_of(client, *self.network_prefix)
 
     def client_of(self, address: str | None, header: str | None) -> str:
+        """A client's name: the header's first value where the operator trusts one (at most
+        MAX_CLIENT_NAME characters: names are kept), else its address."""
         if self.client_header and header:
-            return header.split(",")[0].strip() or (address or "?")
+            return header.split(",")[0].strip()[:MAX_CLIENT_NAME] or (address or "?")
         return address or "?"
 
     # -- control from serve's thread --------------------------------------------------

@@ -1,6 +1,6 @@
 """Admission by work and fair dispatch: what the front door lets into tritonserver, and when.
 
-Work is counted in texts weighed by their length (`wire.work_of`: a text that fills BERT's
+Work is counted in texts weighed by their length (`wire.Weigher.work_of`: a text that fills BERT's
 256 tokens counts 1, a shorter one in proportion), not in requests: a request of 64 long
 texts is 64 times the work of a request of one. "Texts" below means such work. The gate
 keeps three promises:
@@ -26,10 +26,10 @@ keeps three promises:
   its share of the work the wait allows (that work divided among the groups that have work
   waiting) once the pipeline is full, and each client (an address, or the value of a header
   the operator trusts) its share of its group's; while there is room, one client may use
-  all of it. Accepted requests are sent on in start-time fair order (each client's texts
-  form one virtual timeline, paced by the number of its group's clients with work; the
-  smallest start goes first), so a client that sends one text at a time is not stuck behind
-  another's backlog, and 50 addresses of one network get one network's turn, not 50.
+  all of it. Accepted requests are sent on in start-time fair order (each network's texts
+  form one virtual timeline; the smallest start goes first, among equal starts the sooner
+  end), so a client that sends one text at a time is not stuck behind another's backlog, and
+  50 addresses of one network get one network's turns, not 50 networks'.
 - **Abandoned work gives up its place.** A request whose client leaves (a closed
   connection, a cancelled or expired gRPC call) while it waits here is dropped before any
   step computes it. Once sent on, a request runs to its end inside tritonserver and its
@@ -64,7 +64,7 @@ AIM = 0.75
 #: look (at a steady rate a wait so far grows as the work ahead shrinks), at most every `RECHECK` s.
 RECHECK = 0.05
 RECHECK_FALL = 0.05
-#: Clients without work whose place on the fair timeline is remembered, at most.
+#: Networks without work whose place on the fair timeline is remembered, at most.
 MAX_REMEMBERED = 65536
 
 
@@ -95,7 +95,7 @@ class Gate:
         self._heap: list[Ticket] = []
         self._serial = itertools.count()
         self._now_start = 0.0  # the fair timeline's present: the start of the last ticket sent
-        self._finishes: dict[str, float] = {}  # the ends of clients without work, while ahead of the present
+        self._finishes: dict[str, float] = {}  # the ends of networks without work, while ahead of the present
         self.queued = 0  # work waiting here (thousandths of a text)
         self.inside = 0  # work inside tritonserver
         self.inside_requests = 0
@@ -168,10 +168,10 @@ class Gate:
         group_share = capacity / groups
         members = mine.clients + (0 if state.work else 1)  # its group's clients with work, itself included
         share = group_share / members
-        # its place in the fair order; a client that comes back (its last request answered)
-        # keeps the end of its last one where that is still ahead of the timeline's present
-        start = max(self._now_start, state.finish or self._finishes.get(client, 0.0))
-        finish = start + texts * members  # weighted: the clients of one network share one client's pace
+        # its place in the fair order: on its network's timeline (a network that comes back at
+        # once after its last answer keeps the end of its last request, where still ahead)
+        start = max(self._now_start, mine.finish or self._finishes.get(group, 0.0))
+        finish = start + texts
         if total == 0 or total + texts <= capacity or (self.queued == 0 and self.room()):
             pass  # room for anyone (or nothing waits here and it goes straight in)
         elif (ahead := self._ahead((start, finish))) + texts > capacity:
@@ -202,10 +202,10 @@ class Gate:
                 (state.work + texts - share) / rate,
             )
         self._clients[client] = state
-        self._finishes.pop(client, None)
+        self._finishes.pop(group, None)
         ticket = Ticket(client, texts, now, start, next(self._serial), deadline=now + patience, finish=finish)
-        state.finish = finish
         self._add(state, queued=texts)
+        self._groups[group].finish = finish
         self.queued += texts
         heapq.heappush(self._heap, ticket)
         self.stats.accepted += 1
@@ -378,21 +378,26 @@ class Gate:
         group.clients += (state.work > 0) - (before > 0)
         if not group.work and not group.clients:
             del self._groups[state.group]
+            self._remember(state.group, group.finish)
+
+    def _remember(self, group: str, finish: float) -> None:
+        """Keep a network's end on the timeline while ahead of the present, so that one that
+        comes back at once does not start again from the present (a closed loop would always
+        tie with everyone). At most MAX_REMEMBERED: past it, the places behind the present
+        go, then all but the half furthest ahead."""
+        if finish <= self._now_start:
+            self._finishes.pop(group, None)
+            return
+        if len(self._finishes) >= MAX_REMEMBERED:
+            ahead = [(f, g) for g, f in self._finishes.items() if f > self._now_start]
+            if len(ahead) > MAX_REMEMBERED * 3 // 4:
+                ahead = sorted(ahead, reverse=True)[: MAX_REMEMBERED // 2]
+            self._finishes = {g: f for f, g in ahead}
+        self._finishes[group] = finish
 
     def _forget(self, name: str, state: ClientState) -> None:
         if not state.work:
             self._clients.pop(name, None)
-            # its end on the timeline, while still ahead of the present: a client that comes back
-            # at once does not start again from the present (a closed loop of one request at a
-            # time would otherwise always tie with everyone, and 50 such addresses win 50 turns)
-            if state.finish > self._now_start:
-                if len(self._finishes) >= MAX_REMEMBERED:
-                    self._finishes = {c: f for c, f in self._finishes.items() if f > self._now_start}
-                    if len(self._finishes) >= MAX_REMEMBERED:
-                        self._finishes.clear()  # bounded: the oldest places are lost, not the memory
-                self._finishes[name] = state.finish
-            else:
-                self._finishes.pop(name, None)
 
     # -- lifecycle ------------------------------------------------------------------
     def pause(self) -> None:

@@ -1,6 +1,7 @@
 """The front door's gRPC port (grpc.aio): `inference.GRPCInferenceService`, passed on to
 tritonserver's gRPC endpoint message for message, as bytes (nothing is decoded but the
-work of a ModelInfer request, `wire.grpc_work`).
+work of a ModelInfer request, `wire.Weigher.grpc`, and whether a model load sends files,
+`uploads`).
 
 - `ModelInfer` passes the gate. A call whose client cancels it or whose deadline passes
   while it waits here is dropped; once sent on, the call to tritonserver (which has no
@@ -206,7 +207,7 @@ async def open_grpc(door: Door) -> Callable[[], Awaitable[None]]:
                 return grpc.unary_unary_rpc_method_handler(infer)
             if method == STREAM:
                 return grpc.stream_stream_rpc_method_handler(refuse_stream)
-            if method not in calls:
+            if method not in calls or method in NOT_OFFERED:
                 return None  # grpc answers UNIMPLEMENTED
 
             async def passthrough(request: bytes, context) -> bytes:

@@ -74,6 +74,8 @@ LINGER = 2.0
 #: Seconds a request's body has to arrive once its headers have (a slow upload holds a
 #: connection and a handler: `connections` bounds the rest of a connection's life).
 BODY_TIMEOUT = 30.0
+#: A body longer than this is weighed (its JSON parsed) in a thread, not in the loop's turn.
+OFFLOAD_BYTES = 1 << 20
 
 
 #: The listen queue, which is also how many connections asyncio accepts each time the port
@@ -173,10 +175,14 @@ async def open_http(door: Door) -> Callable[[], Awaitable[None]]:
         if door.served and model.group(1) not in door.served:
             return _error(404, f"Request for unknown model: '{model.group(1)}' is not served here")
         try:
-            if model.group(3) == "infer":
-                weighed = door.weigher.http(body, request.headers.get("Inference-Header-Content-Length"))
-            else:
-                weighed = door.weigher.generate(body)
+            header_length = request.headers.get("Inference-Header-Content-Length")
+            weigh = (
+                (lambda: door.weigher.http(body, header_length))
+                if model.group(3) == "infer"
+                else (lambda: door.weigher.generate(body))
+            )
+            # a large body is read in a thread: its JSON would hold every client's turn
+            weighed = await asyncio.to_thread(weigh) if len(body) > OFFLOAD_BYTES else weigh()
         except BadRequest as err:
             return _error(400, str(err))
         client = door.client_of(request.remote, request.headers.get(door.client_header) if door.client_header else None)

@@ -12,7 +12,7 @@ class Ticket:
     """One accepted request: who sent it, how many texts, and where it is."""
 
     client: str
-    work: int  # thousandths of a text (texts weighed by length, `wire.work_of`)
+    work: int  # thousandths of a text (texts weighed by length, `wire.Weigher.work_of`)
     arrived: float
     start: float  # its start on the fair timeline
     serial: int
@@ -45,7 +45,6 @@ class ClientState:
     group: str = ""  # its network (`clients.group_of`)
     queued: int = 0  # work waiting here (thousandths of a text)
     inside: int = 0  # work sent on and not answered yet
-    finish: float = 0.0  # the end of its last request on the fair timeline
 
     @property
     def work(self) -> int:
@@ -56,6 +55,7 @@ class ClientState:
 class GroupState:
     work: int = 0  # its clients' work waiting or inside
     clients: int = 0  # its clients with work
+    finish: float = 0.0  # the end of its last request on the fair timeline
 
 
 @dataclass

@@ -27,6 +27,7 @@ import shutil
 from typing import Awaitable, Callable, TypeVar
 
 from .protobuf import Malformed, fields
+from .wire import unique_keys
 
 T = TypeVar("T")
 #: Where tritonserver 2.51 puts a load's files (core r24.10: mkdtemp("/tmp/folderXXXXXX"),
@@ -50,8 +51,8 @@ def http_uploads(body: bytes) -> bool:
     if not body.strip():
         return False
     try:
-        request = json.loads(bytes(body).decode("utf-8", "surrogateescape"))
-    except (ValueError, RecursionError):
+        request = json.loads(bytes(body).decode("utf-8", "surrogateescape"), object_pairs_hook=unique_keys)
+    except (ValueError, RecursionError):  # BadRequest (a key twice) is a ValueError
         return True
     if not isinstance(request, dict):
         return True

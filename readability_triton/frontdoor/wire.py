@@ -31,8 +31,12 @@ too deeply for Python's parser is refused the same way.
   `Inference-Header-Content-Length` bytes, followed by the binary tensors), after the front
   has inflated a compressed body.
 
-A request this module cannot weigh but that is not plainly wrong (no inputs, another
-datatype) counts by its batch size and is sent on: tritonserver then says what is wrong.
+A request this module cannot weigh but that is not plainly wrong (a gRPC request with no
+inputs, another datatype than BYTES) counts by its batch size and is sent on: tritonserver
+then says what is wrong. Numbers are never walked one by one (a 9 MB body of 3 million
+numbers once held the loop for a second): only texts are. A JSON object with a key twice is
+the client's error: Python keeps the last, tritonserver the first, and a body that means two
+things to the two readers (64 long texts weighed as one short one) is refused.
 """
 
 from __future__ import annotations
@@ -58,6 +62,8 @@ MIN_WORK = 0.1
 DEFAULT_BYTE_WORK = 3.0 / (C.DEFAULT_MAX_TEXT_BYTES - FULL_TEXT_BYTES)
 #: The most texts one request may carry: the largest batch any model of the repository takes.
 MAX_TEXTS = max(C.MAX_BATCH_SIZE.values())
+#: The most leaves of a JSON value the door visits looking for texts (numbers are not texts).
+MAX_LEAVES = 1 << 16
 #: Parameters whose value tritonserver reads as an unsigned number.
 UNSIGNED_PARAMETERS = ("priority", "timeout")
 
@@ -81,7 +87,7 @@ _MODEL_NAME, _PARAMETERS, _INPUTS, _RAW = 1, 4, 5, 7  # ModelInferRequest
 _DATATYPE, _SHAPE, _CONTENTS = 2, 3, 5  # InferInputTensor
 _BYTES_CONTENTS = 8  # InferTensorContents
 _KEY, _VALUE = 1, 2  # a map entry
-_INT64_PARAM, _UINT64_PARAM = 2, 5  # InferParameter
+_INT64_PARAM = 2  # InferParameter
 
 
 class BadRequest(ValueError):
@@ -113,10 +119,10 @@ class Weigher:
         return base + max(0, min(length, self.max_text_bytes) - FULL_TEXT_BYTES) * self.byte_work
 
     def _weighed(self, batch: int, lengths: list[int] | None) -> Weighed:
-        if batch > self.max_texts:
+        if (batch if lengths is None else len(lengths)) > self.max_texts:
             raise BadRequest(
-                f"the request carries {batch} texts; no model here takes more than {self.max_texts} "
-                "at once: send them in several requests"
+                f"the request carries {batch if lengths is None else len(lengths)} texts; no model here takes more "
+                f"than {self.max_texts} at once: send them in several requests"
             )
         if lengths is None:
             return Weighed(max(1, batch), float(max(1, batch)))
@@ -159,6 +165,8 @@ class Weigher:
                 raise BadRequest(f"input {index}'s raw contents are not a serialized BYTES tensor")
         else:
             return self._weighed(batch, None)  # tritonserver says what is missing
+        if len(lengths) > self.max_texts:
+            return self._weighed(batch, lengths)  # refused: more texts than any model takes
         if len(lengths) != elements:
             raise BadRequest(
                 f"input {index}'s shape {list(shape)} declares {elements} elements, but its data holds {len(lengths)}"
@@ -212,8 +220,10 @@ class Weigher:
         lengths: list[int] | None
         elements = math.prod(shape)
         batch = shape[0] if shape else 1
+        if "data" in tensor and datatype != "BYTES":
+            return self._weighed(batch, None)  # numbers: by the batch (tritonserver checks their count)
         if "data" in tensor:
-            lengths = _json_elements(tensor["data"], elements, i, datatype == "BYTES")
+            lengths = _json_strings(tensor["data"], min(elements, self.max_texts) + 1, i)
         elif blob is not None and datatype == "BYTES":
             lengths = _serialized_lengths(blob)
             if lengths is None:
@@ -224,18 +234,21 @@ class Weigher:
             return self._weighed(batch, None)
         else:
             return self._weighed(batch, None)  # tritonserver says what is missing
+        if len(lengths) > self.max_texts:
+            return self._weighed(batch, lengths)  # refused: more texts than any model takes
         if len(lengths) != elements:
             raise BadRequest(
                 f"input {i}'s shape {shape} declares {elements} elements, but its data holds {len(lengths)}"
             )
-        return self._weighed(batch, lengths if datatype == "BYTES" else None)
+        return self._weighed(batch, lengths)
 
     def generate(self, body: bytes) -> Weighed:
         """The texts and work of a `generate` or `generate_stream` request: a JSON object
         whose keys that name an input are that input (a string, or a list of them) and whose
         other keys, and those of its "parameters" object, are parameters or inputs by the
         same rule (tritonserver 2.51, `ConvertGenerateRequest`). Every string counts as a text
-        of the key it is under; the request's texts are its largest key's."""
+        of the key it is under (numbers count nothing); the request's texts are its largest
+        key's."""
         request = _json_object(body, "the request")
         texts, lengths = 1, []
         for where in (request, request.get("parameters")):
@@ -244,7 +257,7 @@ class Weigher:
             for key, value in where.items():
                 if key in ("id", "parameters") or not isinstance(value, (str, list)):
                     continue
-                found = _json_elements(value, self.max_texts, 0, strings=False, lengths=True)
+                found = _json_strings(value, self.max_texts + 1)
                 if len(found) > self.max_texts:
                     raise BadRequest(
                         f"'{key}' carries more than {self.max_texts} texts; no model here takes more at once: "
@@ -324,6 +337,17 @@ def _serialized_lengths(blob: memoryview, limit: int = MAX_TEXTS) -> list[int] |
 # -- JSON --------------------------------------------------------------------------------
 
 
+def unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """A JSON object, refused (BadRequest) where it has a key twice: Python's json keeps the
+    last, tritonserver's rapidjson the first."""
+    found: dict = {}
+    for key, value in pairs:
+        if key in found:
+            raise BadRequest(f"a JSON object has the key {key[:40]!r} twice")
+        found[key] = value
+    return found
+
+
 def _finite(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
@@ -350,7 +374,7 @@ def _json_object(data: bytes | memoryview, what: str) -> dict:
         raise BadRequest(f"{what} holds a \\u escape of a lone surrogate: not a Unicode character")
     try:
         text = bytes(data).decode("utf-8", "surrogateescape")
-        request = json.loads(text, parse_float=_finite, parse_constant=_constant)
+        request = json.loads(text, parse_float=_finite, parse_constant=_constant, object_pairs_hook=unique_keys)
     except BadRequest:
         raise
     except RecursionError:
@@ -388,22 +412,24 @@ def _http_parameters(parameters, where: str) -> None:
             raise BadRequest(f"the parameter {key!r} is {str(value)[:40]}; it must be a whole number, 0 or more")
 
 
-def _json_elements(data, elements: int, index: int, strings: bool, lengths: bool = False) -> list[int]:
-    """The UTF-8 lengths of a JSON tensor's elements, at most `elements` + 1 of them:
-    `strings` (BYTES), each must be a string; otherwise each counts 0, but for a string
-    where `lengths` (a generate request, whose types tritonserver checks)."""
+def _json_strings(data, limit: int, index: int | None = None) -> list[int]:
+    """The UTF-8 lengths of the strings among a JSON value's leaves (nested lists walked in
+    order), at most `limit` of them, visiting at most MAX_LEAVES leaves. With `index` (a
+    BYTES input's), every leaf must be a string."""
     flat: list[int] = []
     todo = [iter([data])]
-    while todo and len(flat) <= elements:
+    visited = 0
+    while todo and len(flat) < limit and visited < MAX_LEAVES:
         item = next(todo[-1], StopIteration)
         if item is StopIteration:
             todo.pop()
         elif isinstance(item, list):
             todo.append(iter(item))
-        elif isinstance(item, str) and (strings or lengths):
+        elif isinstance(item, str):
+            visited += 1
             flat.append(len(item.encode("utf-8", "surrogateescape")))
-        elif strings:
+        elif index is not None:
             raise BadRequest(f"input {index} is BYTES: its data must be strings, not {type(item).__name__}")
         else:
-            flat.append(0)
+            visited += 1
     return flat

@@ -356,6 +356,17 @@ def present_models(repo: str) -> list[str]:
     return [m for m in C.ALL_MODELS if os.path.isfile(os.path.join(repo, m, "config.pbtxt"))]
 
 
+def max_text_bytes(repo: str) -> int:
+    """The longest text (bytes) the steps of an assembled repository accept: their
+    MAX_TEXT_BYTES (the smallest, where they differ)."""
+    found = []
+    for model in present_models(repo):
+        parameters = read_config(os.path.join(repo, model, "config.pbtxt")).parameters
+        if C.MAX_TEXT_BYTES in parameters:
+            found.append(int(parameters[C.MAX_TEXT_BYTES].string_value))
+    return min(found, default=C.DEFAULT_MAX_TEXT_BYTES)
+
+
 def write_canonical(root: str) -> None:
     """Rewrite the configs of the source tree's `model_repository/` (the `gpu` profile)."""
     for model in repository_models():

@@ -72,6 +72,8 @@ CONFIRM_TIMEOUT = 10.0
 LIVE_EVERY = 1.0
 LIVE_TIMEOUT = 2.0
 LIVE_GRACE = 6.0
+#: Events the supervisor keeps (`status()` shows the last 8).
+MAX_EVENTS = 256
 #: Seconds a stopped tritonserver is given to be continued before it is repaired.
 STOPPED_GRACE = 2.0
 
@@ -134,6 +136,7 @@ class Supervisor:
     # -- events and status ----------------------------------------------------------
     def _event(self, kind: str, message: str) -> None:
         self.events.append((time.time(), kind, message))
+        del self.events[:-MAX_EVENTS]  # bounded: the last ones are what an operator reads
         log.warning(message) if kind in ("unhealthy", "failed", "error", "still-unhealthy") else log.info(message)
 
     def url(self) -> str:
@@ -315,7 +318,10 @@ class Supervisor:
         with self._lock:
             self.last_probe = probe
         if probe.evidence:
-            return self.repair(f"canary: {probe.message}", abandon=probe.dead_stubs)
+            repaired = self.repair(f"canary: {probe.message}", abandon=probe.dead_stubs)
+            if repaired is None:  # backing off after repairs that did not help: no hold meanwhile
+                self.dismiss()
+            return repaired
         self._event(
             "dismissed",
             "a request met what looked like a dead stub, but every stub runs and the canary answered "

@@ -38,7 +38,7 @@ from ..frontdoor.door import FrontDrain
 from ..frontdoor.front import FrontDoor
 from ..frontdoor.wire import DEFAULT_MAX_REQUEST_BYTES
 from ..repository.canary import Canary
-from ..repository.configs import present_models
+from ..repository.configs import max_text_bytes, present_models
 from .admin import ADMIN_HEADER, ADMIN_KEY_ENV
 from .backends import check_servable, writable_forest_view
 from .health import Supervisor
@@ -183,6 +183,7 @@ class Service:
             client_header=o.client_header,
             on_dead_stub=supervisor.poke if o.health_interval > 0 else None,
             served=frozenset(present_models(o.repository)),
+            max_text_bytes=max_text_bytes(o.repository),
             network_prefix=o.network_prefix,
             max_connections=self._connection_cap(),
             allow_model_uploads=o.allow_model_uploads,
@@ -273,7 +274,7 @@ class Service:
         """Warm the pipeline and start the gate from its measured rate; a failure is logged
         (the supervisor judges health) and the gate starts from its guess."""
         try:
-            warm = warm_up(server.grpc_url, "grpc")
+            warm = warm_up(server.grpc_url, "grpc", max_text_bytes=door.weigher.max_text_bytes)
         except ReadabilityError as err:
             log.warning(f"the warm-up failed ({err}): the first clients pay a cold pipeline's start")
             return
