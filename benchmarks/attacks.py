@@ -580,6 +580,16 @@ def rapid_reset(target: Target, seconds: float = 60.0, pairs: int = 356_000) -> 
     return beside_honest("rapid_reset", target, attack, grpc_honest(target), seconds)
 
 
-if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "hold-idle":
-    host, port, count, seconds, loris, *addresses = sys.argv[2:]
-    print(json.dumps(hold_idle(host, int(port), int(count), float(seconds), addresses, loris == "1")))
+def main() -> int:
+    """`hold-idle HOST PORT COUNT SECONDS SLOWLORIS SOURCE...`: the idle-connection attacker's
+    child process (`idle_connections`); the attacks themselves run from abuse.py."""
+    if len(sys.argv) > 6 and sys.argv[1] == "hold-idle":
+        host, port, count, seconds, loris, *addresses = sys.argv[2:]
+        print(json.dumps(hold_idle(host, int(port), int(count), float(seconds), addresses, loris == "1")))
+        return 0
+    print("run the attacks with benchmarks/abuse.py (--attacks NAME,...); see this file's doc", file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
