@@ -311,7 +311,7 @@ def test_a_cold_starts_first_slow_answers_do_not_set_the_rate():
         gate2.offer("c", 0.3), gate2.offer("c", 0.3)
         _serve(gate2, clock2, 0.02)
     assert gate2.rate() == pytest.approx(2.4 / 2.06, rel=1e-3)  # 8: trusted, slow ones included
-    gate3, clock3 = _gate(max_wait=10.0, rate=1.0, inside=0.0, warmup=0)
+    gate3, clock3 = _gate(max_wait=100.0, rate=1.0, inside=0.0, warmup=0)
     gate3.offer("c", 5), gate3.offer("c", 5)
     _serve(gate3, clock3, 1.0)
     assert gate3.rate() == pytest.approx(10.0)  # two answers may raise it
@@ -328,13 +328,26 @@ def test_a_rate_measured_before_the_gate_opened_is_its_start_and_ends_the_warm_u
 
 
 def test_a_request_that_finds_nothing_waiting_and_room_inside_goes_straight_in():
-    gate, _ = _gate(max_wait=1.0, rate=0.1, inside=0.0, max_inside_requests=4)  # room: 2 requests
+    gate, _ = _gate(max_wait=1.0, rate=10.0, inside=0.0, max_inside_requests=4)  # room: 2 requests
     first = gate.offer("a", 1)
-    assert isinstance(first, Ticket) and gate.next() is first  # inside now
-    second = gate.offer("b", 1)  # 2 texts > 1.2 x 0.1 texts of capacity, but it would be sent at once
+    assert isinstance(first, Ticket) and gate.next() is first  # inside now: 0.1 s of work
+    second = gate.offer("b", 12)  # 13 texts > the 10 of the stated wait, but it would be sent at once
     assert isinstance(second, Ticket) and gate.next() is second
     third = gate.offer("c", 1)  # no room inside (2 requests): the stated wait decides
     assert isinstance(third, Refusal) and third.kind == "busy"
+
+
+def test_no_second_request_goes_inside_behind_seconds_of_work():
+    """Two requests of 64 full texts on MiniLM slowed to 15 texts/s were 8.4 s of work
+    inside, past the 7.5 s admitted: every newcomer was refused behind them. A second
+    request goes in only while the one inside is under a quarter of the stated wait."""
+    gate, _ = _gate(max_wait=10.0, rate=10.0, inside=0.0, max_inside_requests=4)
+    big = gate.offer("flood", 40)  # 4 s of work: over 2.5 s
+    assert gate.next() is big and not gate.room()
+    small, _ = _gate(max_wait=10.0, rate=10.0, inside=0.0, max_inside_requests=4)
+    small.offer("a", 20)  # 2 s of work: a second may join it
+    small.next()
+    assert small.room()
 
 
 def test_inside_tritonserver_stays_bounded_in_work_and_in_requests():
@@ -627,16 +640,15 @@ def test_a_client_that_comes_back_at_once_keeps_its_place_and_the_memory_of_plac
 
 
 def test_a_newcomer_behind_nothing_but_the_work_inside_is_accepted_while_the_whole_wait_holds_it():
-    """Two requests of 40 texts inside (80 texts, past the 75 admitted at 10 texts/s) from
-    a flood: a client with nothing queued ahead of it waits only for them, so it is accepted
-    while they and it fit the whole stated wait (100 texts), and the flood's next is not."""
+    """A flood's request of 80 texts inside (past the 75 admitted at 10 texts/s): a client
+    with nothing queued ahead of it waits only for it, so it is accepted while that and its
+    own fit the whole stated wait (100 texts); the flood's next does not fit."""
     gate = Gate(max_wait=10.0, rate=10.0, clock=Clock(), inside=0.0, max_inside_requests=2)
-    for _ in range(2):
-        gate.offer("flood", 40)
-        gate.next()
-    more = gate.offer("flood", 40)
-    assert isinstance(more, Refusal) or gate.next() is None  # the flood's third waits or is refused
-    honest = gate.offer("honest", 1)
+    gate.offer("flood", 80)
+    gate.next()  # 8 s of work inside, past the 7.5 s admitted
+    more = gate.offer("flood", 40)  # 80 + 40 > 100 even behind nothing queued
+    assert isinstance(more, Refusal) and more.kind == "busy"
+    honest = gate.offer("honest", 1)  # 81 <= 100: it waits only for the work inside
     assert isinstance(honest, Ticket)
-    big = gate.offer("other", 30)  # 80 inside + 30 > 100: even behind nothing queued, too long
-    assert isinstance(big, Refusal) and big.kind == "busy"
+    other = gate.offer("other", 5)  # behind the honest one, queued: the admitted wait decides
+    assert isinstance(other, Refusal) and other.kind == "busy"

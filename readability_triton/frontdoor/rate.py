@@ -117,8 +117,10 @@ class Meter:
         max_inside_requests: int,
         clock: Callable[[], float],
         warmup: int = WARMUP_ANSWERS,
+        alone: float = float("inf"),
     ):
         self.inside_seconds, self.max_inside_requests = inside_seconds, max_inside_requests
+        self.alone = alone  # seconds of work one request inside may be to fill the pipeline alone
         self.warmup = warmup
         self._clock = clock
         self._rate = rate * UNIT
@@ -144,6 +146,8 @@ class Meter:
     def _full(self) -> bool:
         if self._requests >= self.max_inside_requests:
             return True
+        if self._requests >= 1 and self._inside >= self.alone * self._rate:
+            return True  # one request that is seconds of work: the gate lets no second one in
         return self._requests >= 2 and self._inside >= self.inside_seconds * self._rate
 
     def changed(self, inside: int, requests: int, now: float) -> None:

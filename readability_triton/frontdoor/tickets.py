@@ -69,3 +69,15 @@ class Stats:
     expired: int = 0  # waited past the longest wait: refused after acceptance
     answered: int = 0
     resent: int = 0  # sends again of requests refused before anything computed them
+
+
+def percentiles(seconds) -> dict[str, float]:
+    """p50, p90, p99 and the max of some durations (seconds; {} for none)."""
+    times = sorted(seconds)
+    if not times:
+        return {}
+
+    def at(q: float) -> float:
+        return round(times[min(len(times) - 1, int(q * len(times)))], 4)
+
+    return {"p50": at(0.5), "p90": at(0.9), "p99": at(0.99), "max": round(times[-1], 4)}
