@@ -652,3 +652,24 @@ def test_a_newcomer_behind_nothing_but_the_work_inside_is_accepted_while_the_who
     assert isinstance(honest, Ticket)
     other = gate.offer("other", 5)  # behind the honest one, queued: the admitted wait decides
     assert isinstance(other, Refusal) and other.kind == "busy"
+
+
+def test_the_second_look_counts_only_what_is_left_of_the_work_inside():
+    """A request of 140 texts of long text inside, a small one accepted behind it; 5 s on the
+    rate dips from 30 to 24 texts/s. Counted whole, the work inside (140 / 24 = 5.8 s) and the
+    4.5 s waited pass the 10 s stated wait, and the small request was refused as slowed
+    although most of that work was done; what is left of it is 140 - 5 x 24 = 20 texts."""
+    gate, clock = _gate(max_wait=10.0, rate=30.0, inside=0.0, max_inside_requests=2)
+    long = gate.offer("long", 140)
+    assert gate.next() is long
+    clock.now += 0.5
+    small = gate.offer("honest", 0.1)
+    assert isinstance(small, Ticket)
+    clock.now += 4.5
+    gate._basis = 30_000.0  # the highest rate since the last look
+    gate.meter.units = lambda: 24_000.0
+    assert gate.recheck() == 0 and small.state == "queued"
+    clock.now += 6.0  # now it has waited 10.5 s: late however little is left
+    gate._checked = -1e9
+    gate._basis = 30_000.0
+    assert gate.recheck() == 1 and small.state == "slowed"

@@ -101,7 +101,7 @@ def register(subparsers) -> None:
         description="Run tritonserver (the nvidia-pytriton wheel's, or an installed one) on 127.0.0.1 with its "
         "model-repository, logging, trace and shared-memory APIs closed to clients without the admin "
         "key, and the front door on the published HTTP and gRPC ports: admission by work with a "
-        "stated wait, fair shares per client, abandoned requests dropped before compute, oversized "
+        "stated wait, fair shares per client network and client, abandoned requests dropped before compute, oversized "
         "bodies refused, and no cancellation ever reaching tritonserver. Restart tritonserver "
         "(drained) on evidence that it is dead, stuck or answering wrong, answer liveness and "
         "readiness probes, and drain then stop on Ctrl-C or SIGTERM.",

@@ -1,9 +1,7 @@
 """Admission by work and fair dispatch: what the front door lets into tritonserver, and when.
 
-Work is counted in texts weighed by their length (`wire.Weigher.work_of`: a text that fills BERT's
-256 tokens counts 1, a shorter one in proportion), not in requests: a request of 64 long
-texts is 64 times the work of a request of one. "Texts" below means such work. The gate
-keeps three promises:
+Work is counted in texts weighed by their length (`wire.Weigher.work_of`), not in requests.
+"Texts" below means such work. The gate keeps these promises:
 
 - **A stated wait.** A request is accepted only while the work ahead of it in the fair order
   (below: what is inside, and the queued requests that start before it), at the rate the
@@ -36,10 +34,9 @@ keeps three promises:
   answer is dropped: tritonserver never sees a cancellation (server#7368).
 
 Only a bounded amount of work is inside tritonserver at once (`inside` seconds of it at the
-measured rate, at least two requests so that its steps overlap, and at most
-`max_inside_requests`, below the entrance's own shedding bound of 64 requests waiting in the
-pipeline, `stub.admission`): the rest waits here, where it can still be dropped and
-reordered. The class is synchronous and takes a clock: `door` calls it from one thread.
+measured rate, a second request beside a short first so that its steps overlap, at most
+`max_inside_requests`, below `stub.admission`'s shedding bound of 64): the rest waits here,
+where it can still be dropped and reordered. Synchronous, with a clock; `door` calls it.
 """
 
 from __future__ import annotations
@@ -54,17 +51,15 @@ from typing import Any, Callable
 from .rate import UNIT, WARMUP_ANSWERS, Meter
 from .tickets import ClientState, GroupState, Refusal, Stats, Ticket, percentiles
 
-#: The share of the stated wait that admission fills at the measured rate (`Gate`): the rest
-#: is headroom for a pipeline slower than lately measured. Where more arrives than fits, the
-#: pipeline stays as full either way: only the refusals come sooner.
+#: The share of the stated wait that admission fills at the measured rate: the rest is
+#: headroom for a pipeline slower than lately measured (only the refusals come sooner).
 AIM = 0.75
 #: `Gate.recheck` looks once the rate fell by `RECHECK_FALL` below the highest since its last
 #: look (at a steady rate a wait so far grows as the work ahead shrinks), at most every `RECHECK` s.
 RECHECK = 0.05
 RECHECK_FALL = 0.05
-#: A second request goes inside only while the one there is less than this share of the
-#: stated wait of work: two requests of 64 full texts on MiniLM slowed to 15 texts/s were
-#: 8.4 s inside, past the 7.5 s admitted, and every newcomer was refused behind them.
+#: A second request goes inside only beside one under this share of the stated wait of work
+#: (two of 64 full texts on a slowed MiniLM were 8.4 s inside: every newcomer was refused).
 ALONE = 0.25
 #: Networks without work whose place on the fair timeline is remembered, at most.
 MAX_REMEMBERED = 65536
@@ -97,6 +92,7 @@ class Gate:
         self._heap: list[Ticket] = []
         self._serial = itertools.count()
         self._now_start = 0.0  # the fair timeline's present: the start of the last ticket sent
+        self._sent: dict[Ticket, None] = {}  # the tickets inside
         self._finishes: dict[str, float] = {}  # the ends of networks without work, while ahead of the present
         self.queued = 0  # work waiting here (thousandths of a text)
         self.inside = 0  # work inside tritonserver
@@ -216,9 +212,8 @@ class Gate:
         return ticket
 
     def _ahead(self, place: tuple[float, float]) -> int:
-        """The work a new ticket at `place` (start, finish) would wait for: what is inside,
-        and the queued tickets before it in the fair order (the heap's tickets in order, from
-        its root, leaving each subtree whose root comes later: all of it does)."""
+        """The work a new ticket at `place` (start, finish) would wait for: what is inside, and
+        the queued tickets before it (the heap from its root, leaving subtrees that come later)."""
         ahead, todo = self.inside, [0] if self._heap else []
         while todo:
             i = todo.pop()
@@ -248,12 +243,11 @@ class Gate:
         return self.inside < self.inside_seconds * units
 
     def recheck(self) -> int:
-        """Refuse, in state 'slowed' (to `late`), each waiting ticket whose wait so far plus
-        the work ahead of it in the fair order (inside, and the tickets kept before it) and its
-        own passes `max_wait` at the rate now. Kept: the first where there is room (it goes now,
-        also one larger than the wait allows), and those a repair held (accepted before the last
-        `resume`: the door's expiry bounds them). Only once the rate fell `RECHECK_FALL` below
-        the highest since the last look, at most every `RECHECK` s, never paused. How many."""
+        """Refuse, as 'slowed' (to `late`), each waiting ticket whose wait so far plus the work
+        ahead of it (what is left inside, the tickets kept before it) and its own passes `max_wait`
+        at the rate now; but the first where there is room, and those a repair held (the door's
+        expiry bounds them). Only after the rate fell RECHECK_FALL below the highest since the
+        last look, at most every RECHECK s, never paused. How many."""
         if not self.queued or self.paused:
             self._basis = 0.0  # a hold's answerless seconds lower the rate: start again after it
             return 0
@@ -263,7 +257,10 @@ class Gate:
             return 0
         self._checked, self._basis = now, rate
         self.rechecks += 1
-        ahead, refused, room = self.inside, 0, self.room()
+        # inside: what is left of it since the oldest was sent (counted whole, requests behind 4.6 s
+        # of long texts were refused as slowed when the rate dipped, that work mostly done)
+        oldest = min((t.sent_at for t in self._sent), default=now)
+        ahead, refused, room = max(0, int(self.inside - (now - oldest) * rate)), 0, self.room()
         waiting = sorted((t for t in self._heap if t.state == "queued"), key=Ticket.order)
         for n, ticket in enumerate(waiting):
             waited = now - ticket.arrived
@@ -306,6 +303,7 @@ class Gate:
             self.queued -= ticket.work
             self.inside += ticket.work
             self.inside_requests += 1
+            self._sent[ticket] = None
             self._now_start = max(self._now_start, ticket.start)
             ticket.state, ticket.sent_at = "sent", now
             self.meter.changed(self.inside, self.inside_requests, now)
@@ -324,6 +322,7 @@ class Gate:
         self._add(state, inside=-ticket.work)
         self.inside -= ticket.work
         self.inside_requests -= 1
+        self._sent.pop(ticket, None)
         if ok:
             self._service.append(now - ticket.sent_at)
             self._answer.append(now - ticket.arrived)
@@ -353,6 +352,7 @@ class Gate:
         self._add(state, inside=-ticket.work)
         self.inside -= ticket.work
         self.inside_requests -= 1
+        self._sent.pop(ticket, None)
         self.meter.changed(self.inside, self.inside_requests, self._clock())
         self.stats.dropped += 1
         self._forget(ticket.client, state)
