@@ -140,18 +140,24 @@ def test_half_sent_and_silent_connections_time_out_but_a_slow_handler_is_never_c
     asyncio.run(main())
 
 
-def test_a_flood_of_one_kind_of_log_record_is_one_line_a_second():
-    logger = logging.getLogger("test.quiet")
-    quiet = Quiet(every=1.0)
+def _quiet_logger(name: str, every: float) -> tuple[logging.Logger, Quiet, list[str]]:
+    """A logger behind a `Quiet` filter, and the messages that pass it."""
+    logger = logging.getLogger(name)
+    quiet = Quiet(every=every)
     logger.addFilter(quiet)
-    records = []
+    passed: list[str] = []
 
     class Keep(logging.Handler):
         def emit(self, record):
-            records.append(record.getMessage())
+            passed.append(record.getMessage())
 
     logger.addHandler(Keep())
     logger.propagate = False
+    return logger, quiet, passed
+
+
+def test_a_flood_of_one_kind_of_log_record_is_one_line_a_second():
+    logger, quiet, records = _quiet_logger("test.quiet", 1.0)
     try:
         for n in range(5000):
             try:
@@ -303,17 +309,7 @@ def test_the_memory_of_places_on_the_timeline_is_bounded_and_cheap(monkeypatch):
 
 
 def test_messages_that_name_a_client_are_one_kind():
-    logger = logging.getLogger("test.quiet.kinds")
-    quiet = Quiet(every=60.0)
-    logger.addFilter(quiet)
-    seen = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            seen.append(record.getMessage())
-
-    logger.addHandler(Keep())
-    logger.propagate = False
+    logger, quiet, seen = _quiet_logger("test.quiet.kinds", 60.0)
     try:
         for n in range(100):
             logger.warning("closed an idle connection of %s", f"10.0.{n}.0/24")

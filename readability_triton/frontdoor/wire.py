@@ -128,6 +128,15 @@ class Weigher:
             return Weighed(max(1, batch), float(max(1, batch)))
         return Weighed(max(1, len(lengths)), max(MIN_WORK, sum(self.work_of(n) for n in lengths)))
 
+    def _counted(self, batch: int, lengths: list[int], elements: int, index: int, shape: list[int]) -> Weighed:
+        """The texts that arrived, checked against the shape that declared them (BadRequest:
+        more than any model takes, or not as many as declared)."""
+        if len(lengths) <= self.max_texts and len(lengths) != elements:
+            raise BadRequest(
+                f"input {index}'s shape {list(shape)} declares {elements} elements, but its data holds {len(lengths)}"
+            )
+        return self._weighed(batch, lengths)
+
     # -- gRPC ------------------------------------------------------------------------
     def grpc(self, message: bytes) -> Weighed:
         """The texts and work of a serialized ModelInferRequest (BadRequest: see the module doc)."""
@@ -165,13 +174,7 @@ class Weigher:
                 raise BadRequest(f"input {index}'s raw contents are not a serialized BYTES tensor")
         else:
             return self._weighed(batch, None)  # tritonserver says what is missing
-        if len(lengths) > self.max_texts:
-            return self._weighed(batch, lengths)  # refused: more texts than any model takes
-        if len(lengths) != elements:
-            raise BadRequest(
-                f"input {index}'s shape {list(shape)} declares {elements} elements, but its data holds {len(lengths)}"
-            )
-        return self._weighed(batch, lengths)
+        return self._counted(batch, lengths, elements, index, shape)
 
     # -- HTTP ------------------------------------------------------------------------
     def http(self, body: bytes, header_length: str | None = None) -> Weighed:
@@ -234,13 +237,7 @@ class Weigher:
             return self._weighed(batch, None)
         else:
             return self._weighed(batch, None)  # tritonserver says what is missing
-        if len(lengths) > self.max_texts:
-            return self._weighed(batch, lengths)  # refused: more texts than any model takes
-        if len(lengths) != elements:
-            raise BadRequest(
-                f"input {i}'s shape {shape} declares {elements} elements, but its data holds {len(lengths)}"
-            )
-        return self._weighed(batch, lengths)
+        return self._counted(batch, lengths, elements, i, shape)
 
     def generate(self, body: bytes) -> Weighed:
         """The texts and work of a `generate` or `generate_stream` request: a JSON object
