@@ -1,5 +1,7 @@
 """Throughput of `featurize` (NumPy, and CuPy when a GPU is present) against the plain
-per-text reference implementation of the spec, in the same run, on CommonLit excerpts.
+per-text reference implementation of the spec, in the same run, on CommonLit excerpts; and
+of the served step (features, WORDS and the seven formulas: `served_outputs`) on NumPy and,
+with a GPU, on CuPy (the CUDA kernels), with their ratio.
 
     .venv/bin/python benchmarks/bench_featurize.py [--data train.csv] [--batch-sizes 1,64,2048]
                                              [--rounds 5] [--min-seconds 0.5] [--json out.json]
@@ -10,7 +12,7 @@ each cell of the table is the median over the rounds of texts per second, and th
 speed-up is the median of the per-round ratios. Batches are consecutive CommonLit
 excerpts (cycled). The vocabulary is fitted on all excerpts first. Before timing, the
 NumPy (and CuPy) result of the largest batch is checked bit for bit against the
-reference.
+reference, and the served step's CuPy outputs against NumPy's.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ import numpy as np
 from readability_triton import features
 from readability_triton.data import COMMONLIT_CSV, read_table
 from readability_triton.features import reference
+from readability_triton.features.extract import served_outputs
+from readability_triton.features.formulas import Formulas
 
 
 def _cupy():
@@ -97,14 +101,23 @@ def main(argv=None) -> int:
     def run_numpy(batch):
         features.featurize(batch, vocab)
 
-    impls = [("reference", run_reference), ("numpy", run_numpy)]
+    formulas = Formulas.load()
+
+    def run_served_numpy(batch):
+        served_outputs(batch, vocab, formulas)
+
+    impls = [("reference", run_reference), ("numpy", run_numpy), ("served_numpy", run_served_numpy)]
     if cupy is not None:
 
         def run_cupy(batch):
             features.featurize(batch, vocab, xp=cupy)
             cupy.cuda.Device().synchronize()
 
-        impls.append(("cupy", run_cupy))
+        def run_served_cupy(batch):
+            served_outputs(batch, vocab, formulas, xp=cupy)
+            cupy.cuda.Device().synchronize()
+
+        impls += [("cupy", run_cupy), ("served_cupy", run_served_cupy)]
 
     # Correctness first: bit-for-bit equal to the reference on the largest batch.
     check = _batches(texts, max(sizes), 1)[0]
@@ -116,6 +129,12 @@ def main(argv=None) -> int:
         if not np.array_equal(array.view(np.uint32), expected.view(np.uint32)):
             print(f"{name} differs from the reference: not benchmarking a wrong result", file=sys.stderr)
             return 1
+    if cupy is not None:
+        want = served_outputs(check, vocab, formulas)
+        for g, w in zip(served_outputs(check, vocab, formulas, xp=cupy), want):
+            if not np.array_equal(cupy.asnumpy(g).view(np.uint32), w.view(np.uint32)):
+                print("the served step on CuPy differs from NumPy: not benchmarking it", file=sys.stderr)
+                return 1
 
     print(
         f"featurize benchmark: {len(texts)} excerpts from {args.data} "
@@ -139,6 +158,9 @@ def main(argv=None) -> int:
             row[f"{name}_rounds"] = values
             if name != "reference":
                 row[f"{name}_speedup"] = statistics.median(v / r for v, r in zip(values, rates["reference"]))
+        if "served_cupy" in rates:  # the GPU's served step against the CPU's, round by round
+            pairs = zip(rates["served_cupy"], rates["served_numpy"])
+            row["served_gpu_vs_cpu"] = statistics.median(g / c for g, c in pairs)
         results.append(row)
 
     names = [name for name, _ in impls]
@@ -149,6 +171,8 @@ def main(argv=None) -> int:
     for row in results:
         line = f"{row['batch_size']:>6} | " + " | ".join(f"{row[name]:>17,.0f}" for name in names)
         line += "".join(f" | {row[name + '_speedup']:>15.1f}x" for name in names[1:])
+        if "served_gpu_vs_cpu" in row:
+            line += f" | served GPU/CPU {row['served_gpu_vs_cpu']:.1f}x"
         print(line)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:

@@ -175,10 +175,15 @@ def summary_table() -> str:
     lines = []
     f = load("featurize")
     if f:
-        lines += ["| featurize batch | per-text reference | NumPy | CuPy | texts/s, medians |", "|---|---|---|---|---|"]
+        lines += [
+            "| featurize batch | per-text reference | NumPy | CuPy | served step NumPy | served step CuPy | GPU/CPU |",
+            "|---|---|---|---|---|---|---|",
+        ]
         for r in f.get("results", []):
-            cupy = f"{r['cupy']:,.0f}" if r.get("cupy") else "–"
-            lines.append(f"| {r['batch_size']} | {r['reference']:,.0f} | {r['numpy']:,.0f} | {cupy} | |")
+            cells = [f"{r[k]:,.0f}" if r.get(k) else "–" for k in ("cupy", "served_numpy", "served_cupy")]
+            ratio = f"{r['served_gpu_vs_cpu']:.2f}×" if r.get("served_gpu_vs_cpu") else "–"
+            first = f"| {r['batch_size']} | {r['reference']:,.0f} | {r['numpy']:,.0f}"
+            lines.append(f"{first} | {' | '.join(cells)} | {ratio} |")
     t = load("tokenize")
     if t:
         lines += ["", "| tokenize path | batch | texts/s | routed to the CPU path |", "|---|---|---|---|"]

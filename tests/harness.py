@@ -15,6 +15,7 @@ import json
 import os
 
 import numpy as np
+import pytest
 import triton_python_backend_utils as pb_utils
 from google.protobuf import json_format, text_format
 
@@ -180,10 +181,21 @@ def hf_encode(directory, texts, max_length):
     return out["input_ids"].astype(np.int64), out["attention_mask"].astype(np.int64)
 
 
+@functools.lru_cache(maxsize=None)
+def host_kernels():
+    """The kernels' CPU build (readability_triton/kernels/host.py), built once per session."""
+    from readability_triton.kernels import host
+
+    if host.compiler() is None:
+        pytest.skip("no C++ compiler for the kernels' CPU build: install build-essential (CI has it)")
+    return host.build()
+
+
 class CupyLikeRules:
     """NumPy behind the array-module interface, with the CuPy limits this code must
     respect: no ufunc.reduceat, `repeat` only with a scalar count, `bincount` of an empty
-    array fails, and `cuda.runtime.getDevice()` exists."""
+    array fails, and `cuda.runtime.getDevice()` exists; `RawModule` runs the kernels' CPU
+    build."""
 
     class cuda:
         class runtime:
@@ -210,6 +222,12 @@ class CupyLikeRules:
     class add:
         def __new__(cls, *args, **kwargs):
             return np.add(*args, **kwargs)
+
+    @staticmethod
+    def RawModule(code, options=()):
+        from readability_triton.kernels.host import HostRawModule
+
+        return HostRawModule(host_kernels(), code, options)
 
 
 def output_selections(outputs=None, samples: int = 8, seed: int = 0) -> list[list[str] | None]:

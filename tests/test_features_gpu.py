@@ -1,20 +1,23 @@
 """CuPy parity (marked `gpu`: skipped, with the reason, where there is no CUDA GPU): the
-CuPy path gives the NumPy path's bits, keeps its result on the device and copies only
-the text there."""
+CUDA kernels (features/cuda_path.py) give the NumPy path's bits, features, WORDS and formulas,
+also with a weakened hash; the result stays on the device and only the text goes there,
+in one copy. (tests/test_kernels.py checks the same kernels' CPU build on every machine.)"""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from test_features_properties import NASTY, VOCABULARY, WEAKENINGS, WORDS
+from test_features_properties import NASTY, VOCABULARY, WORDS
 
 from readability_triton.features import (
     Vocabulary,
     build_vocabulary,
     charclass,
+    cuda_path,
     featurize,
 )
-from readability_triton.features.extract import _featurize
+from readability_triton.features.extract import served_outputs
+from readability_triton.features.formulas import Formulas
 
 pytestmark = pytest.mark.gpu
 
@@ -38,9 +41,21 @@ def test_cupy_equals_numpy_on_nasty_text(cupy):
     got = featurize(texts, VOCABULARY, xp=cupy)
     assert isinstance(got, cupy.ndarray) and got.dtype == cupy.float32 and got.shape == want.shape
     np.testing.assert_array_equal(cupy.asnumpy(got).view(np.uint32), want.view(np.uint32))
-    for weak in WEAKENINGS:
-        got = _featurize(texts[:80], VOCABULARY, xp=cupy, weak=weak)
+    for mask in (0, 0xF, 0xFFFF_0000_0000_0000):  # words collide: compared byte for byte
+        got = cuda_path.outputs([t.encode() for t in texts[:80]], VOCABULARY, None, cupy, mask)[0]
         np.testing.assert_array_equal(cupy.asnumpy(got).view(np.uint32), want[:80].view(np.uint32))
+
+
+def test_served_outputs_equal_numpy(cupy, commonlit):
+    formulas = Formulas.load()
+    v = build_vocabulary(commonlit.texts)
+    for batch, vocabulary in ((commonlit.texts, v), (nasty_texts(), VOCABULARY)):
+        want = served_outputs(batch, vocabulary, formulas)
+        got = served_outputs(batch, vocabulary, formulas, xp=cupy)
+        assert len(got) == len(want) == 9
+        for g, w in zip(got, want):
+            assert isinstance(g, cupy.ndarray) and g.flags.c_contiguous and g.shape == w.shape
+            np.testing.assert_array_equal(cupy.asnumpy(g).view(np.uint32), w.view(np.uint32))
 
 
 def test_cupy_equals_numpy_on_commonlit(cupy, commonlit):
@@ -65,8 +80,9 @@ def test_only_the_text_goes_to_the_device(cupy, monkeypatch):
     monkeypatch.setattr(cupy, "asarray", recording)
     out = featurize(texts, v, xp=cupy)
     assert isinstance(out, cupy.ndarray)
-    assert len(copies) == 1 and copies[0].dtype == np.uint8  # the UTF-8 text buffer
-    assert copies[0].size == sum(len(t.encode()) + 1 for t in texts) + 1 + charclass.PAD
+    assert len(copies) == 1 and copies[0].dtype == np.uint8  # the UTF-8 text buffer and its offsets
+    header = 12 * (len(texts) + 1)
+    assert copies[0].size == header + (-header % 8) + sum(len(t.encode()) + 1 for t in texts) + 1 + charclass.PAD
 
 
 def test_other_gpu_keeps_its_own_tables(cupy):

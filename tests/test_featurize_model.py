@@ -203,7 +203,7 @@ def test_gpu_instance_runs_the_featurizer_on_the_device_module(tmp_path, vocab_f
     assert responses[3].error().message() == validation.NO_WORDS_AT.format(row=1)
     for response, group in ((responses[0], texts[0]), (responses[2], texts[2])):
         np.testing.assert_array_equal(output(response, FEATURES), featurize(group, vocabulary))
-    assert any("on GPU 0 (cupy_like)" in text for _, text in pb_utils.Logger.records)
+    assert any("on GPU 0 (cupy_like, CUDA kernels)" in text for _, text in pb_utils.Logger.records)
 
 
 @pytest.mark.gpu

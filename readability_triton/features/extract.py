@@ -21,7 +21,7 @@ import numpy as np
 
 from ..errors import VocabularyError
 from ..texts import as_utf8
-from . import charclass, words
+from . import charclass, cuda_path, words
 from .vocabulary import N_BASE, Vocabulary
 
 
@@ -73,16 +73,39 @@ def count_words(texts) -> np.ndarray:
 
 def featurize(texts, vocabulary: Vocabulary, xp=None):
     """The features of every text: float32 array of shape (len(texts), 7 + 2n) on `xp`
-    (NumPy by default). `texts` are str or UTF-8 bytes; invalid UTF-8 is a ValueError
-    naming the text's index."""
+    (NumPy by default; on CuPy the CUDA kernels of `cuda_path.py`). `texts` are str or UTF-8
+    bytes; invalid UTF-8 is a ValueError naming the text's index."""
+    if xp is not None and xp is not np:
+        return cuda_path.outputs(as_utf8(texts), _checked(vocabulary), None, xp)[0]
     return _featurize(texts, vocabulary, xp)
 
 
 def featurize_with_formulas(texts, vocabulary: Vocabulary, formulas, xp=None):
     """(features, formulas) of every text in one pass: `featurize`'s array and the classic
     formulas' float32 `(len(texts), 7)` (`formulas.Formulas`, FORMULAS order), from the same
-    words and sentences."""
+    words and sentences. (On CuPy the formulas are a transposed view: see `served_outputs`.)"""
+    if xp is not None and xp is not np:
+        features, _, block = cuda_path.outputs(as_utf8(texts), _checked(vocabulary), formulas, xp)
+        return features, block.T
     return _featurize_parts(texts, vocabulary, xp, formulas=formulas)
+
+
+def served_outputs(texts, vocabulary: Vocabulary, formulas, xp=None):
+    """What the `featurize` step answers: (features, words `(n, 1)`, the seven formulas as
+    `(n, 1)` columns), every array contiguous; on a GPU all are views of one output of the
+    CUDA kernels (no copy)."""
+    if xp is not None and xp is not np:
+        features, words, block = cuda_path.outputs(as_utf8(texts), _checked(vocabulary), formulas, xp)
+        return (features, words, *(block[k].reshape(-1, 1) for k in range(block.shape[0])))
+    features, scores = _featurize_parts(texts, vocabulary, np, formulas=formulas)
+    words = np.ascontiguousarray(features[:, :1])
+    return (features, words, *(np.ascontiguousarray(scores[:, k : k + 1]) for k in range(scores.shape[1])))
+
+
+def _checked(vocabulary):
+    if not isinstance(vocabulary, Vocabulary):
+        raise TypeError(f"vocabulary must be a Vocabulary, got {type(vocabulary).__name__}")
+    return vocabulary
 
 
 def _featurize(
@@ -103,8 +126,7 @@ def _featurize_parts(
     formulas=None,
 ):
     """(features, formulas): formulas `(n, 0)` without `formulas`."""
-    if not isinstance(vocabulary, Vocabulary):
-        raise TypeError(f"vocabulary must be a Vocabulary, got {type(vocabulary).__name__}")
+    _checked(vocabulary)
     xp = np if xp is None else xp
     ops = words.default_ops(xp) if ops is None else ops
     pieces = as_utf8(texts)

@@ -6,7 +6,7 @@ import os
 
 from ..device import Device, as_device
 from ..layout import MANIFEST, VOCABULARY, Manifest, load_manifest
-from .extract import featurize, featurize_with_formulas
+from .extract import featurize, served_outputs
 from .formulas import FORMULAS, Formulas
 from .vocabulary import Vocabulary
 
@@ -46,14 +46,11 @@ class FeatureRunner:
         return self.vocabulary.n_features
 
     def describe(self) -> str:
-        return f"{self.n_features} features on {self.device} ({self.xp.__name__})"
+        how = f"{self.xp.__name__}, CUDA kernels" if self.device.is_gpu else self.xp.__name__
+        return f"{self.n_features} features on {self.device} ({how})"
 
     def __call__(self, texts):
         return featurize(texts, self.vocabulary, xp=self.xp)
-
-
-#: The column of FEATURES that holds a text's word count (docs/features.md: `word_count`).
-WORD_COUNT = 0
 
 
 class FeaturizeRunner(FeatureRunner):
@@ -65,12 +62,10 @@ class FeaturizeRunner(FeatureRunner):
     def __init__(self, vocabulary: Vocabulary, device: Device | str | None = None):
         super().__init__(vocabulary, device)
         self.formulas = Formulas.load(self.device)
+        self(["warm up"])  # the lexicon's table on the device (and, on a GPU, the kernels) now
 
     def describe(self) -> str:
         return f"{super().describe()}; WORDS and {len(FORMULAS)} formulas ({', '.join(FORMULAS)})"
 
     def __call__(self, texts):
-        xp = self.xp
-        features, formulas = featurize_with_formulas(texts, self.vocabulary, self.formulas, xp=xp)
-        words = xp.ascontiguousarray(features[:, WORD_COUNT : WORD_COUNT + 1])
-        return (features, words, *(xp.ascontiguousarray(formulas[:, i : i + 1]) for i in range(len(FORMULAS))))
+        return served_outputs(texts, self.vocabulary, self.formulas, xp=self.xp)

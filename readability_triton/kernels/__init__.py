@@ -1,0 +1,1 @@
+"""GPU kernels in CUDA C++: sources, NVRTC check, CPU build, counting stand-in."""
