@@ -46,9 +46,10 @@ def batches(texts, size):
 
 
 def measure(run, texts, size, min_time, sync=lambda: None):
-    source = batches(texts, size)
-    run(next(source))  # warm-up
+    for start in range(0, len(texts), 256):  # warm-up over the whole corpus (code points checked once)
+        run(texts[start : start + 256])
     sync()
+    source = batches(texts, size)
     calls, done, began = 0, 0, time.perf_counter()
     while True:
         batch = next(source)
@@ -59,6 +60,20 @@ def measure(run, texts, size, min_time, sync=lambda: None):
         elapsed = time.perf_counter() - began
         if elapsed >= min_time and calls >= 3:
             return {"texts_per_s": done / elapsed, "ms_per_batch": 1000 * elapsed / calls, "calls": calls}
+
+
+def time_route(path, texts, size=64, rounds=200) -> float:
+    """Milliseconds of `DevicePath.route` per batch of `size` texts (median of `rounds`)."""
+    times = []
+    for i in range(rounds):
+        rows = [texts[(i * size + k) % len(texts)].encode("utf-8") for k in range(size)]
+        data = b"\n".join(rows) + b"\n"
+        starts = np.zeros(size + 1, dtype=np.int64)
+        np.cumsum(np.fromiter(map(len, rows), dtype=np.int64, count=size) + 1, out=starts[1:])
+        began = time.perf_counter()
+        path.route(data, starts)
+        times.append(1000 * (time.perf_counter() - began))
+    return float(np.median(times))
 
 
 def main(argv=None) -> int:
@@ -127,6 +142,9 @@ def main(argv=None) -> int:
             np,
         )
         runners.append(("array engine (NumPy twin)", twin.encode, lambda: None))
+        twin.encode(texts)  # every code point of the corpus checked once
+        results["route_ms_per_64"] = time_route(twin, texts)
+        print(f"route(): {results['route_ms_per_64']:.3f} ms per 64 texts (median)")
     if args.hf:
         from transformers import BertTokenizerFast  # type: ignore[attr-defined]
 

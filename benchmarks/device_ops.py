@@ -8,8 +8,8 @@ which runs the very code that runs on CuPy (and the kernels' CPU build).
   what CuPy ran before the kernels, for comparison;
 - tokenize: the array WordPiece (`routing.DevicePath` over `ArrayEngine`), the GPU path where
   cuDF is not installed;
-- forest: the array tree walk (`ArrayForestRunner`) of a forest of the served shape (100
-  trees, depth 16: the count depends on the shape only), on features already on the device.
+- forest: `ArrayForestRunner` on the device (the kernel of `kernels/forest.cu`), a forest of
+  the served shape (100 trees, depth 16), on features already on the device.
 
 Each step runs once per batch size first (tables built once per device are not counted).
 Texts: the CommonLit excerpts (../shared), or `--data`.

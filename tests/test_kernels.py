@@ -182,5 +182,58 @@ def test_device_ops_benchmark_holds_the_bounds(vocab_dir, commonlit, tmp_path):
     for size in ("1", "64", "2048"):
         featurize_ = counts["featurize"][size]
         assert featurize_["calls"] <= 16 and featurize_["syncs"] == 0 and featurize_["uploads"] == 1, featurize_
-        # Today's array paths, the next issue's starting point: counted, not yet bounded.
-        assert all(counts[step][size]["calls"] > 16 for step in ("featurize_array", "tokenize", "forest"))
+        forest = counts["forest"][size]
+        assert forest["calls"] <= 2 and forest["syncs"] == 0 and forest["uploads"] == 0, forest
+        # The array paths, for comparison: counted, not bounded.
+        assert all(counts[step][size]["calls"] > 16 for step in ("featurize_array", "tokenize"))
+
+
+def random_forest(rng, trees=30, depth=7, n_features=12):
+    """Random trees in `forest_arrays.npz`'s layout: mixed comparisons and default
+    directions, some thresholds that the features hit exactly."""
+    fields: dict = {k: [] for k in ("feature", "threshold", "less_equal", "default_left", "left", "right", "leaf")}
+    fields["value"], roots = [], []
+
+    def grow(level):
+        node = len(fields["leaf"])
+        for key in fields:
+            fields[key].append(0)
+        if level == depth or (level > 1 and rng.random() < 0.25):
+            fields["leaf"][node], fields["value"][node] = True, float(rng.normal())
+            fields["left"][node] = fields["right"][node] = node
+            return node
+        fields["feature"][node] = int(rng.integers(n_features))
+        fields["threshold"][node] = float(rng.integers(-2, 3)) / 2
+        fields["less_equal"][node], fields["default_left"][node] = bool(rng.random() < 0.5), bool(rng.random() < 0.5)
+        fields["leaf"][node], fields["value"][node] = False, 0.0
+        fields["left"][node] = grow(level + 1)
+        fields["right"][node] = grow(level + 1)
+        return node
+
+    for _ in range(trees):
+        roots.append(grow(0))
+    types = {"threshold": np.float64, "value": np.float64, "less_equal": bool, "default_left": bool, "leaf": bool}
+    arrays = {k: np.asarray(v, dtype=types.get(k, np.int64)) for k, v in fields.items()}
+    arrays["roots"] = np.asarray(roots, dtype=np.int64)
+    return arrays, {"n_features": n_features, "n_trees": trees, "depth": depth}
+
+
+@pytest.mark.parametrize("average, base_score", ((True, 0.0), (False, 0.5)))
+def test_forest_kernel_equals_the_array_walk(xp, average, base_score):
+    from readability_triton.forest.arrays import ArrayForestRunner
+
+    rng = np.random.default_rng(11)
+    arrays, meta = random_forest(rng)
+    meta.update(average=average, base_score=base_score)
+    features = (rng.integers(-3, 4, size=(500, meta["n_features"])) / 2).astype(np.float32)
+    features[rng.random(features.shape) < 0.1] = np.nan
+    want = ArrayForestRunner(arrays, meta)(features)
+    runner = ArrayForestRunner(arrays, meta)
+    runner.xp, runner.arrays = xp, {k: xp.asarray(v) for k, v in arrays.items()}
+    device_features = xp.asarray(features)
+    xp.tally.reset()
+    got = runner(device_features)
+    assert xp.tally.as_dict() == {"calls": 2, "syncs": 0, "uploads": 0}
+    same_bits(got, want)
+    same_bits(runner(xp.asarray(features.astype(np.float64))), want)  # converted first
+    assert runner(xp.asarray(features[:0])).shape == (0, 1)

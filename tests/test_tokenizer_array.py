@@ -162,3 +162,17 @@ def test_cupy_engine_equals_hugging_face(vocab_dir, commonlit, max_length):
     ids, mask = path.encode(texts)
     assert isinstance(ids, cupy.ndarray) and isinstance(mask, cupy.ndarray)
     assert_same((cupy.asnumpy(ids), cupy.asnumpy(mask)), hf_encode(vocab_dir, texts, max_length))
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from([b" ", b"\t", b"\n", b"\r", b"\x0b", b"\x00", b"a", b"\xc3\xa9", b"x" * 30]), max_size=40),
+    st.integers(0, 40),
+)
+def test_long_runs_are_the_regex_s(parts, longest):
+    # The routing's check of over-long words: gaps between blanks, as the regex found them.
+    import re
+
+    data = b"".join(parts)
+    want = [m.start() for m in re.finditer(rb"[^ \t\n\r]{%d,}" % (longest + 1), data)]
+    assert routing.long_runs(np.frombuffer(data, dtype=np.uint8), longest).tolist() == want

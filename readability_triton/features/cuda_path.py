@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..kernels.source import Kernels
+from ..kernels.source import Kernels, compiled
 from . import charclass
 from .vocabulary import N_BASE, Vocabulary
 
@@ -33,15 +33,11 @@ N_COUNTERS = 10
 N_PAYLOAD = 6
 _LOW = (1 << 32) - 1
 _PADDING = bytes(charclass.PAD)
-_KERNELS: dict = {}
 
 
 def kernels(xp) -> Kernels:
     """featurize.cu compiled for `xp`'s current device (once per device)."""
-    key = (id(xp), *charclass.device_key(xp))
-    if key not in _KERNELS:
-        _KERNELS[key] = Kernels(xp, "featurize.cu")
-    return _KERNELS[key]
+    return compiled(xp, "featurize.cu")
 
 
 class EntryTable:

@@ -8,7 +8,9 @@ field (split feature, threshold, comparison, default direction, children, leaf v
 plus the SHA-256 of the checkpoint it came from. `ArrayForestRunner` walks all trees for
 all rows at once, one step per level (a `where` over `(rows, trees)`), then adds the leaf
 values tree after tree in float64, divides by the number of trees and adds the base
-score, in the order Treelite's GTIL does, so that the float32 result equals GTIL's.
+score, in the order Treelite's GTIL does, so that the float32 result equals GTIL's. On a
+GPU the same walk is one kernel (`kernels/forest.cu`): a thread per (row, tree), and the
+row's last thread to finish sums its leaves in tree order; two device calls a batch.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import numpy as np
 
 from ..device import Device, as_device
 from ..errors import RequestError
+from ..kernels.source import compiled
 from ..layout import CHECKPOINT, FOREST_ARRAYS, sha256
 from .checkpoint import treelite_module
 
@@ -134,6 +137,8 @@ class ArrayForestRunner:
         x = xp.asarray(features)
         if x.ndim != 2 or x.shape[1] != self.n_features:
             raise RequestError(f"the forest takes {self.n_features} features per text, got shape {list(x.shape)}")
+        if xp is not np:
+            return self._on_device(x)
         x = x.astype(xp.float32).astype(xp.float64)  # GTIL compares the float32 input in float64
         n = x.shape[0]
         rows = xp.arange(n, dtype=xp.int64)[:, None]
@@ -152,3 +157,21 @@ class ArrayForestRunner:
             total /= self.n_trees
         total += self.meta["base_score"]
         return total.astype(xp.float32).reshape(-1, 1)
+
+    def _on_device(self, x):
+        """The walk as one kernel: scores, the per-row counters and the leaves in one zeroed
+        array, then one launch (`kernels/forest.cu`)."""
+        xp, a = self.xp, self.arrays
+        if x.dtype != xp.float32 or not x.flags.c_contiguous:
+            x = xp.ascontiguousarray(x, dtype=xp.float32)
+        n, trees = int(x.shape[0]), self.n_trees
+        head = n + (n & 1)  # float32 scores, then uint32 counters: 8-byte aligned leaves after them
+        scratch = xp.zeros(2 * head + 2 * n * trees, dtype=xp.uint32)
+        scores, finished = scratch[:n].view(xp.float32), scratch[head : head + n]
+        leaves = scratch[2 * head :].view(xp.float64)
+        compiled(xp, "forest.cu").launch(
+            "walk_forest", n * trees, x, n, self.n_features, a["roots"], trees, self.depth, a["feature"],
+            a["threshold"], a["less_equal"], a["default_left"], a["left"], a["right"], a["leaf"], a["value"],
+            int(bool(self.meta["average"])), float(self.meta["base_score"]), leaves, finished, scores,
+        )  # fmt: skip
+        return scores.reshape(-1, 1)

@@ -113,12 +113,14 @@ def build(folder: str | None = None) -> HostLibrary:
     so_path = os.path.join(folder, f"kernels-{_digest()}.so")
     if not os.path.isfile(so_path):
         with tempfile.TemporaryDirectory(dir=folder) as work:
-            cpp = os.path.join(work, "launchers.cpp")
-            with open(cpp, "w", encoding="utf-8") as out:
-                out.write("".join(_launcher(name) for name in source.SOURCES))
+            units = []  # one translation unit per kernel file, as NVRTC compiles them
+            for name in source.SOURCES:
+                units.append(os.path.join(work, f"{name}.cpp"))
+                with open(units[-1], "w", encoding="utf-8") as out:
+                    out.write(_launcher(name))
             built = os.path.join(work, "kernels.so")
             flags = ["-O2", "-std=c++17", "-shared", "-fPIC", "-ffp-contract=off", "-fno-fast-math", "-Wall"]
-            result = subprocess.run([cxx, *flags, "-o", built, cpp], capture_output=True, text=True)
+            result = subprocess.run([cxx, *flags, "-o", built, *units], capture_output=True, text=True)
             if result.returncode:
                 raise HostBuildError(f"{cxx} could not build the kernels:\n{result.stderr[-4000:]}")
             os.replace(built, so_path)

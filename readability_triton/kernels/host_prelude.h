@@ -35,4 +35,6 @@ static inline float __uint_as_float(unsigned u) {
   std::memcpy(&f, &u, sizeof f);
   return f;
 }
+static inline void __threadfence() {}
+using std::isnan;
 using std::sqrt;

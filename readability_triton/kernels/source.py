@@ -23,7 +23,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: The kernel files, compiled by NVRTC in the tests (`nvrtc.compile_check`) and at run time.
-SOURCES = ("featurize.cu",)
+SOURCES = ("featurize.cu", "forest.cu")
 #: NVRTC options: no fused multiply-add, so that float results are NumPy's bit for bit.
 OPTIONS = ("--fmad=false", "-std=c++17")
 #: Threads per block.
@@ -103,3 +103,14 @@ class Kernels:
             return
         converted = tuple(arg if p.pointer else p.scalar(arg) for p, arg in zip(params, args))
         self.functions[kernel]((blocks(items),), (BLOCK,), converted)
+
+
+_COMPILED: dict = {}
+
+
+def compiled(xp, name: str) -> Kernels:
+    """The kernel file `name` compiled for `xp`'s current device, once per device."""
+    key = (id(xp), int(xp.cuda.runtime.getDevice()), name)
+    if key not in _COMPILED:
+        _COMPILED[key] = Kernels(xp, name)
+    return _COMPILED[key]

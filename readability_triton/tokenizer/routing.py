@@ -157,6 +157,21 @@ CALIBRATE_AT_START = ((0x0000, 0x0250), (0x2000, 0x2070), (0x20A0, 0x20C1))
 _UNKNOWN, _SAFE, _UNSAFE = 0, 1, 2
 
 
+_BLANK = np.zeros(256, dtype=bool)
+_BLANK[[ord(c) for c in " \t\n\r"]] = True
+
+
+def long_runs(buf: np.ndarray, longest: int) -> np.ndarray:
+    """Where each run of more than `longest` bytes without ' ', \\t, \\n or \\r starts in
+    `buf` (uint8): the gaps between blanks (bytes up to 32, then the four kept)."""
+    low = np.flatnonzero(buf <= 32)
+    blanks = low[_BLANK[buf[low]]]
+    bounds = np.empty(blanks.shape[0] + 2, dtype=np.int64)
+    bounds[0], bounds[1:-1], bounds[-1] = -1, blanks, buf.shape[0]
+    long = np.flatnonzero(np.diff(bounds) > longest + 1)
+    return bounds[long] + 1
+
+
 class DevicePath:
     """Tokenization on a device engine (cuDF), exact by routing: rows it cannot match
     are computed by the CPU path and written into the device result.
@@ -175,7 +190,6 @@ class DevicePath:
         empty = backend.encode("", add_special_tokens=True).ids
         self.cls_id, self.sep_id = int(empty[0]), int(empty[1])
         self.max_run = min(int(backend.model.max_input_chars_per_word), int(engine.max_word_bytes) - 1)
-        self._long_run = re.compile(rb"[^ \t\n\r]{%d,}" % (self.max_run + 1))
         added = sorted(
             {t.content.encode("utf-8") for t in backend.get_added_tokens_decoder().values()}, key=len, reverse=True
         )
@@ -238,11 +252,11 @@ class DevicePath:
             positions.append(lead[self._state[cps] != _SAFE])
         if self._ascii_unsafe.any():
             positions.append(np.flatnonzero(self._ascii_unsafe[buf]))
-        for pattern in (self._long_run, self._added):
-            if pattern is not None:
-                found = [m.start() for m in pattern.finditer(data)]
-                if found:
-                    positions.append(np.asarray(found, dtype=np.int64))
+        positions.append(long_runs(buf, self.max_run))
+        if self._added is not None:
+            found = [m.start() for m in self._added.finditer(data)]
+            if found:
+                positions.append(np.asarray(found, dtype=np.int64))
         if positions:
             hits = np.concatenate(positions)
             if hits.size:
