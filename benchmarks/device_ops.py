@@ -6,8 +6,9 @@ which runs the very code that runs on CuPy (and the kernels' CPU build).
   CUDA kernels);
 - featurize_array: the same step in array code (`extract.py` with the generic primitives),
   what CuPy ran before the kernels, for comparison;
-- tokenize: the array WordPiece (`routing.DevicePath` over `ArrayEngine`), the GPU path where
-  cuDF is not installed;
+- tokenize: the WordPiece kernel (`routing.DevicePath` over `KernelEngine`), the GPU path
+  where cuDF is not installed; tokenize_array: the same over the CuPy array code
+  (`ArrayEngine`), for comparison;
 - forest: `ArrayForestRunner` on the device (the kernel of `kernels/forest.cu`), a forest of
   the served shape (100 trees, depth 16), on features already on the device.
 
@@ -83,7 +84,7 @@ def count(xp, run) -> dict:
 def measure(texts: list[str], sizes: list[int], tokenizer_dir: str | None, build_folder: str | None = None) -> dict:
     xp = standin.StandIn(host.build(build_folder))
     batches = {size: (texts * (size // len(texts) + 1))[:size] for size in sizes}
-    out: dict = {"featurize": {}, "featurize_array": {}, "tokenize": {}, "forest": {}}
+    out: dict = {"featurize": {}, "featurize_array": {}, "tokenize": {}, "tokenize_array": {}, "forest": {}}
     vocabulary = build_vocabulary(texts)
     formulas = Formulas.load()
     ops = words.GenericOps(xp)
@@ -94,15 +95,17 @@ def measure(texts: list[str], sizes: list[int], tokenizer_dir: str | None, build
     if tokenizer_dir:
         from readability_triton.tokenizer import WordPieceTokenizer
         from readability_triton.tokenizer.array_engine import ArrayEngine
+        from readability_triton.tokenizer.kernel_engine import KernelEngine
         from readability_triton.tokenizer.routing import DevicePath, device_vocabulary
 
         tokenizer = WordPieceTokenizer.from_directory(tokenizer_dir)
         lower = bool(tokenizer.backend.normalizer.lowercase)
-        path = DevicePath(tokenizer, ArrayEngine(device_vocabulary(tokenizer.backend), lower, xp=xp), xp)
-        for size, batch in batches.items():
-            out["tokenize"][str(size)] = count(xp, lambda b=batch: path.encode(b))
+        for step, engine_type in (("tokenize", KernelEngine), ("tokenize_array", ArrayEngine)):
+            path = DevicePath(tokenizer, engine_type(device_vocabulary(tokenizer.backend), lower, xp=xp), xp)
+            for size, batch in batches.items():
+                out[step][str(size)] = count(xp, lambda b=batch, p=path: p.encode(b))
     else:
-        del out["tokenize"]
+        del out["tokenize"], out["tokenize_array"]
     rng = np.random.default_rng(0)
     arrays, meta = forest_arrays(rng)
     forest = ArrayForestRunner(arrays, meta)  # on the CPU, then moved onto the stand-in

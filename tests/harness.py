@@ -203,6 +203,15 @@ class CupyLikeRules:
             def getDevice():
                 return 0
 
+        class _Stream:
+            @staticmethod
+            def synchronize():
+                pass
+
+        @staticmethod
+        def get_current_stream():
+            return CupyLikeRules.cuda._Stream()
+
     __name__ = "cupy_like"
 
     def __getattr__(self, name):

@@ -12,14 +12,17 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 
 import numpy as np
 import pytest
-from harness import load_benchmark, write_csv
+from harness import CupyLikeRules, hf_encode, host_kernels, load_benchmark, write_csv
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from test_features_properties import GLUE, NASTY, VOCABULARY, WORDS, texts
+from test_tokenization import EDGE_CASES, assert_same, long_texts
 
 from readability_triton.features import build_vocabulary, featurize
 from readability_triton.features import cuda_path as F
@@ -178,14 +181,16 @@ def test_device_ops_benchmark_holds_the_bounds(vocab_dir, commonlit, tmp_path):
     out = tmp_path / "counts.json"
     assert bench.main(["--data", str(data), "--tokenizer", vocab_dir, "--json", str(out)]) == 0
     counts = json.loads(out.read_text())
-    assert set(counts) == {"featurize", "featurize_array", "tokenize", "forest"}
+    assert set(counts) == {"featurize", "featurize_array", "tokenize", "tokenize_array", "forest"}
     for size in ("1", "64", "2048"):
         featurize_ = counts["featurize"][size]
         assert featurize_["calls"] <= 16 and featurize_["syncs"] == 0 and featurize_["uploads"] == 1, featurize_
+        tokenize = counts["tokenize"][size]  # (texts the routing sends to the CPU path included)
+        assert tokenize["calls"] <= 12 and tokenize["syncs"] <= 1, tokenize
         forest = counts["forest"][size]
         assert forest["calls"] <= 2 and forest["syncs"] == 0 and forest["uploads"] == 0, forest
         # The array paths, for comparison: counted, not bounded.
-        assert all(counts[step][size]["calls"] > 16 for step in ("featurize_array", "tokenize"))
+        assert all(counts[step][size]["calls"] > 16 for step in ("featurize_array", "tokenize_array"))
 
 
 def random_forest(rng, trees=30, depth=7, n_features=12):
@@ -237,3 +242,85 @@ def test_forest_kernel_equals_the_array_walk(xp, average, base_score):
     same_bits(got, want)
     same_bits(runner(xp.asarray(features.astype(np.float64))), want)  # converted first
     assert runner(xp.asarray(features[:0])).shape == (0, 1)
+
+
+# ------------------------------------------------------------------- the WordPiece kernel
+
+
+@functools.lru_cache(maxsize=None)
+def _wordpiece_path(vocab_dir, max_length, hash_mask=F.ALL):
+    from readability_triton.tokenizer import WordPieceTokenizer, routing
+    from readability_triton.tokenizer.kernel_engine import KernelEngine
+
+    xp = standin.StandIn(host_kernels())
+    tok = WordPieceTokenizer.from_directory(vocab_dir, max_length)
+    vocabulary = routing.device_vocabulary(tok.backend)
+    engine = KernelEngine(vocabulary, True, tok.backend.model.unk_token, xp=xp, hash_mask=hash_mask)
+    return routing.DevicePath(tok, engine, xp)
+
+
+def assert_tokens_equal(path, vocab_dir, texts, max_length):
+    ids, mask = path.encode(texts)
+    assert_same((np.asarray(ids), np.asarray(mask)), hf_encode(vocab_dir, texts, max_length))
+
+
+def test_wordpiece_kernel_equals_hugging_face_on_commonlit(vocab_dir, commonlit):
+    path = _wordpiece_path(vocab_dir, 256)
+    assert_tokens_equal(path, vocab_dir, commonlit.texts, 256)
+    assert 0 < path.last_routed.size <= len(commonlit.texts) // 100  # Æ: the CPU path's rows, scattered in
+
+
+@pytest.mark.parametrize("max_length", (2, 8, 128, 512))
+def test_wordpiece_kernel_edge_cases(vocab_dir, commonlit, max_length):
+    texts = EDGE_CASES + long_texts(commonlit) + commonlit.texts[:40] + ["x" * 101, "Æsop [CLS] y", "a\u200bb é ﬁ 中文"]
+    assert_tokens_equal(_wordpiece_path(vocab_dir, max_length), vocab_dir, texts, max_length)
+
+
+@pytest.mark.parametrize("hash_mask", (0, 0xF))
+def test_wordpiece_kernel_with_colliding_hashes(vocab_dir, commonlit, hash_mask):
+    texts = EDGE_CASES + commonlit.texts[:30]
+    assert_tokens_equal(_wordpiece_path(vocab_dir, 128, hash_mask), vocab_dir, texts, 128)
+
+
+_PIECES = st.sampled_from(
+    ["un", "##", "aff", "able", "the", "reading", "é", "—", ",", "x" * 40, " ", "\t", "Ü", "[", "]", "中", "😀", "'"]
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(
+        st.one_of(
+            st.text(st.characters(max_codepoint=127), max_size=120),
+            st.text(st.characters(exclude_categories=("Cs",)), max_size=80),
+            st.lists(_PIECES, max_size=40).map("".join),
+        ),
+        min_size=1,
+        max_size=6,
+    ),
+    st.sampled_from((4, 32, 128)),
+)
+def test_wordpiece_kernel_on_random_text(vocab_dir, texts, max_length):
+    assert_tokens_equal(_wordpiece_path(vocab_dir, max_length), vocab_dir, texts, max_length)
+
+
+def test_the_tokenizer_takes_the_kernel_where_cupy_compiles(vocab_dir, monkeypatch):
+    from readability_triton.tokenizer import WordPieceTokenizer, cudf_engine
+    from readability_triton.tokenizer.kernel_engine import KernelEngine
+
+    tok = WordPieceTokenizer.from_directory(vocab_dir, 16)
+    monkeypatch.setattr(cudf_engine, "cudf_support", lambda: (False, "cuDF is not importable (test)"))
+    monkeypatch.setattr(cudf_engine, "cupy_module", lambda: CupyLikeRules())
+    path = tok.device_path(0)
+    assert isinstance(path.engine, KernelEngine)
+    ok, reason = tok.gpu_support(0)
+    assert ok and "a CUDA kernel" in reason
+    texts = ["A text.", "Another one, longer than the first."]
+    assert_tokens_equal(path, vocab_dir, texts, 16)
+
+
+def test_a_vocabulary_with_a_piece_twice_is_refused():
+    from readability_triton.tokenizer.kernel_engine import KernelEngine
+
+    with pytest.raises(ValueError, match="twice"):
+        KernelEngine(["[UNK]", "a", "##b", "a"], True, xp=standin.StandIn(host_kernels()))

@@ -74,6 +74,7 @@ class EntryTable:
             "build_table", count, self.bytes, self.at, self.length, count, hash_mask, self.hash, self.slots,
             self.slot_mask,
         )  # fmt: skip
+        xp.cuda.get_current_stream().synchronize()  # built before any stream uses it (once per device)
 
 
 def entry_table(xp, vocabulary: Vocabulary, formulas, hash_mask: int = ALL) -> EntryTable:

@@ -23,7 +23,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 #: The kernel files, compiled by NVRTC in the tests (`nvrtc.compile_check`) and at run time.
-SOURCES = ("featurize.cu", "forest.cu")
+SOURCES = ("featurize.cu", "forest.cu", "wordpiece.cu")
 #: NVRTC options: no fused multiply-add, so that float results are NumPy's bit for bit.
 OPTIONS = ("--fmad=false", "-std=c++17")
 #: Threads per block.

@@ -161,7 +161,10 @@ class StandIn(types.ModuleType):
         self.library = library
         self.tally = TALLY
         self.launches: list[str] = []
-        self.cuda = types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: 0))
+        stream = types.SimpleNamespace(synchronize=self._synchronize)
+        self.cuda = types.SimpleNamespace(
+            runtime=types.SimpleNamespace(getDevice=lambda: 0), get_current_stream=lambda: stream
+        )
 
     def __getattr__(self, name):
         obj = getattr(np, name)
@@ -192,6 +195,10 @@ class StandIn(types.ModuleType):
 
     def RawModule(self, code: str, options=()):
         return HostRawModule(self.library, code, options, on_launch=self._launched)
+
+    @staticmethod
+    def _synchronize() -> None:
+        TALLY.syncs += 1
 
     def _launched(self, kernel: str) -> None:
         TALLY.calls += 1

@@ -278,9 +278,17 @@ class DevicePath:
         np.cumsum(sizes, out=starts[1:])
         to_cpu = self.route(data, starts)
         routed = np.flatnonzero(to_cpu)
+        encode_rows = getattr(self.engine, "encode_rows", None)  # an engine that writes ids and mask itself
         if routed.size == n:
             ids, mask = self.tokenizer.encode_cpu(rows)
             ids, mask = xp.asarray(ids), xp.asarray(mask)
+        elif encode_rows is not None:
+            ids, mask = encode_rows(data, starts, to_cpu, length, self.cls_id, self.sep_id, self.tokenizer.pad_id)
+            if routed.size:
+                cpu_ids, cpu_mask = self.tokenizer.encode_cpu([rows[i] for i in routed])
+                index = xp.asarray(routed)
+                ids[index] = xp.asarray(cpu_ids)
+                mask[index] = xp.asarray(cpu_mask)
         else:
             values, counts = self.engine.wordpiece(data, starts, max_words=length - 2)
             ids, mask = add_special_tokens(values, counts, length, self.cls_id, self.sep_id, self.tokenizer.pad_id, xp)

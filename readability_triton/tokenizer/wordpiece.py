@@ -37,6 +37,7 @@ from . import cudf_engine
 from .array_engine import ArrayEngine
 from .arrays import add_special_tokens, pad_rows  # noqa: F401 - add_special_tokens: part of the API here
 from .files import SPECIAL_DEFAULTS, load_backend
+from .kernel_engine import KernelEngine
 from .routing import DevicePath, device_incompatibility, device_vocabulary
 
 log = logging.getLogger(__name__)
@@ -204,7 +205,9 @@ class WordPieceTokenizer:
         try:
             select = getattr(getattr(cupy, "cuda", None), "Device", None)
             with select(device_id) if select is not None else contextlib.nullcontext():
-                engine = ArrayEngine(
+                # The WordPiece kernel where the module compiles CUDA (CuPy), else array code.
+                engine_type = KernelEngine if hasattr(cupy, "RawModule") else ArrayEngine
+                engine = engine_type(
                     device_vocabulary(self.backend),
                     bool(self.backend.normalizer.lowercase),
                     unk_token=self.backend.model.unk_token,
@@ -213,4 +216,5 @@ class WordPieceTokenizer:
                 path = DevicePath(self, engine, cupy)
         except Exception as exc:  # noqa: BLE001 - any failure means: use the CPU path
             return None, f"{why_not_cudf}; building the CuPy WordPiece failed ({type(exc).__name__}: {exc})"
-        return path, f"WordPiece on CuPy ({why_not_cudf}); {path.describe()}"
+        how = "a CUDA kernel" if isinstance(path.engine, KernelEngine) else "CuPy array code"
+        return path, f"WordPiece on CuPy, {how} ({why_not_cudf}); {path.describe()}"
