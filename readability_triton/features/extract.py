@@ -83,22 +83,26 @@ def featurize(texts, vocabulary: Vocabulary, xp=None):
 def featurize_with_formulas(texts, vocabulary: Vocabulary, formulas, xp=None):
     """(features, formulas) of every text in one pass: `featurize`'s array and the classic
     formulas' float32 `(len(texts), 7)` (`formulas.Formulas`, FORMULAS order), from the same
-    words and sentences. (On CuPy the formulas are a transposed view: see `served_outputs`.)"""
+    words and sentences."""
     if xp is not None and xp is not np:
         features, _, block = cuda_path.outputs(as_utf8(texts), _checked(vocabulary), formulas, xp)
-        return features, block.T
+        return features, xp.ascontiguousarray(block.T)
     return _featurize_parts(texts, vocabulary, xp, formulas=formulas)
 
 
 def served_outputs(texts, vocabulary: Vocabulary, formulas, xp=None):
     """What the `featurize` step answers: (features, words `(n, 1)`, the seven formulas as
-    `(n, 1)` columns), every array contiguous; on a GPU all are views of one output of the
-    CUDA kernels (no copy)."""
+    `(n, 1)` columns; without `formulas`, features and words only), every array contiguous;
+    on a GPU all are views of one output of the CUDA kernels (no copy)."""
     if xp is not None and xp is not np:
         features, words, block = cuda_path.outputs(as_utf8(texts), _checked(vocabulary), formulas, xp)
+        if block is None:
+            return features, words
         return (features, words, *(block[k].reshape(-1, 1) for k in range(block.shape[0])))
     features, scores = _featurize_parts(texts, vocabulary, np, formulas=formulas)
     words = np.ascontiguousarray(features[:, :1])
+    if formulas is None:
+        return features, words
     return (features, words, *(np.ascontiguousarray(scores[:, k : k + 1]) for k in range(scores.shape[1])))
 
 

@@ -22,6 +22,12 @@ class NvrtcError(RuntimeError):
     pass
 
 
+#: What CuPy's RawModule adds to the kernels' options (cupy/_core compiler: flush float32
+#: subnormals to zero), so that the check compiles what CuPy compiles. No value changes: the
+#: kernels' float arithmetic is in double, and no float32 result is subnormal.
+CUPY_ADDS = ("-ftz=true",)
+
+
 def find_library() -> str | None:
     """libnvrtc from the nvidia-cuda-nvrtc wheel (CUDA 13 or 12 layout), or None."""
     roots = [*site.getsitepackages(), site.getusersitepackages(), *sys.path]
@@ -48,7 +54,7 @@ def compile_source(code: str, name: str, arch: str = "sm_90") -> bytes:
     if status:
         raise NvrtcError(f"nvrtcCreateProgram failed ({status})")
     try:
-        options = [f"-arch={arch}".encode(), *(o.encode() for o in source.OPTIONS)]
+        options = [f"-arch={arch}".encode(), *(o.encode() for o in (*source.OPTIONS, *CUPY_ADDS))]
         status = lib.nvrtcCompileProgram(program, len(options), (ctypes.c_char_p * len(options))(*options))
         size = ctypes.c_size_t()
         lib.nvrtcGetProgramLogSize(program, ctypes.byref(size))
