@@ -1,19 +1,22 @@
-"""The GPU kit: what a lent GPU machine runs, in two `device` calls, and their dry runs on a
-CPU-only machine.
+"""The GPU kit: what a lent GPU machine runs, in two `device` calls, each self-contained, and
+their dry runs on a CPU-only machine.
 
-    python scripts/gpu_kit.py prepare              # here: builds .gpu-check/{p01,p2a,p2b}
+    python scripts/gpu_kit.py prepare              # here: builds .gpu-check/{p01,p2}
     python scripts/gpu_kit.py plan                 # the calls: phases, deadline, carry sizes
-    bash scripts/gpu-check.sh --phase 0,1,2a       # call 1 (carry .gpu-check/p01 and .gpu-check/p2a)
-    bash scripts/gpu-check.sh --phase 2            # call 2 (carry .gpu-check/p2b), within 30 s of call 1
-    bash scripts/gpu-check.sh --phase 0,1,2a --cpu-dry-run   # the same code here, without a GPU
+    bash scripts/gpu-check.sh --phase 0,1          # call 1 (carry .gpu-check/p01)
+    bash scripts/gpu-check.sh --phase 2a,2         # call 2 (carry .gpu-check/p2), any time later
+    bash scripts/gpu-check.sh --phase 0,1 --cpu-dry-run   # the same code here, without a GPU
 
 Phases: 0 probes the machine (GPU, libpython, libcuda, packages, CUDA IPC between two
 processes, and whether its torch runs the carried model.pt); 1 runs the `gpu` tests and
-the featurize and tokenize benchmarks; 2a unpacks numpy 1.x and CuPy 13 for the server's
-stub and imports them as the stub will (with the machine's torch, one kernel compiled
-through NVRTC); 2 serves the `portable-gpu` repository (assembled here from the tiny
-artifact set: a random 2-layer BERT, so its numbers measure the pipeline, not BERT) with
-the pytriton wheel's tritonserver, whose Python 3.12 stub needs numpy < 2 and so CuPy 13.
+the featurize and tokenize benchmarks (the CUDA kernels against NumPy and `tokenizers`);
+2a unpacks numpy 1.x and CuPy 13 for the server's stub and checks them as the stub will
+use them (with the machine's torch: reductions, scans, DLPack both ways, and the project's
+CUDA kernels compiled by CuPy 13's NVRTC); 2 serves the `portable-gpu` repository
+(assembled here from the tiny artifact set: a random 2-layer BERT, so its numbers measure
+the pipeline, not BERT) with the pytriton wheel's tritonserver, whose Python 3.12 stub
+needs numpy < 2 and so CuPy 13, then the same repository with the Python steps on the CPU
+(the `hybrid` split: BERT and the forest on the GPU), each at 1, 8 and 32 clients.
 
 The machine it is sized for (issue 16): one H200, driver 580 (CUDA 13),
 Python 3.12 with torch 2.11, CuPy 14, numpy 2, tokenizers and transformers; no cuDF,
@@ -104,7 +107,7 @@ def phase1(result: dict, dry: bool, env, deadline: Deadline) -> None:
     featurize = [sys.executable, "benchmarks/bench_featurize.py", "--batch-sizes", "64,2048", "--rounds", "2"]
     featurize += ["--min-seconds", "0.3", "--json", os.path.join(out_dir(), "featurize.json"), "--data", data]
     tokenize = [sys.executable, "benchmarks/bench_tokenize.py", "--batch-sizes", "64,2048", "--min-time", "0.5"]
-    tokenize += ["--paths", "cpu,gpu,array-numpy", "--json", os.path.join(out_dir(), "tokenize.json"), "--data", data]
+    tokenize += ["--paths", "cpu,gpu", "--json", os.path.join(out_dir(), "tokenize.json"), "--data", data]
     if env.get("READABILITY_TRITON_TOKENIZER_DIR"):
         tokenize += ["--tokenizer", env["READABILITY_TRITON_TOKENIZER_DIR"]]
     carried = os.path.join(CARRY, "p01", "vocabulary.json")  # no scikit-learn there to build one
@@ -114,8 +117,9 @@ def phase1(result: dict, dry: bool, env, deadline: Deadline) -> None:
         vocabulary = _build_vocabulary(data)
     if vocabulary:
         featurize += ["--vocabulary", vocabulary]
+    featurize += ["--reference-texts", "50"]  # (the per-text reference is not what is new)
     if dry:
-        featurize += ["--no-gpu", "--reference-texts", "50"]
+        featurize += ["--no-gpu"]
     for name, cmd in (("featurize", featurize), ("tokenize", tokenize)):
         run = run_for(cmd, deadline.share("1", f"{name} benchmark"), env=env, cwd=ROOT)
         result[name] = {"exit": run.returncode, "tail": (run.stdout + run.stderr)[-1500:]}
@@ -254,10 +258,7 @@ def _phase2_with_site(deadline: Deadline) -> int:
     """Phase 2 needs numpy < 2 in this process too (the server checks its own numpy before
     starting one): run it in a child with the stub's environment, on the same deadline."""
     if not os.path.isdir(SITE):
-        problem = (
-            f"no {SITE}: the machine was given back after call 1 (it stays warm about 30 s). "
-            "Run call 1 (phases 0,1,2a) again, then call 2 at once"
-        )
+        problem = f"no {SITE}: phase 2 serves with what phase 2a unpacks there: run phases 2a,2 together"
         write_json(RESULT_FILES["2"], {"phase": "2", "ok": False, "error": problem})
         say(f"== phase 2 FAILED: {problem}")
         return 1
@@ -294,7 +295,7 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     run_parser = sub.add_parser("run")
-    run_parser.add_argument("--phase", default="0,1,2a", help="comma-separated: 0, 1, 2a, 2 (default 0,1,2a)")
+    run_parser.add_argument("--phase", default="0,1", help="comma-separated: 0, 1, 2a, 2 (default 0,1)")
     run_parser.add_argument("--cpu-dry-run", action="store_true", help="the same steps on a machine without a GPU")
     run_parser.add_argument(
         "--deadline", type=float, default=DEADLINE_S, help=f"seconds for the whole call (default {DEADLINE_S})"
@@ -302,11 +303,11 @@ def main(argv=None) -> int:
     sub.add_parser("plan", help="the device calls: phases, deadline, what each carries")
     prepare = sub.add_parser("prepare")
     prepare.add_argument("--python-version", default="3.12")
-    prepare.add_argument("--only", default="p01,p2a,p2b", help="which carry folders (default all)")
+    prepare.add_argument("--only", default="p01,p2", help="which carry folders (default all)")
     prepare.add_argument(
         "--no-server",
         action="store_true",
-        help="p2b without the tritonserver archive (enough for phase 2's --cpu-dry-run)",
+        help="p2 without the site and tritonserver archives (enough for phase 2's --cpu-dry-run)",
     )
     args = parser.parse_args(argv)
     if args.command == "prepare":

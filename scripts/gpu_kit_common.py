@@ -42,8 +42,17 @@ DEADLINE_S = 540
 STEPS: dict[str, tuple[tuple[str, int], ...]] = {
     "0": (("nvidia-smi", 15), ("versions", 45), ("cuda ipc", 40), ("model.pt", 60)),
     "1": (("gpu tests", 200), ("featurize benchmark", 60), ("tokenize benchmark", 60)),
-    "2a": (("unpack", 25), ("imports and a kernel", 35)),
-    "2": (("unpack", 30), ("server start", 240), ("scores", 60), ("throughput", 45), ("stop", 90)),
+    "2a": (("unpack", 25), ("imports and kernels", 45)),
+    "2": (
+        ("unpack", 20),
+        ("server start", 120),
+        ("scores", 30),
+        ("throughput", 45),
+        ("stop", 30),
+        ("hybrid start", 120),
+        ("hybrid throughput", 45),
+        ("hybrid stop", 30),
+    ),
 }
 RESULT_FILES = {"0": "probe.json", "1": "phase1.json", "2a": "phase2a.json", "2": "serve.json"}
 
@@ -65,8 +74,8 @@ class Call:
 
 
 CALLS = (
-    Call(("0", "1", "2a"), ("p01", "p2a")),
-    Call(("2",), ("p2b",), "within 30 s of call 1, while the machine is warm: phase 2 serves from what 2a unpacked"),
+    Call(("0", "1"), ("p01",)),
+    Call(("2a", "2"), ("p2",), "self-contained: 2a unpacks the stub's site that 2 serves with"),
 )
 
 

@@ -4,16 +4,20 @@ lent machine, here (network, the project's venv), into .gpu-check/ (git-ignored)
 - p01/ (phases 0 and 1): the real `triton_python_backend_utils.py` (for the pb_utils stub),
   a BERT tokenizer folder, the CommonLit excerpts (data, never committed), a tiny artifact
   set with its forest exported as arrays (the machine has no Treelite) and without
-  model.onnx (nothing there reads it, and its 4 MiB decide whether p01 and p2a fit one
-  call), kit.json (which torch wrote model.pt and what it computes), and site/ with a
+  model.onnx (nothing there reads it), kit.json (which torch wrote model.pt and what it computes), and site/ with a
   matched tritonclient and protobuf (PINNED: the model tests build configs with Triton's
   generated proto, which refuses a protobuf older than the one that generated it);
-- p2a/site.tar.xz (phase 2a): numpy 1.26 and CuPy 13.6 (cupy-cuda13x) + fastrlock for the
-  machine's Python, which the 3.12 stub of the pytriton tritonserver can run with;
-- p2b/ (phase 2): that tritonserver trimmed to what serves Python models (bin, the python
-  backend, the 3.12 stub, its libraries less the other Pythons' libpython), the
-  portable-gpu repository assembled from the tiny set, and the CPU pipeline's scores of the
-  kit's texts (expected.json).
+- p2/ (phases 2a and 2, one call):
+  - site.tar.xz: numpy 1.26 and CuPy 13.6 (cupy-cuda13x) + fastrlock for the machine's
+    Python, which the 3.12 stub of the pytriton tritonserver can run with; less what nothing
+    here loads (`SITE_LEFT_OUT`: CuPy's Thrust module, which CuPy imports only if present,
+    and numpy's own tests);
+  - tritonserver.tar.xz: that tritonserver trimmed to what serves Python models (bin, the
+    python backend, the 3.12 stub, its libraries less the other Pythons' libpython), with
+    ICU's 29 MB data library replaced by an empty one of the same name (libxml2 needs ICU
+    linked, and a local repository never makes it convert text: `empty_icu_data`);
+  - the portable-gpu repository assembled from the tiny set, and the CPU pipeline's scores
+    of the kit's texts (expected.json).
 
 Each call of the plan (gpu_kit_common.CALLS) carries its folders and the checkout: at most
 64 MiB; this script fails where a call's would not fit.
@@ -95,7 +99,7 @@ def _unpack_wheels(wheels, into: str) -> None:
 
 
 def _tar_xz(source: str, out: str, arcname: str = ".") -> None:
-    with tarfile.open(out, "w:xz", preset=6) as tar:
+    with tarfile.open(out, "w:xz", preset=9) as tar:
         tar.add(source, arcname=arcname)
 
 
@@ -200,24 +204,61 @@ def p01(python_version: str) -> str:
     return folder
 
 
-def p2a(python_version: str) -> str:
-    folder = os.path.join(CARRY, "p2a")
-    shutil.rmtree(folder, ignore_errors=True)
-    os.makedirs(folder)
+#: Paths under the stub's site that nothing in phase 2 loads (CuPy imports cupy.cuda.thrust
+#: inside try/except ImportError; numpy's tests are never imported): 12 of the 50 MiB.
+SITE_LEFT_OUT = (re.compile(r"cupy/cuda/thrust\.[^/]*\.so$"), re.compile(r"(^|/)tests(/|$)"))
+
+
+def site_archive(python_version: str, out: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         wheels = _download(
             ["numpy==1.26.4", "cupy-cuda13x==13.6.0", "fastrlock>=0.8"], python_version, os.path.join(tmp, "whl")
         )
-        _unpack_wheels(wheels, os.path.join(tmp, "site"))
-        _tar_xz(os.path.join(tmp, "site"), os.path.join(folder, "site.tar.xz"))
-    return folder
+        site = os.path.join(tmp, "site")
+        _unpack_wheels(wheels, site)
+        for base, folders, files in os.walk(site, topdown=True):
+            rel = os.path.relpath(base, site).replace(os.sep, "/")
+            for name in [*folders]:
+                if any(p.search(f"{rel}/{name}/") for p in SITE_LEFT_OUT):
+                    shutil.rmtree(os.path.join(base, name))
+                    folders.remove(name)
+            for name in files:
+                if any(p.search(f"{rel}/{name}") for p in SITE_LEFT_OUT):
+                    os.remove(os.path.join(base, name))
+        _tar_xz(site, out)
 
 
-def p2b(python_version: str, server: bool = True) -> str:
+def empty_icu_data(libs: str) -> str | None:
+    """Replace ICU's data library in `libs` with an empty one of the same soname that exports
+    the same symbol (libxml2 links ICU; tritonserver never has it convert text when serving a
+    local repository). Returns what was replaced, or None where no C compiler is here."""
+    found = glob.glob(os.path.join(libs, "libicudata*.so*"))
+    compiler = shutil.which("cc") or shutil.which("gcc")
+    if not found or compiler is None:
+        return None
+    path = found[0]
+    symbols = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True, check=True).stdout
+    names = re.findall(r"\b(icudt\d+_dat)\b", symbols)
+    if not names:
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        source = os.path.join(tmp, "icudata.c")
+        with open(source, "w", encoding="utf-8") as handle:
+            handle.write(f"const char {names[0]}[64] = {{0}};\n")
+        built = os.path.join(tmp, "icudata.so")
+        soname = os.path.basename(path)
+        subprocess.run([compiler, "-shared", "-fPIC", f"-Wl,-soname,{soname}", "-o", built, source], check=True)
+        shutil.copyfile(built, path)
+    return os.path.basename(path)
+
+
+def p2(python_version: str, server: bool = True) -> str:
+    """Everything the one call of phases 2a and 2 carries (without `server`: the repository
+    and the expected scores only, what the dry run of phase 2 needs)."""
     from readability_triton.pipeline import Pipeline
     from readability_triton.repository import assemble as repository
 
-    folder = os.path.join(CARRY, "p2b")
+    folder = os.path.join(CARRY, "p2")
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
     with tempfile.TemporaryDirectory() as tmp:
@@ -232,6 +273,7 @@ def p2b(python_version: str, server: bool = True) -> str:
             )
         if not server:
             return folder
+        site_archive(python_version, os.path.join(folder, "site.tar.xz"))
         # The tritonserver of the pytriton wheel, trimmed to what serves Python models.
         site = os.path.dirname(os.path.dirname(_origin("pytriton")))
         home = os.path.join(site, "pytriton", "tritonserver")
@@ -250,14 +292,16 @@ def p2b(python_version: str, server: bool = True) -> str:
             os.path.join(trimmed, "nvidia_pytriton.libs"),
             ignore=foreign_libpython(python_version),
         )
+        replaced = empty_icu_data(os.path.join(trimmed, "nvidia_pytriton.libs"))
+        print(f"   {replaced or 'ICU data kept (no C compiler or no ICU here)'}: emptied", flush=True)
         _tar_xz(trimmed, os.path.join(folder, "tritonserver.tar.xz"))
     return folder
 
 
-def prepare(python_version: str = "3.12", only: tuple[str, ...] = ("p01", "p2a", "p2b"), server: bool = True) -> int:
+def prepare(python_version: str = "3.12", only: tuple[str, ...] = ("p01", "p2"), server: bool = True) -> int:
     os.makedirs(CARRY, exist_ok=True)
     for name in only:
-        print(f"{p2b(python_version, server) if name == 'p2b' else {'p01': p01, 'p2a': p2a}[name](python_version)}")
+        print(p2(python_version, server) if name == "p2" else p01(python_version), flush=True)
     too_big = []
     for number, call in enumerate(CALLS, 1):
         line, total = describe_call(call, number)

@@ -92,7 +92,7 @@ def model_pt_check(p01: str, env, seconds: float, dry: bool) -> dict:
             why=(
                 f"this machine's torch cannot run model.pt, written by {report['written_by']}: "
                 f"{run.stderr.strip()[-600:]}. Build the kit's set with a torch no newer than this machine's "
-                "(a venv with that torch, then `gpu_kit.py prepare --only p01,p2b`)"
+                "(a venv with that torch, then `gpu_kit.py prepare --only p01,p2`)"
             ),
         )
         return report

@@ -1,6 +1,8 @@
-"""Phases 2a and 2 of the GPU kit: the carried numpy 1.x and CuPy 13 for the stub of the
-pytriton wheel's tritonserver (2a: unpacked, imported with the machine's torch, one kernel
-compiled), then that server on the `portable-gpu` repository (2)."""
+"""Phases 2a and 2 of the GPU kit, one call: the carried numpy 1.x and CuPy 13 for the stub of
+the pytriton wheel's tritonserver (2a: unpacked, imported with the machine's torch; CuPy's
+reductions, scans and DLPack both ways; the project's CUDA kernels compiled by that CuPy and
+checked against NumPy), then that server on the `portable-gpu` repository, and on the same
+repository with the Python steps on the CPU (the `hybrid` split) (2)."""
 
 from __future__ import annotations
 
@@ -88,11 +90,45 @@ def stub_env(base=None, roots=None, site: bool = True) -> dict:
 
 
 #: Run with the stub's environment: the carried numpy and CuPy, one kernel compiled through
-#: NVRTC before torch is imported (torch would load NVRTC itself), then torch reads the
-#: result through DLPack. Prints {"numpy", "cupy", "kernel", "torch", "problems"} as JSON.
+#: NVRTC before torch is imported (torch would load NVRTC itself), a reduction and a scan,
+#: the project's kernel files compiled by this CuPy and run against NumPy (features and
+#: formulas, WordPiece with the repository's tokenizer, the forest), then DLPack from CuPy to
+#: torch and back. Prints {"numpy", "cupy", "kernel", "kernels", "torch", "problems"} as JSON.
 _SITE_CHECK = """
 import json, os, sys
 site, gpu = os.path.realpath(sys.argv[1]), sys.argv[2] == "gpu"
+
+def _kernels_check(cupy, tokenizer_dir):
+    import numpy as np
+    from readability_triton.features import Vocabulary
+    from readability_triton.features.extract import served_outputs
+    from readability_triton.features.formulas import Formulas
+    from readability_triton.forest.arrays import ArrayForestRunner
+    from readability_triton.kernels import source
+    from readability_triton.tokenizer import WordPieceTokenizer
+    texts = TEXTS * 20
+    result = {"compiled": [name for name in source.SOURCES if source.compiled(cupy, name)], "problems": []}
+    vocabulary = Vocabulary(["the", "and", "a"], ["cat", "light", "lessor"], ["the", "and", "a", "it"])
+    formulas = Formulas.load()
+    want, got = served_outputs(texts, vocabulary, formulas), served_outputs(texts, vocabulary, formulas, xp=cupy)
+    same = [np.array_equal(cupy.asnumpy(g).view(np.uint32), w.view(np.uint32)) for g, w in zip(got, want)]
+    result["featurize"] = all(same)
+    tokenizer = WordPieceTokenizer.from_directory(tokenizer_dir, 64)
+    ids, mask = tokenizer.encode(texts, xp=cupy)
+    cpu_ids, cpu_mask = tokenizer.encode_cpu(texts)
+    result["wordpiece"] = bool((cupy.asnumpy(ids) == cpu_ids).all() and (cupy.asnumpy(mask) == cpu_mask).all())
+    rng = np.random.default_rng(0)
+    arrays = {"feature": np.array([0, 0, 0]), "threshold": np.array([0.5, 0.0, 0.0]), "left": np.array([1, 1, 2])}
+    arrays.update(right=np.array([2, 1, 2]), value=np.array([0.0, -1.0, 2.0]), roots=np.array([0, 0]))
+    arrays.update(less_equal=np.ones(3, bool), default_left=np.ones(3, bool), leaf=np.array([False, True, True]))
+    meta = {"n_features": 1, "n_trees": 2, "depth": 1, "average": True, "base_score": 0.25}
+    x = rng.normal(size=(100, 1)).astype(np.float32)
+    walk = ArrayForestRunner(arrays, meta)
+    on_gpu = ArrayForestRunner(arrays, meta, device="gpu")
+    result["forest"] = bool((cupy.asnumpy(on_gpu(cupy.asarray(x))) == walk(x)).all())
+    result["problems"] = [k for k in ("featurize", "wordpiece", "forest") if not result[k]]
+    return result
+
 def carried(module):
     return os.path.realpath(module.__file__).startswith(site + os.sep)
 out, problems = {}, []
@@ -119,12 +155,24 @@ if gpu and cupy is not None:
     out["kernel"] = {"right": right, "nvrtc": list(cupy.cuda.nvrtc.getVersion())}
     if not right:
         problems.append("the compiled kernel computed a wrong result")
+    a = cupy.arange(1, 1001, dtype=cupy.int64)
+    out["reductions_and_scans"] = int(a.sum()) == 500500 and int(cupy.cumsum(a)[-1]) == 500500
+    if not out["reductions_and_scans"]:
+        problems.append("a CuPy sum or cumsum was wrong")
+    try:
+        out["kernels"] = _kernels_check(cupy, sys.argv[3])
+        problems += [f"kernels: {p}" for p in out["kernels"]["problems"]]
+    except Exception as exc:
+        out["kernels"] = f"{type(exc).__name__}: {exc}"
+        problems.append(f"the project's kernels failed: {out['kernels']}")
 import torch
 out["torch"] = {"version": torch.__version__, "cuda": torch.cuda.is_available()}
 if gpu and cupy is not None:
     out["torch"]["dlpack"] = bool(torch.equal(torch.from_dlpack(y)[:3].cpu(), torch.tensor([1.0, 3.0, 5.0])))
-    if not out["torch"]["dlpack"]:
-        problems.append("torch read the CuPy array wrongly through DLPack")
+    back = cupy.from_dlpack(torch.arange(5, device="cuda", dtype=torch.float32) * 2)
+    out["torch"]["dlpack_back"] = bool((cupy.asnumpy(back) == 2 * numpy.arange(5, dtype=numpy.float32)).all())
+    if not (out["torch"]["dlpack"] and out["torch"]["dlpack_back"]):
+        problems.append("CuPy and torch read each other's arrays wrongly through DLPack")
 out["problems"] = problems
 print(json.dumps(out))
 """
@@ -133,9 +181,9 @@ print(json.dumps(out))
 def phase2a(result: dict, dry: bool, deadline: Deadline) -> None:
     """Unpack numpy 1.x and CuPy 13 into SITE, and import them as the stub will (in a dry
     run: unpack, then import this Python's numpy and torch)."""
-    archive = os.path.join(CARRY, "p2a", "site.tar.xz")
+    archive = os.path.join(CARRY, "p2", "site.tar.xz")
     if not os.path.isfile(archive):
-        raise FileNotFoundError(f"no {archive}: run `python scripts/gpu_kit.py prepare` here and carry .gpu-check/p2a")
+        raise FileNotFoundError(f"no {archive}: run `python scripts/gpu_kit.py prepare` here and carry .gpu-check/p2")
     began = time.time()
     os.makedirs(SITE, exist_ok=True)
     extract(archive, SITE)
@@ -149,9 +197,10 @@ def phase2a(result: dict, dry: bool, deadline: Deadline) -> None:
     )
     env = stub_env(site=not dry)  # a dry run imports this Python's own: the site is built for the machine's
     env["CUPY_CACHE_DIR"] = tempfile.mkdtemp(prefix="kit-cupy-cache-")  # compile for real, not from a cache
+    tokenizer = os.path.join(CARRY, "p2", "repository", "preprocess", "1")
     check = run_for(
-        [sys.executable, "-c", _SITE_CHECK, SITE, "cpu" if dry else "gpu"],
-        deadline.share("2a", "imports and a kernel"),
+        [sys.executable, "-c", f"TEXTS = {TEXTS!r}\n" + _SITE_CHECK, SITE, "cpu" if dry else "gpu", tokenizer],
+        deadline.share("2a", "imports and kernels"),
         env=env,
     )
     result["ld_library_path"] = env["LD_LIBRARY_PATH"]
@@ -233,24 +282,67 @@ def log_counts(text: str) -> dict[str, int]:
     return {needle: text.count(needle) for needle in LOG_COUNTED}
 
 
+#: The Python steps: KIND_CPU in the `hybrid` split (BERT and the forest stay on the GPU).
+PYTHON_STEPS = ("validate", "preprocess", "featurize", "postprocess")
+
+
+def _rows(server, seconds: float) -> list[dict]:
+    """Throughput at 1, 8 and 32 clients, `seconds` each, with each step's compute."""
+    from readability_triton.client.bench import settled_statistics
+
+    rows = []
+    for clients in (1, 8, 32):
+        before = settled_statistics(server.http_url, "http", read=_statistics)
+        row = _throughput(server.http_url, clients, seconds)
+        row.update(step_costs(before, settled_statistics(server.http_url, "http", read=_statistics)))
+        rows.append(row)
+    return rows
+
+
+def hybrid(repo: str, work: str, deadline: Deadline) -> dict:
+    """The same repository with the Python steps on the CPU (NumPy), BERT and the forest on
+    the GPU: the `hybrid` split on the python backend, measured beside portable-gpu."""
+    from readability_triton.repository import assemble as repository
+    from readability_triton.server.tritonserver import TritonServer
+
+    split = os.path.join(work, "hybrid")
+    shutil.copytree(repo, split)
+    repository.cpu_dry_run(split, only=PYTHON_STEPS)
+    out: dict = {"profile": "portable-gpu with the Python steps KIND_CPU (the hybrid split)"}
+    server = TritonServer(
+        split, log_file=os.path.join(out_dir(), "server-hybrid.log"), backend_dir=os.path.join(work, "backends")
+    )
+    try:
+        server.start(timeout=deadline.share("2", "hybrid start"))
+        each = min(5.0, deadline.share("2", "hybrid throughput") / 3)
+        if each >= 1:
+            out["throughput"] = _rows(server, each)
+    finally:
+        if server.process is not None:
+            stop = max(10.0, deadline.share("2", "hybrid stop"))
+            out["stop_status"] = server.stop(timeout=stop, drain_timeout=min(20.0, stop / 3))
+    return out
+
+
 def phase2(result: dict, dry: bool, deadline: Deadline) -> None:
     """Serve the carried portable-gpu repository (KIND_CPU in a dry run) and compare its
-    scores with the CPU pipeline's; fills `result` (serve.json) as it goes."""
+    scores with the CPU pipeline's, then the `hybrid` split of it; fills `result`
+    (serve.json) as it goes."""
     from readability_triton.repository import assemble as repository
     from readability_triton.server.tritonserver import TritonServer
     from readability_triton.stub.runtime import ARRIVALS_ENV
 
     result.update(dry_run=dry, profile="portable-gpu" + (" (KIND_CPU: dry run)" if dry else ""))
-    p2b = os.path.join(CARRY, "p2b")
-    with open(os.path.join(p2b, "expected.json"), encoding="utf-8") as handle:
+    p2 = os.path.join(CARRY, "p2")
+    with open(os.path.join(p2, "expected.json"), encoding="utf-8") as handle:
         expected = json.load(handle)
     work = tempfile.mkdtemp(prefix="readability-kit-")
     repo = os.path.join(work, "repository")
-    shutil.copytree(os.path.join(p2b, "repository"), repo)
+    shutil.copytree(os.path.join(p2, "repository"), repo)
     if dry:
         repository.cpu_dry_run(repo)
     else:
-        extract(os.path.join(p2b, "tritonserver.tar.xz"), SITE)  # SITE leads sys.path (see gpu_kit.main)
+        extract(os.path.join(p2, "tritonserver.tar.xz"), SITE)  # SITE leads sys.path (see gpu_kit.main)
         importlib.invalidate_caches()
     arrivals = os.path.join(work, "arrivals")
     os.makedirs(arrivals)
@@ -268,14 +360,7 @@ def phase2(result: dict, dry: bool, deadline: Deadline) -> None:
         result["scores_match"] = diffs["FOREST_SCORE"] == 0.0 and diffs["BERT_SCORE"] < 1e-4 and diffs["SCORE"] < 1e-4
         each = min(5.0, deadline.share("2", "throughput") / 3)
         if each >= 1:
-            from readability_triton.client.bench import settled_statistics
-
-            rows = result["throughput"] = []
-            for clients in (1, 8, 32):
-                before = settled_statistics(server.http_url, "http", read=_statistics)
-                row = _throughput(server.http_url, clients, each)
-                row.update(step_costs(before, settled_statistics(server.http_url, "http", read=_statistics)))
-                rows.append(row)
+            result["throughput"] = _rows(server, each)
     finally:
         if server.process is not None:
             stop = max(10.0, deadline.share("2", "stop"))
@@ -293,9 +378,14 @@ def phase2(result: dict, dry: bool, deadline: Deadline) -> None:
         )
         text = open(log, encoding="utf-8", errors="replace").read() if os.path.isfile(log) else ""
         result["log"] = log_counts(text)
+    try:
+        result["hybrid"] = hybrid(repo, work, deadline)
+    except Exception as exc:  # noqa: BLE001 - reported; portable-gpu's result stands
+        result["hybrid"] = {"error": f"{type(exc).__name__}: {exc}"}
     failed = [
         f"the log says {needle!r} {result['log'][needle]} time(s)" for needle in LOG_PROBLEMS if result["log"][needle]
     ]
+    failed += [f"the hybrid split: {result['hybrid']['error']}"] if "error" in result["hybrid"] else []
     failed += [] if result.get("scores_match") else ["the scores differ from the CPU pipeline's"]
     failed += [] if result["inputs_on_expected_device"] else [f"not every input arrived on the {want.upper()}"]
     result["ok"] = not failed
@@ -305,7 +395,16 @@ def phase2(result: dict, dry: bool, deadline: Deadline) -> None:
         f"== phase 2: scores vs the CPU pipeline {result.get('max_abs_diff_vs_cpu')}; inputs on {want}: "
         f"{result['inputs_on_expected_device']}; log {result['log']}"
     )
-    for row in result.get("throughput", []):
+    for label, rows in (
+        ("portable-gpu", result.get("throughput", [])),
+        ("hybrid", result["hybrid"].get("throughput", [])),
+    ):
+        say(f"   {label}:")
+        _say_rows(rows)
+
+
+def _say_rows(rows) -> None:
+    for row in rows:
         say(
             f"   {row['clients']:>3} clients: {row['texts_per_s']:.1f} texts/s, p50 {row['p50_ms']} ms, "
             f"{row['errors']} errors"

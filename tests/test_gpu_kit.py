@@ -1,8 +1,9 @@
 """The GPU kit cannot rot: its dry runs (`--cpu-dry-run`: the same script, with the
-modules the GPU machine lacks blocked and no GPU) run here. Call 1 (phases 0, 1 and 2a:
-probe, the `gpu` tests collected as the machine would, the benchmarks, the stub's site
-imported) and, against the real tritonserver, call 2 (phase 2: the portable-gpu
-repository as KIND_CPU, scores compared with the CPU pipeline, where the inputs arrived).
+modules the GPU machine lacks blocked and no GPU) run here. Call 1 (phases 0 and 1: probe,
+the `gpu` tests collected as the machine would, the benchmarks) and, against the real
+tritonserver, call 2 (phases 2a and 2: the stub's site unpacked and imported; the
+portable-gpu repository as KIND_CPU, scores compared with the CPU pipeline, where the
+inputs arrived, then its hybrid split).
 Beside them, what holds each way the kit would fail on the lent machine: configs built
 where tritonclient raises on import, the stub's CUDA libraries, the model.pt check, the
 carry and the plan, result files on failure, the deadline, the GPU tokenizer's fallback
@@ -48,12 +49,12 @@ def _kit(*args, carry, out, timeout=300, site=None):
 
 
 def _stand_in_site_archive(carry) -> None:
-    """A p2a/site.tar.xz holding one marker module (the real one is 50 MiB of numpy and CuPy)."""
+    """A p2/site.tar.xz holding one marker module (the real one is 38 MiB of numpy and CuPy)."""
     source = carry / "site-source"
     (source / "kit_marker").mkdir(parents=True)
     (source / "kit_marker" / "__init__.py").write_text("")
-    (carry / "p2a").mkdir(parents=True)
-    with tarfile.open(carry / "p2a" / "site.tar.xz", "w:xz") as tar:
+    (carry / "p2").mkdir(parents=True, exist_ok=True)
+    with tarfile.open(carry / "p2" / "site.tar.xz", "w:xz") as tar:
         tar.add(str(source), arcname=".")
 
 
@@ -213,17 +214,49 @@ def test_the_server_carries_no_other_pythons_libpython(kit):
     assert ignore("libs", names) == {"libpython3-419a3a08.13.so.1.0", "libpython3.11.so.1.0"}
 
 
-def test_phases_0_1_and_2a_are_one_call_within_the_limits(kit, tmp_path):
+def test_two_self_contained_calls_within_the_limits(kit, tmp_path):
     common = kit[1]
-    assert [call.phases for call in common.CALLS] == [("0", "1", "2a"), ("2",)]
+    assert [call.phases for call in common.CALLS] == [("0", "1"), ("2a", "2")]
+    assert [call.carries for call in common.CALLS] == [("p01",), ("p2",)]
     (tmp_path / "p01").mkdir()
     (tmp_path / "p01" / "a").write_bytes(bytes(2**20))
-    (tmp_path / "p2a").mkdir()
-    (tmp_path / "p2a" / "site.tar.xz").write_bytes(bytes(3 * 2**20))
     line, total = common.describe_call(common.CALLS[0], 1, str(tmp_path))
-    assert total == 4 * 2**20 + common.checkout_bytes() and total < common.CALL_CARRY_BYTES
-    assert line.startswith("call 1: phases 0,1,2a; deadline 540 s") and "p01 1.0 + p2a 3.0 + checkout" in line
-    assert common.describe_call(common.CALLS[1], 2, str(tmp_path))[1] is None  # p2b not prepared
+    assert total == 2**20 + common.checkout_bytes() and total < common.CALL_CARRY_BYTES
+    assert line.startswith("call 1: phases 0,1; deadline 540 s") and "p01 1.0 + checkout" in line
+    assert common.describe_call(common.CALLS[1], 2, str(tmp_path))[1] is None  # p2 not prepared
+    (tmp_path / "p2").mkdir()
+    (tmp_path / "p2" / "site.tar.xz").write_bytes(bytes(3 * 2**20))
+    line, total = common.describe_call(common.CALLS[1], 2, str(tmp_path))
+    assert line.startswith("call 2: phases 2a,2; deadline 540 s") and "p2 3.0 + checkout" in line
+
+
+def test_the_site_leaves_out_thrust_and_tests_only(kit):
+    left_out = kit[2].SITE_LEFT_OUT
+
+    def out(path):
+        return any(p.search(path) for p in left_out)
+
+    assert out("./cupy/cuda/thrust.cpython-312-x86_64-linux-gnu.so") and out("./numpy/core/tests/")
+    assert not any(
+        out(p) for p in ("./cupy/cuda/cub.cpython-312-x86_64-linux-gnu.so", "./numpy/testing/", "./cupy/testing/")
+    )
+
+
+def test_the_empty_icu_data_library_keeps_its_name_and_symbol(kit, tmp_path):
+    import glob
+
+    libs = os.path.join(os.path.dirname(os.path.dirname(kit[2]._origin("pytriton"))), "nvidia_pytriton.libs")
+    real = glob.glob(os.path.join(libs, "libicudata*.so*"))
+    if not real or shutil.which("cc") is None:
+        pytest.skip("no pytriton ICU library or no C compiler here")
+    copy = tmp_path / "libs"
+    copy.mkdir()
+    shutil.copy(real[0], copy)
+    name = kit[2].empty_icu_data(str(copy))
+    assert name == os.path.basename(real[0]) and os.path.getsize(copy / name) < 100_000
+    symbols = subprocess.run(["nm", "-D", "--defined-only", str(copy / name)], capture_output=True, text=True).stdout
+    soname = subprocess.run(["readelf", "-d", str(copy / name)], capture_output=True, text=True).stdout
+    assert "icudt" in symbols and f"[{name}]" in soname
 
 
 # ---------------------------------------------------------------- 5. every phase writes its result
@@ -247,10 +280,10 @@ def test_every_phase_writes_its_result_with_the_error_when_it_fails(tmp_path):
 
 
 @pytest.mark.integration
-def test_phase_2_without_2a_says_the_machine_was_given_back(tmp_path):
+def test_phase_2_without_2a_says_to_run_them_together(tmp_path):
     result = _kit("run", "--phase", "2", carry=tmp_path / "carry", out=tmp_path / "out", site=tmp_path / "gone")
     assert result.returncode == 1
-    assert "given back" in json.loads((tmp_path / "out" / "serve.json").read_text())["error"]
+    assert "run phases 2a,2 together" in json.loads((tmp_path / "out" / "serve.json").read_text())["error"]
 
 
 # ---------------------------------------------------------------- 6. one deadline per call
@@ -358,10 +391,9 @@ def test_the_cuda_ipc_probe_shares_a_buffer_of_its_own(tmp_path):
 
 @pytest.mark.integration
 def test_call_1_dry_run(tmp_path):
-    _stand_in_site_archive(tmp_path / "carry")
-    result = _kit("run", "--phase", "0,1,2a", "--cpu-dry-run", carry=tmp_path / "carry", out=tmp_path / "out")
+    result = _kit("run", "--phase", "0,1", "--cpu-dry-run", carry=tmp_path / "carry", out=tmp_path / "out")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
-    assert "== call 1: phases 0,1,2a; deadline 540 s" in result.stdout
+    assert "== call 1: phases 0,1; deadline 540 s" in result.stdout
     probe = json.loads((tmp_path / "out" / "probe.json").read_text())
     assert probe["dry_run"] and {"gpu", "libpython", "libcuda", "packages", "dev_shm_mib", "cupy_ipc"} <= set(probe)
     assert probe["packages"]["treelite"].startswith("missing")  # blocked: the GPU machine has none
@@ -369,17 +401,23 @@ def test_call_1_dry_run(tmp_path):
     assert phase1["ok"] and phase1["tests"]["exit"] == 0
     assert "tests/test_tokenizer_array.py" in phase1["tests"]["files"] and "skipped" in phase1["tests"]["summary"]
     summary = (tmp_path / "out" / "summary.md").read_text()
-    assert "featurize batch" in summary and "array engine (NumPy twin)" in summary
-    assert json.loads((tmp_path / "out" / "phase2a.json").read_text())["ok"]
+    assert "featurize batch" in summary and "served step NumPy" in summary and "cpu (tokenizers)" in summary
 
 
 @pytest.mark.integration
-def test_phase_2_dry_run_serves_the_gpu_profile_on_the_cpu(tmp_path):
-    prepared = _kit("prepare", "--only", "p2b", "--no-server", carry=tmp_path / "carry", out=tmp_path / "out")
+def test_call_2_dry_run_serves_the_gpu_profile_and_its_hybrid_split_on_the_cpu(tmp_path):
+    prepared = _kit("prepare", "--only", "p2", "--no-server", carry=tmp_path / "carry", out=tmp_path / "out")
     assert prepared.returncode == 0, prepared.stderr[-2000:]
-    result = _kit("run", "--phase", "2", "--cpu-dry-run", carry=tmp_path / "carry", out=tmp_path / "out")
+    _stand_in_site_archive(tmp_path / "carry")
+    result = _kit("run", "--phase", "2a,2", "--cpu-dry-run", carry=tmp_path / "carry", out=tmp_path / "out")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    call = next(line for line in result.stdout.splitlines() if line.startswith("== call 2: phases 2a,2"))
+    assert "deadline 540 s" in call and "MiB of 64 MiB" in call, call  # one call: its carry and deadline
+    phase2a = json.loads((tmp_path / "out" / "phase2a.json").read_text())
+    assert phase2a["ok"] and "kit_marker" in phase2a["entries"]
     serve = json.loads((tmp_path / "out" / "serve.json").read_text())
+    hybrid = serve["hybrid"]
+    assert "error" not in hybrid and [row["errors"] for row in hybrid["throughput"]] == [0, 0, 0], hybrid
     assert serve["ok"] and serve["scores_match"] and serve["inputs_on_expected_device"]
     assert serve["log"]["not healthy"] == 0 and serve["log"]["tokenizes on the CPU"] == 0
     assert serve["max_abs_diff_vs_cpu"]["FOREST_SCORE"] == 0.0

@@ -205,17 +205,19 @@ def record_canary(repo: str, tolerance: float, manifest: M.Manifest, weights, in
     return canary
 
 
-def cpu_dry_run(repo: str) -> None:
+def cpu_dry_run(repo: str, only=None) -> None:
     """Turn a GPU repository's instances to KIND_CPU in place: the same models, files and
     code paths, NumPy for CuPy, so that a machine without a GPU can serve it (the GPU kit's
-    `--cpu-dry-run`, and the tests of the portable-gpu profile)."""
+    `--cpu-dry-run`, and the tests of the portable-gpu profile). `only`: those models alone
+    (the GPU kit's `hybrid` split: the Python steps on the CPU)."""
 
     def to_cpu(config) -> None:
         for group in config.instance_group:
             group.kind = group.KIND_CPU
 
     for model in present_models(repo):
-        edit_config(os.path.join(repo, model, "config.pbtxt"), to_cpu)
+        if only is None or model in only:
+            edit_config(os.path.join(repo, model, "config.pbtxt"), to_cpu)
 
 
 def served_bert(repo: str) -> str:
