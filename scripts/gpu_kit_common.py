@@ -45,11 +45,11 @@ STEPS: dict[str, tuple[tuple[str, int], ...]] = {
     "2a": (("unpack", 25), ("imports and kernels", 45)),
     "2": (
         ("unpack", 20),
-        ("server start", 120),
+        ("server start", 150),
         ("scores", 30),
         ("throughput", 45),
         ("stop", 30),
-        ("hybrid start", 120),
+        ("hybrid start", 90),
         ("hybrid throughput", 45),
         ("hybrid stop", 30),
     ),

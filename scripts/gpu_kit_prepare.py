@@ -15,7 +15,8 @@ lent machine, here (network, the project's venv), into .gpu-check/ (git-ignored)
   - tritonserver.tar.xz: that tritonserver trimmed to what serves Python models (bin, the
     python backend, the 3.12 stub, its libraries less the other Pythons' libpython), with
     ICU's 29 MB data library replaced by an empty one of the same name (libxml2 needs ICU
-    linked, and a local repository never makes it convert text: `empty_icu_data`);
+    linked, and a local repository never makes it convert text: `empty_icu_data`; kept
+    where no C compiler and `nm` are here, and then the call may not fit);
   - the portable-gpu repository assembled from the tiny set, and the CPU pipeline's scores
     of the kit's texts (expected.json).
 
@@ -234,7 +235,7 @@ def empty_icu_data(libs: str) -> str | None:
     local repository). Returns what was replaced, or None where no C compiler is here."""
     found = glob.glob(os.path.join(libs, "libicudata*.so*"))
     compiler = shutil.which("cc") or shutil.which("gcc")
-    if not found or compiler is None:
+    if not found or compiler is None or shutil.which("nm") is None:
         return None
     path = found[0]
     symbols = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True, check=True).stdout

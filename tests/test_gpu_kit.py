@@ -230,6 +230,15 @@ def test_two_self_contained_calls_within_the_limits(kit, tmp_path):
     assert line.startswith("call 2: phases 2a,2; deadline 540 s") and "p2 3.0 + checkout" in line
 
 
+def test_phase_2a_s_program_parses_and_is_ascii(kit):
+    import ast
+
+    script = kit[4].site_check_script()
+    assert script.isascii()
+    ast.parse(script)
+    assert kit[4].stub_env({})["CUPY_CACHE_DIR"] == kit[4].CUPY_CACHE  # 2a's compiled kernels, reused by 2
+
+
 def test_the_site_leaves_out_thrust_and_tests_only(kit):
     left_out = kit[2].SITE_LEFT_OUT
 

@@ -232,6 +232,8 @@ def test_forest_kernel_equals_the_array_walk(xp, average, base_score):
     meta.update(average=average, base_score=base_score)
     features = (rng.integers(-3, 4, size=(500, meta["n_features"])) / 2).astype(np.float32)
     features[rng.random(features.shape) < 0.1] = np.nan
+    features[rng.random(features.shape) < 0.05] = np.float32(1e-40)  # subnormal: against threshold 0
+    features[rng.random(features.shape) < 0.05] = np.float32(-1e-40)
     want = ArrayForestRunner(arrays, meta)(features)
     runner = ArrayForestRunner(arrays, meta)
     runner.xp, runner.arrays = xp, {k: xp.asarray(v) for k, v in arrays.items()}

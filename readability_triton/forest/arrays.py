@@ -165,10 +165,10 @@ class ArrayForestRunner:
         if x.dtype != xp.float32 or not x.flags.c_contiguous:
             x = xp.ascontiguousarray(x, dtype=xp.float32)
         n, trees = int(x.shape[0]), self.n_trees
-        head = n + (n & 1)  # float32 scores, then uint32 counters: 8-byte aligned leaves after them
-        scratch = xp.zeros(2 * head + 2 * n * trees, dtype=xp.uint32)
-        scores, finished = scratch[:n].view(xp.float32), scratch[head : head + n]
-        leaves = scratch[2 * head :].view(xp.float64)
+        # float32 scores, uint32 counters, then the float64 leaves (at 8 n bytes: aligned).
+        scratch = xp.zeros(2 * n + 2 * n * trees, dtype=xp.uint32)
+        scores, finished = scratch[:n].view(xp.float32), scratch[n : 2 * n]
+        leaves = scratch[2 * n :].view(xp.float64)
         compiled(xp, "forest.cu").launch(
             "walk_forest", n * trees, x, n, self.n_features, a["roots"], trees, self.depth, a["feature"],
             a["threshold"], a["less_equal"], a["default_left"], a["left"], a["right"], a["leaf"], a["value"],

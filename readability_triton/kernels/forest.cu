@@ -10,7 +10,18 @@ typedef unsigned int u32;
 typedef long long i64;
 typedef unsigned long long u64;
 
-extern "C" __global__ void walk_forest(const float* features, i32 rows, i32 n_features, const i64* roots,
+// A float32 feature in double, from its bits: CuPy compiles with -ftz=true, which would read a
+// subnormal float32 as zero; GTIL reads its exact value.
+__device__ __forceinline__ double widen(u32 bits) {
+  u32 exponent = (bits >> 23) & 0xFF, mantissa = bits & 0x7FFFFF;
+  if (exponent == 0 && mantissa != 0) {
+    double v = (double)mantissa * 0x1p-149;  // exact: a 23-bit integer times a power of two
+    return (bits >> 31) ? -v : v;
+  }
+  return (double)__uint_as_float(bits);
+}
+
+extern "C" __global__ void walk_forest(const u32* features, i32 rows, i32 n_features, const i64* roots,
                                        i32 trees, i32 depth, const i64* feature, const double* threshold,
                                        const u8* less_equal, const u8* default_left, const i64* left,
                                        const i64* right, const u8* leaf, const double* value, i32 average,
@@ -18,10 +29,10 @@ extern "C" __global__ void walk_forest(const float* features, i32 rows, i32 n_fe
   i64 k = (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (k >= (i64)rows * trees) return;
   i64 row = k / trees, tree = k % trees;
-  const float* x = features + row * n_features;
+  const u32* x = features + row * n_features;
   i64 node = roots[tree];
   for (i32 level = 0; level < depth && !leaf[node]; ++level) {
-    double v = (double)x[feature[node]];
+    double v = widen(x[feature[node]]);
     bool go_left = isnan(v) ? default_left[node] != 0
                             : (less_equal[node] ? v <= threshold[node] : v < threshold[node]);
     node = go_left ? left[node] : right[node];

@@ -23,8 +23,9 @@ class NvrtcError(RuntimeError):
 
 
 #: What CuPy's RawModule adds to the kernels' options (cupy/_core compiler: flush float32
-#: subnormals to zero), so that the check compiles what CuPy compiles. No value changes: the
-#: kernels' float arithmetic is in double, and no float32 result is subnormal.
+#: subnormals to zero), so that the check compiles what CuPy compiles. The kernels' float
+#: arithmetic is in double, no float32 they write is subnormal, and the forest widens its
+#: float32 input from the bits (kernels/forest.cu), so no value changes.
 CUPY_ADDS = ("-ftz=true",)
 
 

@@ -206,13 +206,16 @@ class WordPieceTokenizer:
             select = getattr(getattr(cupy, "cuda", None), "Device", None)
             with select(device_id) if select is not None else contextlib.nullcontext():
                 # The WordPiece kernel where the module compiles CUDA (CuPy), else array code.
-                engine_type = KernelEngine if hasattr(cupy, "RawModule") else ArrayEngine
-                engine = engine_type(
-                    device_vocabulary(self.backend),
-                    bool(self.backend.normalizer.lowercase),
-                    unk_token=self.backend.model.unk_token,
-                    xp=cupy,
-                )
+                args = (device_vocabulary(self.backend), bool(self.backend.normalizer.lowercase))
+                unk = self.backend.model.unk_token
+                engine: ArrayEngine | KernelEngine
+                try:
+                    if not hasattr(cupy, "RawModule"):
+                        raise RuntimeError("no RawModule")
+                    engine = KernelEngine(*args, unk_token=unk, xp=cupy)
+                except Exception as exc:  # noqa: BLE001 - the array code then
+                    log.warning("GPU %d: the WordPiece kernel is unavailable (%s); CuPy array code", device_id, exc)
+                    engine = ArrayEngine(*args, unk_token=unk, xp=cupy)
                 path = DevicePath(self, engine, cupy)
         except Exception as exc:  # noqa: BLE001 - any failure means: use the CPU path
             return None, f"{why_not_cudf}; building the CuPy WordPiece failed ({type(exc).__name__}: {exc})"
