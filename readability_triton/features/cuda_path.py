@@ -1,4 +1,4 @@
-"""featurize, WORDS and the seven formulas on a GPU in three kernel launches
+"""featurize, WORDS and the seven formulas on a GPU in three CUDA kernels
 (`kernels/featurize.cu`), for any array module with CuPy's `RawModule`: CuPy, or the CPU
 stand-in that tests and counts them (`kernels/standin.py`).
 
