@@ -493,3 +493,19 @@ def test_the_health_probe_imports_only_the_standard_librarys_http_client():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "1 []", out.stdout + out.stderr
     assert "127.0.0.1:1/readyz" in out.stderr, out.stderr
+
+
+def test_every_package_is_installed():
+    """setup.cfg lists its packages: a package missing there works in the checkout's editable
+    install and breaks every wheel and image."""
+    import configparser
+
+    config = configparser.ConfigParser()
+    config.read(os.path.join(ROOT, "setup.cfg"))
+    listed = {line.strip() for line in config["options"]["packages"].splitlines() if line.strip()}
+    found = {
+        os.path.relpath(base, ROOT).replace(os.sep, ".")
+        for base, _, files in os.walk(os.path.join(ROOT, PACKAGE))
+        if "__init__.py" in files and "__pycache__" not in base
+    }
+    assert found - listed == set(), f"packages missing from setup.cfg: {sorted(found - listed)}"
