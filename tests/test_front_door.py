@@ -435,24 +435,6 @@ def test_sigterm_turns_readiness_false_everywhere_and_answers_requests_during_th
     assert f"still taking requests for {grace:g} s" in log
 
 
-def test_an_idle_serve_stops_within_5_s_after_both_protocols_were_used(repo, tmp_path):
-    """With no request in flight, SIGTERM ends serve in at most 5 s (its 2 s drain grace
-    included; 4.0 s measured), also after clients of both protocols left keep-alive
-    connections behind: the door closes its own connections to tritonserver before it stops,
-    so tritonserver has none to count down (it waited 10 s for the door's: 14 s in all)."""
-    target = _serve(repo, tmp_path, secrets.token_urlsafe(24))
-    front = _front(target)
-    for protocol in CLIENTS:
-        assert np.isfinite(score_texts(front, protocol, TEXTS, [C.SCORE])[C.SCORE]).all()
-    time.sleep(0.5)
-    target.process.terminate()
-    signalled = time.monotonic()
-    code = target.process.wait(timeout=60)
-    took = time.monotonic() - signalled
-    print(f"idle serve stopped in {took:.1f} s")
-    assert code == 0 and took <= 5.0, (code, took)
-
-
 # -- the second round of attacks: what the door decides before tritonserver sees anything ------
 
 

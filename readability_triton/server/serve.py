@@ -226,8 +226,8 @@ class Service:
                 drained = door.drain(o.drain_timeout)
             if watcher.is_alive():
                 watcher.join(timeout=60)  # a repair in progress finishes first
-            door.stop()  # first: its keep-alive connections would hold tritonserver's stop 10 s
             code = server.stop()
+            door.stop()
             left = door.uploads.remove()
             if left:
                 log.info(f"removed {len(left)} folder(s) of uploaded models tritonserver left: {', '.join(left)}")
