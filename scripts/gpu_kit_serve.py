@@ -299,16 +299,24 @@ PYTHON_STEPS = ("validate", "preprocess", "featurize", "postprocess")
 
 
 def _rows(server, seconds: float) -> list[dict]:
-    """Throughput at 1, 8 and 32 clients, `seconds` each, with each step's compute."""
+    """Throughput at 1, 8 and 32 clients, a third of `seconds` each (at most 5 s; none under
+    1 s), with each step's compute."""
     from readability_triton.client.bench import settled_statistics
 
+    each = min(5.0, seconds / 3)
     rows = []
-    for clients in (1, 8, 32):
+    for clients in (1, 8, 32) if each >= 1 else ():
         before = settled_statistics(server.http_url, "http", read=_statistics)
-        row = _throughput(server.http_url, clients, seconds)
+        row = _throughput(server.http_url, clients, each)
         row.update(step_costs(before, settled_statistics(server.http_url, "http", read=_statistics)))
         rows.append(row)
     return rows
+
+
+def _stop(server, seconds: float):
+    """Stop `server` (drained) within about `seconds`, at least 10; its status."""
+    stop = max(10.0, seconds)
+    return server.stop(timeout=stop, drain_timeout=min(20.0, stop / 3))
 
 
 def hybrid(repo: str, work: str, deadline: Deadline) -> dict:
@@ -335,13 +343,10 @@ def hybrid(repo: str, work: str, deadline: Deadline) -> dict:
     )
     try:
         server.start(timeout=deadline.share("2", "hybrid start"))
-        each = min(5.0, deadline.share("2", "hybrid throughput") / 3)
-        if each >= 1:
-            out["throughput"] = _rows(server, each)
+        out["throughput"] = _rows(server, deadline.share("2", "hybrid throughput"))
     finally:
         if server.process is not None:
-            stop = max(10.0, deadline.share("2", "hybrid stop"))
-            out["stop_status"] = server.stop(timeout=stop, drain_timeout=min(20.0, stop / 3))
+            out["stop_status"] = _stop(server, deadline.share("2", "hybrid stop"))
     return out
 
 
@@ -379,13 +384,10 @@ def phase2(result: dict, dry: bool, deadline: Deadline) -> None:
         }
         result["max_abs_diff_vs_cpu"] = diffs
         result["scores_match"] = diffs["FOREST_SCORE"] == 0.0 and diffs["BERT_SCORE"] < 1e-4 and diffs["SCORE"] < 1e-4
-        each = min(5.0, deadline.share("2", "throughput") / 3)
-        if each >= 1:
-            result["throughput"] = _rows(server, each)
+        result["throughput"] = _rows(server, deadline.share("2", "throughput"))
     finally:
         if server.process is not None:
-            stop = max(10.0, deadline.share("2", "stop"))
-            result["stop_status"] = server.stop(timeout=stop, drain_timeout=min(20.0, stop / 3))
+            result["stop_status"] = _stop(server, deadline.share("2", "stop"))
         want = "cpu" if dry else "gpu"
         devices = {}
         for model in ("bert", "forest", "postprocess"):

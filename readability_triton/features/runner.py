@@ -20,7 +20,7 @@ class FeatureRunner:
         self.vocabulary = vocabulary
         self.device = as_device(device)
         self.xp = self.device.array_module()
-        featurize(["warm up"], self.vocabulary, xp=self.xp)  # build the device tables now
+        self(["warm up"])  # the device's tables (on a GPU, the kernels too) now, not at the first request
 
     @classmethod
     def from_folder(
@@ -60,9 +60,8 @@ class FeaturizeRunner(FeatureRunner):
     column, computed in the same pass from the same words and sentences."""
 
     def __init__(self, vocabulary: Vocabulary, device: Device | str | None = None):
-        super().__init__(vocabulary, device)
-        self.formulas = Formulas.load(self.device)
-        self(["warm up"])  # the lexicon's table on the device (and, on a GPU, the kernels) now
+        self.formulas = Formulas.load(as_device(device))
+        super().__init__(vocabulary, device)  # (its warm-up builds this runner's tables: features and lexicon)
 
     def describe(self) -> str:
         return f"{super().describe()}; WORDS and {len(FORMULAS)} formulas ({', '.join(FORMULAS)})"

@@ -92,6 +92,18 @@ def _hash_bytes(data: bytes) -> int:
     return value
 
 
+def vocabulary_pieces(vocabulary: list[str]) -> list[tuple[int, bytes, bool]]:
+    """(token id, piece bytes, continuation) of every token with a piece: `##x` is the
+    continuation piece `x`, anything else (`##` itself too) a word-initial piece."""
+    out = []
+    for token_id, token in enumerate(vocabulary):
+        continuation = token.startswith("##") and len(token) > 2
+        piece = (token[2:] if continuation else token).encode("utf-8")
+        if piece:
+            out.append((token_id, piece, continuation))
+    return out
+
+
 class ArrayEngine:
     """WordPiece for `routing.DevicePath` on array module `xp` (cupy or numpy)."""
 
@@ -100,18 +112,15 @@ class ArrayEngine:
     def __init__(self, vocabulary: list[str], do_lower: bool, unk_token: str = "[UNK]", xp=np):
         self.xp = xp
         self.do_lower = bool(do_lower)
-        self._host_tables = character_tables(self.do_lower)
-        self._tables_on = {np: self._host_tables}
-        self._tables_on[xp] = tuple(xp.asarray(t) for t in self._host_tables)
+        self.host_tables = character_tables(self.do_lower)  # (kind, replacement) on the host
+        self._tables_on = {np: self.host_tables}
+        self._tables_on[xp] = tuple(xp.asarray(t) for t in self.host_tables)
         if unk_token not in vocabulary:
             raise ValueError(f"the vocabulary has no unknown token {unk_token!r}")
         self.unk_id = vocabulary.index(unk_token)
         entries: dict[bool, list[tuple[int, int, bytes]]] = {False: [], True: []}
-        for token_id, token in enumerate(vocabulary):
-            continuation = token.startswith("##") and len(token) > 2
-            piece = (token[2:] if continuation else token).encode("utf-8")
-            if piece:
-                entries[continuation].append((_hash_bytes(piece), token_id, piece))
+        for token_id, piece, continuation in vocabulary_pieces(vocabulary):
+            entries[continuation].append((_hash_bytes(piece), token_id, piece))
         self.max_piece = max(len(p) for group in entries.values() for _, _, p in group)
         self._tables = {}
         for continuation, group in entries.items():

@@ -19,7 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.source import compiled
-from .array_engine import MAX_WORD_BYTES, ArrayEngine, character_tables
+from .array_engine import MAX_WORD_BYTES, ArrayEngine, vocabulary_pieces
 
 #: The hash unweakened (tests weaken it to force collisions).
 ALL = (1 << 64) - 1
@@ -34,19 +34,10 @@ class KernelEngine:
             raise ValueError("KernelEngine runs on a GPU array module (CuPy): pass xp")
         self.xp = xp
         self.hash_mask = hash_mask
-        pieces, continuation, ids = [], [], []
-        seen: set[tuple[bytes, bool]] = set()
-        for token_id, token in enumerate(vocabulary):
-            cont = token.startswith("##") and len(token) > 2
-            piece = (token[2:] if cont else token).encode("utf-8")
-            if not piece:
-                continue
-            if (piece, cont) in seen:
-                raise ValueError(f"the vocabulary holds the piece {token!r} twice")
-            seen.add((piece, cont))
-            pieces.append(piece)
-            continuation.append(cont)
-            ids.append(token_id)
+        found = vocabulary_pieces(vocabulary)
+        if len({(piece, cont) for _, piece, cont in found}) != len(found):
+            raise ValueError("the vocabulary holds a piece twice")
+        ids, pieces, continuation = (list(column) for column in zip(*found))
         self.twin = ArrayEngine(vocabulary, do_lower, unk_token, xp=np)  # its normalize_text is the kernel's
         self.unk_id = self.twin.unk_id
         count = len(pieces)
@@ -56,7 +47,7 @@ class KernelEngine:
         self.max_piece = int(min(lengths.max(), MAX_WORD_BYTES - 1))
         size = 1 << max(1, (2 * count).bit_length())
         self.slot_mask = size - 1
-        kinds, replacements = character_tables(bool(do_lower))
+        kinds, replacements = self.twin.host_tables
         self.kinds, self.replacements = xp.asarray(kinds), xp.asarray(replacements)
         self.piece_bytes = xp.asarray(np.frombuffer(b"".join(pieces) + b"\0", dtype=np.uint8))
         self.piece_at = xp.asarray(at)
