@@ -388,3 +388,28 @@ def test_docker_stop_under_load_drains_and_exits_0(image):
     }
     assert "tritonserver stopped (status 0)" in logs
     print(f"docker stop took {took:.1f} s; {len(answered)} answered, {len(outcomes) - len(answered)} refused")
+
+
+def test_docker_stop_of_an_idle_container_takes_at_most_4_s(image):
+    """Idle, after clients of both protocols, `docker stop` ends the container in at most
+    4 s, its 2 s drain grace included (it took 14 s while tritonserver counted the front
+    door's keep-alive connections down, and Docker's own stop timeout is 10 s)."""
+    box = Container(image)
+    try:
+        assert np.isfinite(_grpc(box.grpc, TEXTS[:2])[C.SCORE]).all()
+        body = json.dumps(
+            {"inputs": [{"name": C.TEXT, "shape": [1, 1], "datatype": "BYTES", "data": [TEXTS[0]]}]}
+        ).encode()
+        request = urllib.request.Request(f"http://{box.http}/v2/models/{C.ENSEMBLE}/infer", data=body, method="POST")
+        with urllib.request.urlopen(request, timeout=60) as reply:
+            assert reply.status == 200
+        time.sleep(0.5)
+        started = time.monotonic()
+        _docker("stop", "--time", "60", box.id, timeout=120)
+        took = time.monotonic() - started
+        state, logs = box.state(), box.logs()
+    finally:
+        box.remove()
+    print(f"idle docker stop took {took:.1f} s")
+    assert state["ExitCode"] == 0 and "tritonserver stopped (status 0)" in logs, logs[-3000:]
+    assert took <= 4.0, (took, logs[-2000:])

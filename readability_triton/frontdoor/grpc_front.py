@@ -119,13 +119,11 @@ def _passed_on(metadata) -> list[tuple[str, Any]]:
     return [(m.key, m.value) for m in metadata or () if not m.key.startswith((":", "grpc-")) and m.key != "user-agent"]
 
 
-async def open_grpc(door: Door) -> Callable[[], Awaitable[None]]:
-    """Listen on the door's gRPC port; returns the coroutine function that closes it."""
-    limit = door.max_request_bytes
-    channel = grpc.aio.insecure_channel(
+def _upstream_channel(door: Door) -> grpc.aio.Channel:
+    return grpc.aio.insecure_channel(
         door.upstream_grpc,
         options=[
-            ("grpc.max_send_message_length", limit),
+            ("grpc.max_send_message_length", door.max_request_bytes),
             ("grpc.max_receive_message_length", -1),
             # tritonserver restarts on the same port: reconnect within a second, not after
             # gRPC's default backoff (up to 120 s), during which every call fails at once
@@ -134,7 +132,26 @@ async def open_grpc(door: Door) -> Callable[[], Awaitable[None]]:
             ("grpc.max_reconnect_backoff_ms", 1000),
         ],
     )
+
+
+async def open_grpc(
+    door: Door, releasers: list[Callable[[], Awaitable[None]]] | None = None
+) -> Callable[[], Awaitable[None]]:
+    """Listen on the door's gRPC port; returns the coroutine function that closes it.
+    Appends to `releasers` the one that closes the connection to tritonserver (a new one
+    opens if anything is still forwarded): serve's stop, after the drain."""
+    limit = door.max_request_bytes
+    channel = _upstream_channel(door)
     calls = {method: channel.unary_unary(method) for method in METHODS if method != STREAM}
+
+    async def release() -> None:
+        nonlocal channel, calls
+        old, channel = channel, _upstream_channel(door)
+        calls = {method: channel.unary_unary(method) for method in METHODS if method != STREAM}
+        await old.close()
+
+    if releasers is not None:
+        releasers.append(release)
 
     def upstream(method: str):
         return calls[method]

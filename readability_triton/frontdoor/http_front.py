@@ -115,16 +115,33 @@ def _passed_on(headers, hop=_HOP) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in hop}
 
 
-async def open_http(door: Door) -> Callable[[], Awaitable[None]]:
-    """Listen on the door's HTTP port; returns the coroutine function that closes it."""
-    limit = door.max_request_bytes
-    session = ClientSession(
+def _upstream_session(door: Door, keep_alive: bool = True) -> ClientSession:
+    return ClientSession(
         f"http://{door.upstream_http}",
         auto_decompress=False,
         skip_auto_headers=("Accept-Encoding", "User-Agent"),
-        connector=TCPConnector(limit=0, force_close=False),
+        connector=TCPConnector(limit=0, force_close=not keep_alive),
         timeout=ClientTimeout(total=None, sock_connect=10),
     )
+
+
+async def open_http(
+    door: Door, releasers: list[Callable[[], Awaitable[None]]] | None = None
+) -> Callable[[], Awaitable[None]]:
+    """Listen on the door's HTTP port; returns the coroutine function that closes it.
+    Appends to `releasers` the one that closes the keep-alive connections to tritonserver
+    and sends what is still forwarded on a connection each (serve's stop, after the
+    drain: tritonserver 2.51 waits up to its exit timeout for open HTTP connections, the
+    door's idle ones too, before it exits)."""
+    limit = door.max_request_bytes
+    sessions = [_upstream_session(door)]
+
+    async def release() -> None:
+        old, sessions[0] = sessions[0], _upstream_session(door, keep_alive=False)
+        await old.close()
+
+    if releasers is not None:
+        releasers.append(release)
 
     def too_large(size: int | None) -> web.Response:
         got = f"{size} bytes" if size is not None else f"more than {limit} bytes"
@@ -135,7 +152,7 @@ async def open_http(door: Door) -> Callable[[], Awaitable[None]]:
         )
 
     async def forward(request: web.Request, body: bytes) -> web.Response:
-        async with session.request(
+        async with sessions[0].request(
             request.method,
             request.rel_url,
             headers=_passed_on(request.headers, _REQUEST_HOP),
@@ -249,7 +266,7 @@ async def open_http(door: Door) -> Callable[[], Awaitable[None]]:
         )
     except BaseException:
         await runner.cleanup()
-        await session.close()
+        await sessions[0].close()
         raise
     door.guard.start()
 
@@ -258,6 +275,6 @@ async def open_http(door: Door) -> Callable[[], Awaitable[None]]:
         listener.close()
         await runner.cleanup()
         await listener.wait_closed()
-        await session.close()
+        await sessions[0].close()
 
     return close

@@ -58,6 +58,34 @@ from .processes import exit_words, kill_process_group
 CORE_STOPPED = b"Found 0 live models and 0 in-flight non-inference requests"
 
 
+#: The period of tritonserver's CPU and GPU gauges, in ms (its default: 2,000).
+METRICS_INTERVAL_MS = 200
+
+#: How long `stop` waits for the HTTP connections to tritonserver to close before SIGTERM.
+CONNECTIONS_CLOSE_S = 0.5
+
+#: /proc/net/tcp's states of a connection the server has not closed yet: ESTABLISHED,
+#: SYN_RECV, CLOSE_WAIT (the client closed; the server's loop has not yet).
+_OPEN_STATES = {"01", "03", "08"}
+
+
+def http_connections(port: int) -> int:
+    """TCP connections to local `port` (this network namespace) that are open or closing
+    (0 where /proc/net cannot be read)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as handle:
+                next(handle, None)
+                for line in handle:
+                    fields = line.split()
+                    if len(fields) > 3 and fields[3] in _OPEN_STATES and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        count += 1
+        except (OSError, ValueError):
+            continue
+    return count
+
+
 def free_ports(count: int, taken: tuple[int, ...] = ()) -> list[int]:
     """`count` distinct ports free on 127.0.0.1 now, none of them in `taken`: each is held
     bound until all are picked (ports picked one after another may repeat: a CI run's serve
@@ -197,6 +225,10 @@ class TritonServer(ModelControl):
             "true" if self.home else "false",
             # the p50/p90/p99 latency summaries the Grafana dashboard and the HPA read
             "--metrics-config=summary_latencies=true",
+            # the CPU and GPU gauges' period: tritonserver's exit waits out half of one
+            # (metrics.cc sleeps a half period between polls), up to 1 s with the default 2 s
+            "--metrics-interval-ms",
+            str(METRICS_INTERVAL_MS),
             "--disable-auto-complete-config",
             "--model-control-mode",
             "explicit",
@@ -386,6 +418,8 @@ class TritonServer(ModelControl):
                 report["error"] = f"it died during the stop, {exit_words(process.returncode)}"
             # Requests Triton lost (see `drain`) or a dead stub's model never unload: tritonserver would wait its
             # whole exit timeout for them, then exit 1. Drained, nothing is left to lose: end it at once.
+            if not (report.get("leaked") or abandon or kill):
+                self._let_connections_close()
             process.send_signal(signal.SIGKILL if report.get("leaked") or abandon or kill else signal.SIGTERM)
             code, hung = self._wait_exit(timeout if timeout is not None else self.exit_timeout + 10)
             report["killed"] = hung is not None
@@ -408,6 +442,15 @@ class TritonServer(ModelControl):
         )
         self.last_stop = report
         return code
+
+    def _let_connections_close(self, limit: float = CONNECTIONS_CLOSE_S) -> None:
+        """Wait, at most `limit` s, until no TCP connection to the HTTP port is open or
+        closing. On SIGTERM tritonserver 2.51 counts open HTTP connections down, a second
+        per look, for up to its exit timeout, and its count lags the sockets: the drain's own
+        last call, closed a moment before, cost a second of every stop."""
+        deadline = time.monotonic() + limit
+        while http_connections(self.http_port) and time.monotonic() < deadline:
+            time.sleep(0.01)
 
     def _wait_exit(self, limit: float) -> tuple[int, str | None]:
         """Wait for the signalled process to exit: its status, and None, or SIGKILL it and
