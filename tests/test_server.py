@@ -23,6 +23,7 @@ from readability_triton.client.readability import ReadabilityClient
 from readability_triton.layout import load_manifest
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs
+from readability_triton.server import tritonserver
 from readability_triton.server.tritonserver import free_ports
 
 pytestmark = pytest.mark.integration
@@ -209,6 +210,22 @@ def test_a_bad_request_among_good_ones_fails_alone(server, expected):
     inferences, executions = (after[first][i] - before[first][i] for i in (0, 1))
     assert inferences == len(payloads)
     assert executions < inferences, "concurrent requests were batched into shared execute() calls"
+
+
+@pytest.mark.skipif(tritonserver.cuda_driver(), reason="this machine has a CUDA driver: tritonserver has no CUDA errors to log")
+def test_on_a_machine_without_cuda_every_cuda_line_of_the_log_is_explained(server):
+    """tritonserver, a GPU build, logs CUDA errors on a CPU machine (no flag avoids two of
+    them): the log says at the first one that they are expected, and the pinned pool, which
+    cannot be made there, is not tried."""
+    with urllib.request.urlopen(f"http://{server.http_url}/v2/health/ready") as reply:  # a request went through
+        assert reply.status == 200
+    lines = open(server.log_file, encoding="utf-8", errors="replace").read().splitlines()
+    cuda = [i for i, line in enumerate(lines) if "cuda" in line.lower() and "cuda_shared_memory" not in line]
+    note = [i for i, line in enumerate(lines) if line + "\n" == tritonserver.CPU_CUDA_NOTE]
+    assert cuda and len(note) == 1, lines[:60]
+    errors = [i for i in cuda if lines[i][:1] in "EW"]
+    assert errors and note[0] == errors[0] + 1, [lines[i] for i in cuda]
+    assert not any("Unable to allocate pinned system memory" in line for line in lines)
 
 
 def test_metrics_endpoint(server):

@@ -58,6 +58,33 @@ from .processes import exit_words, kill_process_group
 CORE_STOPPED = b"Found 0 live models and 0 in-flight non-inference requests"
 
 
+#: What tritonserver 2.51, a GPU build, logs on a machine without a CUDA driver, where it
+#: serves on the CPU all the same: server.cc's "CudaDriverHelper has not been initialized"
+#: (no flag avoids it), the ensemble's "unable to create stream ... CUDA driver version is
+#: insufficient" (nor this), and the pinned pool's warnings (`command` sets no pool there).
+CPU_CUDA_LINES = (
+    b"CudaDriverHelper has not been initialized",
+    b"CUDA driver version is insufficient",
+    b"no pinned memory pool",
+)
+#: The line that follows the first of them.
+CPU_CUDA_NOTE = (
+    "readability-triton: the CUDA errors tritonserver logs here are expected: this machine has no CUDA driver, "
+    "and tritonserver (a GPU build) tries CUDA before it serves on the CPU; nothing is wrong\n"
+)
+
+
+def cuda_driver() -> bool:
+    """Whether this machine has a CUDA driver (libcuda.so.1 loads)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
 #: The period of tritonserver's CPU and GPU gauges, in ms (its default: 2,000).
 METRICS_INTERVAL_MS = 200
 
@@ -238,6 +265,8 @@ class TritonServer(ModelControl):
             f"python,shm-region-prefix-name={self.shm_prefix}",
             "--exit-timeout-secs",
             str(self.exit_timeout),
+            # without a CUDA driver a pinned pool cannot be made: do not try (nor warn)
+            *([] if cuda_driver() else ["--pinned-memory-pool-byte-size", "0"]),
             *self.cache_args(),
             *self.extra_args,
         ]
@@ -327,10 +356,14 @@ class TritonServer(ModelControl):
         stream = process.stdout
         assert stream is not None  # started with stdout=PIPE
         out = open(self.log_file, "ab", buffering=0) if self.log_file else None
+        explain = not cuda_driver()  # its CUDA errors, once (`CPU_CUDA_LINES`)
         try:
             for line in iter(stream.readline, b""):
                 if CORE_STOPPED in line:
                     core_stopped.set()
+                if explain and any(sign in line for sign in CPU_CUDA_LINES):
+                    line += CPU_CUDA_NOTE.encode()
+                    explain = False
                 if out is not None:
                     out.write(line)
                 else:
