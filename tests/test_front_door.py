@@ -168,6 +168,31 @@ def test_the_restricted_apis_stay_closed_without_the_key(served):
         client.close()
 
 
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v2/models/readability/infer",
+        "/v2/repository/index",
+        "/v2/logging",
+        "/v2/trace/setting",
+        "/v2/repository/models/readability/load",
+    ],
+)
+def test_a_body_that_is_not_json_gets_400_not_500(served, path):
+    """tritonserver 2.51 answers a body that is not JSON with 500 ("failed to parse the
+    request JSON buffer"), a server error for the client's fault: the door answers 400,
+    with the key (the restricted APIs) and on inference."""
+    target, _ = served
+    for body in (b"not json", b'{"unclosed": ', b"\xff\xfe"):
+        request = urllib.request.Request(
+            f"http://{target.http}{path}", data=body, method="POST", headers={"admin-key": target.key}
+        )
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(request, timeout=30)
+        assert refused.value.code == 400, (path, body, refused.value.code)
+        assert "not valid JSON" in json.loads(refused.value.read())["error"]
+
+
 def _leaks(key: str, where: str) -> bytes:
     script = (
         'ps -eo args; for f in /proc/[0-9]*/cmdline /proc/[0-9]*/environ; do cat "$f" 2>/dev/null | '

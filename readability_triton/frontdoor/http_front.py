@@ -111,6 +111,18 @@ async def read_body(request: web.Request, limit: int) -> bytes:
         body += chunk
 
 
+def _not_json(body: bytes) -> str | None:
+    """Why a non-empty body of an API that takes JSON (the repository, logging, trace and
+    shared-memory APIs) is not JSON, or None."""
+    if not body.strip():
+        return None
+    try:
+        json.loads(bytes(body).decode("utf-8", "surrogateescape"))
+    except (ValueError, RecursionError) as err:
+        return f"the request body is not valid JSON ({str(err)[:80]})"
+    return None
+
+
 def _passed_on(headers, hop=_HOP) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in hop}
 
@@ -195,6 +207,9 @@ async def open_http(
         if not inference:
             if model is None and not any(route.fullmatch(request.path) for route in _OTHERS):
                 return _error(404, "Not Found")  # as tritonserver answers a path it does not serve
+            problem = _not_json(body) if request.method == "POST" else None
+            if problem:  # tritonserver 2.51 answers 500 "failed to parse the request JSON buffer"
+                return _error(400, problem)
             upload = _LOAD.fullmatch(request.path) is not None and http_uploads(body)
             if upload and not door.allow_model_uploads:
                 return _error(403, UPLOAD_REFUSAL)
