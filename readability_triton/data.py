@@ -11,7 +11,7 @@ import csv
 import math
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .errors import DataError
 
@@ -26,6 +26,8 @@ class Table:
     texts: list[str]
     targets: list[float] | None
     path: str
+    #: The file's line where each row starts (a quoted text may span lines).
+    lines: list[int] = field(default_factory=list)
 
 
 def _open_rows(path: str):
@@ -54,14 +56,21 @@ def read_table(path: str, column: str = "excerpt", target: str | None = None) ->
         wanted = [column] + ([target] if target else [])
         missing = [name for name in wanted if name not in fields]
         if missing:
+            options = " and ".join(
+                option for name, option in ((column, "--column"), (target, "--target")) if name in missing
+            )
             raise DataError(
                 f"{path}: no column {', '.join(map(repr, missing))}; the columns are "
-                f"{', '.join(map(repr, fields))} (choose one with --column)"
+                f"{', '.join(map(repr, fields))} (choose {'them' if len(missing) > 1 else 'one'} with {options})"
             )
         texts: list[str] = []
         targets: list[float] = []
+        lines: list[int] = []
         try:
-            for line, row in enumerate(reader, start=2):
+            ended = reader.line_num  # the header's last line
+            for row in reader:
+                line, ended = ended + 1, reader.line_num
+                lines.append(line)
                 text = row[column]
                 if text is None:
                     raise DataError(f"{path}, line {line}: the row has no {column!r} value")
@@ -86,7 +95,7 @@ def read_table(path: str, column: str = "excerpt", target: str | None = None) ->
             handle.close()
     if not texts:
         raise DataError(f"{path}: no data rows (only a header)")
-    return Table(texts, targets if target else None, path)
+    return Table(texts, targets if target else None, path, lines)
 
 
 def data_digest(texts, targets) -> str:

@@ -176,6 +176,9 @@ def test_evaluate_refusals(tiny_artifacts, tmp_path):
     no_target = write_csv(tmp_path / "no_target.csv", [(0, "A text.")], header=("id", "excerpt"))
     code, _, err = run("evaluate", "--artifacts", tiny_artifacts, "--data", no_target)
     assert code == 2 and "no column 'target'" in err
+    assert "choose one with --target" in err and "--column" not in err  # the option that picks the target
+    code, _, err = run("evaluate", "--artifacts", tiny_artifacts, "--data", data, "--column", "text")
+    assert code == 2 and "no column 'text'" in err and "choose one with --column" in err
     code, _, err = run("evaluate", "--artifacts", str(tmp_path / "missing"), "--data", data)
     assert code == 2 and "no such artifact folder" in err
 

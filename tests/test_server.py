@@ -3,6 +3,7 @@ binary of the nvidia-pytriton wheel), queried over HTTP and gRPC."""
 
 from __future__ import annotations
 
+import csv
 import signal
 import subprocess
 import sys
@@ -212,7 +213,9 @@ def test_a_bad_request_among_good_ones_fails_alone(server, expected):
     assert executions < inferences, "concurrent requests were batched into shared execute() calls"
 
 
-@pytest.mark.skipif(tritonserver.cuda_driver(), reason="this machine has a CUDA driver: tritonserver has no CUDA errors to log")
+@pytest.mark.skipif(
+    tritonserver.cuda_driver(), reason="this machine has a CUDA driver: tritonserver has no CUDA errors to log"
+)
 def test_on_a_machine_without_cuda_every_cuda_line_of_the_log_is_explained(server):
     """tritonserver, a GPU build, logs CUDA errors on a CPU machine (no flag avoids two of
     them): the log says at the first one that they are expected, and the pinned pool, which
@@ -334,6 +337,53 @@ def test_serve_and_score_commands(repo, tmp_path, expected):
             serve.wait()
     result = _cli("score", "text", "--url", f"127.0.0.1:{ports[0]}")
     assert result.returncode == 2 and "no ready 'readability' model" in result.stderr
+
+
+def test_score_names_a_refused_row_by_its_row_and_line_and_skip_bad_scores_the_rest(server, expected, tmp_path):
+    """One blank row in a 150-row CSV: `score` says which row (and the file's line: a quoted
+    text before it spans two), in one line and exit status 2, and writes nothing; with
+    --skip-bad it writes all 150 rows, the refused one with its error, and lists it."""
+    texts = [f"Row {i} is a short sentence. It has words." for i in range(1, 151)]
+    texts[99] = "   "
+    texts[9] = "A text\nthat spans two lines."
+    csv_in, csv_out = tmp_path / "in.csv", tmp_path / "out.csv"
+    with open(csv_in, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["id", "excerpt"])
+        writer.writerows([i, text] for i, text in enumerate(texts, 1))
+    url = ["--url", server.http_url]
+    failed = _cli("score", "--csv", str(csv_in), "--out", str(csv_out), "--batch-size", "64", *url)
+    assert failed.returncode == 2 and "Traceback" not in failed.stderr, failed.stderr
+    assert f"row 100 (line 102 of {csv_in}): the server refused it: it holds no words" in failed.stderr
+    assert len(failed.stderr.strip().splitlines()) == 1 and not csv_out.exists(), failed.stderr
+
+    done = _cli("score", "--csv", str(csv_in), "--out", str(csv_out), "--skip-bad", "--batch-size", "64", *url)
+    assert done.returncode == 0, done.stderr
+    assert (
+        "skipped 1 of 150 texts" in done.stderr and f"row 100 (line 102 of {csv_in}): it holds no words" in done.stderr
+    )
+    with open(csv_out, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [row["text"] for row in rows] == texts and list(rows[0])[-1] == "error"
+    assert rows[99]["score"] == "" and rows[99]["error"].startswith("holds no words")
+    good = [i for i in range(150) if i != 99]
+    assert all(rows[i]["error"] == "" for i in good)
+    want = expected([texts[i] for i in good])["score"]
+    assert [float(rows[i]["score"]) for i in good] == pytest.approx(want.tolist(), abs=1e-5)
+
+
+def test_score_on_standard_input_that_is_not_utf8_names_the_line_without_a_traceback(server):
+    good = "A short and easy text.".encode()
+    stdin = good + b"\n\xff\xfe not UTF-8\n\n" + good + b"\n"
+    args = [sys.executable, "-m", "readability_triton.cli", "score", "--url", server.http_url]
+    failed = subprocess.run(args, input=stdin, capture_output=True, timeout=120)
+    err = failed.stderr.decode()
+    assert failed.returncode == 2 and "Traceback" not in err, err
+    assert "line 2 of standard input: the server refused it: it is not valid UTF-8" in err
+    skipped = subprocess.run(args + ["--skip-bad"], input=stdin, capture_output=True, timeout=120)
+    assert skipped.returncode == 0, skipped.stderr.decode()
+    assert len(skipped.stdout.decode().strip().splitlines()) == 4  # header, rule, the two good lines
+    assert "line 2 of standard input: it is not valid UTF-8" in skipped.stderr.decode()
 
 
 def test_evaluate_through_the_server_equals_the_artifacts(server, tiny_artifacts, tmp_path):

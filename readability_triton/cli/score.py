@@ -9,7 +9,7 @@ import csv
 import sys
 
 from .. import contracts
-from ..client.readability import ReadabilityClient, parse_outputs
+from ..client.readability import ReadabilityClient, TextRefused, parse_outputs
 from ..data import read_table
 from ..errors import CommandError
 from .common import connection_arguments, progress, server_url
@@ -30,6 +30,12 @@ def register(subparsers) -> None:
     p.add_argument("--csv", dest="csv_path", metavar="FILE", help="CSV with a text column")
     p.add_argument("--column", default="excerpt", help="text column of --csv (default: excerpt)")
     p.add_argument("--out", metavar="FILE", help="write a CSV with the scores here")
+    p.add_argument(
+        "--skip-bad",
+        action="store_true",
+        help="score every text the server accepts and list the ones it refuses (empty, too long, not UTF-8) by "
+        "row, instead of stopping at the first; --out then has an 'error' column",
+    )
     connection_arguments(p)
     p.add_argument("--batch-size", type=int, default=BATCH_LIMIT, help=f"texts per request (at most {BATCH_LIMIT})")
     p.add_argument(
@@ -47,17 +53,30 @@ def register(subparsers) -> None:
     p.set_defaults(func=cmd_score)
 
 
-def _read_texts(args) -> list[str]:
+def _read_texts(args) -> tuple[list[str | bytes], list[str]]:
+    """The texts, and where each came from, as an error names it: "row 100 (line 203 of
+    FILE)", "line 5 of standard input", "text 2"."""
     if args.csv_path:
-        return read_table(args.csv_path, args.column).texts
+        table = read_table(args.csv_path, args.column)
+        return list(table.texts), [f"row {i} (line {line} of {table.path})" for i, line in enumerate(table.lines, 1)]
     if args.texts:
-        return list(args.texts)
+        return list(args.texts), [f"text {i}" for i in range(1, len(args.texts) + 1)]
     if sys.stdin.isatty():
         raise CommandError("no texts: give them as arguments, with --csv FILE, or on standard input")
-    texts = [line.rstrip("\n") for line in sys.stdin if line.strip()]
+    texts: list[str | bytes] = []
+    labels: list[str] = []
+    for number, raw in enumerate(sys.stdin.buffer, 1):
+        line = raw.rstrip(b"\r\n")
+        if not line.strip():
+            continue
+        try:
+            texts.append(line.decode("utf-8"))
+        except UnicodeDecodeError:
+            texts.append(line)  # sent as it is: the server refuses it and says why
+        labels.append(f"line {number} of standard input")
     if not texts:
         raise CommandError("standard input holds no text")
-    return texts
+    return texts, labels
 
 
 #: (output, CSV column, table heading), in the table's order: the branch scores, the score
@@ -88,7 +107,7 @@ def cmd_score(args) -> int:
         raise CommandError(f"--outputs: {err}") from None
     if not 1 <= args.concurrency <= 64:
         raise CommandError("--concurrency must be between 1 and 64")
-    texts = _read_texts(args)
+    texts, labels = _read_texts(args)
     url = server_url(args)
     with ReadabilityClient(url, args.protocol, batch_size=args.batch_size) as client:
         if not client.ready():
@@ -96,19 +115,39 @@ def cmd_score(args) -> int:
                 f"no ready 'readability' model at {url} ({args.protocol}); start one "
                 "with `readability-triton serve --repository REPO`"
             )
-        scores = client.score(texts, progress=progress, outputs=outputs, concurrency=args.concurrency)
+        try:
+            scores = client.score(
+                texts, progress=progress, outputs=outputs, concurrency=args.concurrency, skip_bad=args.skip_bad
+            )
+        except TextRefused as err:
+            raise CommandError(
+                f"{labels[err.index]}: the server refused it: it {err.reason}; fix or remove it, or pass --skip-bad "
+                "to score the others and list every refused one"
+                + (f" (nothing was written to {args.out})" if args.out else "")
+            ) from None
     if args.out:
         # CSV columns: text, then the requested outputs in the ensemble's order (score first)
         columns = [c for name in contracts.OUTPUTS for c in _COLUMNS if c[0] == name and name in outputs]
         with open(args.out, "w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
-            writer.writerow(["text"] + [c[1] for c in columns])
+            writer.writerow(["text"] + [c[1] for c in columns] + (["error"] if args.skip_bad else []))
             for s in scores:
-                writer.writerow([s.text] + [f"{s.values[c[0]]:.6f}" for c in columns])
-        print(f"wrote {len(scores)} scores to {args.out}", file=sys.stderr)
+                values = ["" if s.error else f"{s.values[c[0]]:.6f}" for c in columns]
+                writer.writerow([_shown(s.text)] + values + ([s.error or ""] if args.skip_bad else []))
+        print(f"wrote {sum(s.error is None for s in scores)} scores to {args.out}", file=sys.stderr)
     else:
-        print_table(scores, outputs=outputs)
+        print_table([s for s in scores if s.error is None], outputs=outputs)
+    refused = [(label, s.error) for label, s in zip(labels, scores) if s.error]
+    if refused:
+        print(f"skipped {len(refused)} of {len(scores)} texts the server refused:", file=sys.stderr)
+        for label, error in refused:
+            print(f"  {label}: it {error}", file=sys.stderr)
     return 0
+
+
+def _shown(text: str | bytes) -> str:
+    """A text as a table or CSV shows it (bytes that are not UTF-8, with U+FFFD)."""
+    return text if isinstance(text, str) else text.decode("utf-8", "replace")
 
 
 def print_table(scores, width: int = 60, latency: bool = False, outputs=contracts.OUTPUTS) -> None:
@@ -120,7 +159,7 @@ def print_table(scores, width: int = 60, latency: bool = False, outputs=contract
     print(header)
     print("-" * len(header))
     for s in scores:
-        text = " ".join(s.text.split())
+        text = " ".join(_shown(s.text).split())
         text = text if len(text) <= width else text[: width - 1] + "…"
         line = f"{text:<{width}}" + "".join(f"  {s.values[c[0]]:>8.3f}" for c in columns)
         if latency:

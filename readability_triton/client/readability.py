@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -38,9 +39,11 @@ class Score:
     """One text's answers: every output asked for (None for one not asked for), and the
     round trip of the request that carried it."""
 
-    text: str
+    text: str | bytes
     values: dict[str, float | None]  # by ensemble output name
     latency_ms: float
+    #: Why the server refused this text (`score(skip_bad=True)`); None when it was scored.
+    error: str | None = None
 
     @property
     def score(self) -> float | None:
@@ -103,6 +106,29 @@ def is_transient(exc: BaseException) -> bool:
     if "invalid_arg" in text or status in ("400", "StatusCode.INVALID_ARGUMENT"):
         return False
     return isinstance(exc, (ConnectionError, OSError)) or any(sign in text for sign in _TRANSIENT)
+
+
+#: How the ensemble refuses one text of a request (`validation`): "text N of the request <why>".
+_TEXT_REFUSED = re.compile(r"text (\d+) of the request (.+)", re.S)
+
+
+class TextRefused(ClientError):
+    """The server refused one text: its input is at fault (empty, too long, not UTF-8).
+    `index`: its place among the texts of the call; `reason`: why."""
+
+    def __init__(self, index: int, reason: str):
+        super().__init__(f"text {index}: {reason}")
+        self.index = index
+        self.reason = reason
+
+
+def refused_text(exc: BaseException) -> tuple[int, str] | None:
+    """(the text's place in its request, why) where `exc` is the refusal of one text of a
+    request, else None."""
+    match = _TEXT_REFUSED.search(str(exc))
+    if match is None or is_transient(exc.__cause__ or exc):
+        return None
+    return int(match[1]), match[2].strip()
 
 
 def _module(protocol: str):
@@ -254,28 +280,53 @@ class ReadabilityClient:
             got[name] = array.reshape(-1)
         return got, elapsed
 
-    def score(self, texts: list[str], progress=no_progress, outputs=C.OUTPUTS, concurrency: int = 1) -> list[Score]:
+    def score(
+        self,
+        texts: Sequence[str | bytes],
+        progress=no_progress,
+        outputs=C.OUTPUTS,
+        concurrency: int = 1,
+        skip_bad: bool = False,
+    ) -> list[Score]:
         """Scores of `texts`, in their order, one request per `batch_size` texts with up to
         `concurrency` of them in flight (each on its own connection), asking for `outputs`
         (`progress`: see `readability_triton.progress`). The first request that fails ends
-        the call with its error; the ones not sent yet are not sent."""
+        the call with its error (`TextRefused`, with the text's place in `texts`, where
+        the server refused one text); the ones not sent yet are not sent. `skip_bad`: a
+        refused text gets its `error` and no values, and the rest of its request is sent
+        again without it (a request per refused text)."""
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         names = parse_outputs(outputs)
-        chunks = [texts[start : start + self.batch_size] for start in range(0, len(texts), self.batch_size)]
+        starts = range(0, len(texts), self.batch_size)
+        chunks = [(start, list(texts[start : start + self.batch_size])) for start in starts]
 
-        def scored(client: "ReadabilityClient", chunk: list[str]) -> list[Score]:
-            out, elapsed = client.infer_batch(chunk, names)
-            columns = {name: (out[name].tolist() if name in out else [None] * len(chunk)) for name in C.OUTPUTS}
-            return [
-                Score(text, {name: columns[name][i] for name in C.OUTPUTS}, elapsed) for i, text in enumerate(chunk)
-            ]
+        def scored(client: "ReadabilityClient", start: int, chunk: list) -> list[Score]:
+            pending = list(range(len(chunk)))
+            results: list[Score | None] = [None] * len(chunk)
+            while pending:
+                try:
+                    out, elapsed = client.infer_batch([chunk[i] for i in pending], names)
+                except ClientError as exc:
+                    refused = refused_text(exc)
+                    if refused is None or refused[0] >= len(pending):
+                        raise
+                    at = pending.pop(refused[0])
+                    if not skip_bad:
+                        raise TextRefused(start + at, refused[1]) from exc
+                    results[at] = Score(chunk[at], dict.fromkeys(C.OUTPUTS), 0.0, refused[1])
+                    continue
+                columns = {name: (out[name].tolist() if name in out else [None] * len(pending)) for name in C.OUTPUTS}
+                for k, i in enumerate(pending):
+                    results[i] = Score(chunk[i], {name: columns[name][k] for name in C.OUTPUTS}, elapsed)
+                pending = []
+            return [score for score in results if score is not None]
 
         with (progress or no_progress)(total=len(texts), desc="scoring", unit="text") as bar:
             if concurrency == 1 or len(chunks) <= 1:
                 results: list[Score] = []
-                for chunk in chunks:
-                    results += scored(self, chunk)
+                for start, chunk in chunks:
+                    results += scored(self, start, chunk)
                     bar.update(len(chunk))
                 return results
             return self._score_at_once(chunks, scored, concurrency, bar)
@@ -296,12 +347,12 @@ class ReadabilityClient:
             ),
         )
 
-        def run(chunk: list[str]) -> list[Score]:
-            return scored(clients.get(), chunk)
+        def run(start: int, chunk: list) -> list[Score]:
+            return scored(clients.get(), start, chunk)
 
         pool = concurrent.futures.ThreadPoolExecutor(min(concurrency, len(chunks)), thread_name_prefix="score")
         try:
-            futures = [pool.submit(run, chunk) for chunk in chunks]
+            futures = [pool.submit(run, start, chunk) for start, chunk in chunks]
             for future in concurrent.futures.as_completed(futures):
                 bar.update(len(future.result()))  # the first error ends the call
             return [score for future in futures for score in future.result()]
