@@ -133,8 +133,11 @@ def test_bench_against_a_running_server(tiny_artifacts, tmp_path, texts_csv):
             str(out),
         )
         assert code == 0, err
+        assert "served bert: a Python model; in process: " in err  # what each side of the ratio ran
         rows = check_rows(json.loads(out.read_text()), (1, 4), (2,))
         assert all(r["in_process_texts_per_s"] > 0 for r in rows)
+        above = [r for r in rows if r["served_vs_in_process"] > 1]
+        assert ("served/in-process above 1" in printed) == bool(above), printed
         code, _, err = run(
             "bench",
             "--url",
@@ -284,6 +287,22 @@ def test_perf_analyzers_rows_have_their_own_served_vs_in_process_ratio():
     out = io.StringIO()
     bench.print_rows([alone], out)
     assert out.getvalue().split("perf_analyzer, the same rows right after")[1].splitlines()[2].split()[-1] == "-"
+
+
+def test_a_ratio_above_1_comes_with_why_and_what_each_side_ran():
+    """Unit: a served/in-process ratio above 1 (2.02 at one client was printed with no
+    word) is followed by what each side ran and what makes a server faster; at or below 1,
+    nothing; cache hits in the row are named."""
+    latency = {"p50": 4.0, "p95": 5.0, "p99": 6.0}
+    fast = bench.Row(1, 1, 10.0, 2000, 0, 202.0, latency, {}, 100.0)
+    slow = bench.Row(1, 4, 10.0, 2000, 0, 90.0, latency, {}, 100.0)
+    assert bench.ratio_note([slow]) is None
+    note = bench.ratio_note([fast, slow], "model.pt, 2 thread(s)", "Triton's onnxruntime_onnx backend")
+    assert note is not None and "2.02 at 1 client(s)" in note and "0.90" not in note
+    assert "model.pt, 2 thread(s)" in note and "onnxruntime_onnx" in note and "--repository" in note
+    assert "response cache answered" not in note
+    cached = bench.Row(1, 1, 10.0, 2000, 0, 202.0, latency, {"bert": {"cache_hits": 40}}, 100.0)
+    assert "the response cache answered repeats in 1 of these row(s)" in (bench.ratio_note([cached]) or "")
 
 
 def test_statistics_are_read_once_the_counts_stop_moving():

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 
+from .. import contracts as C
 from ..artifacts.corpus import default_texts
 from ..client import bench, perf
 from ..data import read_table
@@ -150,6 +151,9 @@ def cmd_bench(args) -> int:
             pipeline = Pipeline.from_folder(args.artifacts) if args.artifacts else None
             if pipeline is None:
                 print("no --artifacts: the in-process row is left out", file=sys.stderr)
+            else:
+                served = served_bert_config(url, args.protocol)
+                print(f"served bert: {served or 'not known'}; in process: {pipeline.bert.describe()}", file=sys.stderr)
         perf_input = None
         if args.engine == "both":
             import shutil
@@ -183,6 +187,13 @@ def cmd_bench(args) -> int:
         f"{os.cpu_count()} CPUs\n"
     )
     bench.print_rows(rows, sys.stdout)
+    note = bench.ratio_note(
+        rows,
+        pipeline.bert.describe() if pipeline is not None else None,
+        served_bert(args.repository) if args.repository else served_bert_config(url, args.protocol),
+    )
+    if note:
+        print("\n" + note)
     report = {
         "protocol": args.protocol,
         "url": url,
@@ -198,6 +209,25 @@ def cmd_bench(args) -> int:
         bench.plot(rows, args.plot, title=f"readability ensemble, {args.protocol}, {os.cpu_count()} CPUs")
         print(f"wrote {args.plot}", file=sys.stderr)
     return 0
+
+
+def served_bert_config(url: str, protocol: str) -> str | None:
+    """The served bert's backend (or platform) and instances, from the server's model
+    configuration, or None where the server does not say."""
+    from ..client.readability import triton_client
+
+    try:
+        _, client = triton_client(url, protocol, timeout=10.0)
+        try:
+            config = client.get_model_config(C.BERT) if protocol == "http" else None
+            if config is None:
+                config = client.get_model_config(C.BERT, as_json=True)["config"]
+        finally:
+            client.close()
+    except Exception:  # noqa: BLE001 - a fused repository has no bert; an older server: not known
+        return None
+    engine = config.get("platform") or config.get("backend") or "?"
+    return f"Triton's {engine} backend" if config.get("backend") != "python" else "a Python model"
 
 
 def cmd_perf_input(args) -> int:

@@ -261,6 +261,32 @@ def run(
     return rows
 
 
+def ratio_note(rows: list[Row], in_process: str | None = None, served: str | None = None) -> str | None:
+    """Why a row's served/in-process ratio is above 1, where one is: what the two sides ran
+    (`in_process`, `served`: each side's BERT in words), and what else makes a server
+    compute the same texts faster than the in-process row; None where none is above 1."""
+    above = [r for r in rows if (r.served_vs_in_process or 0) > 1]
+    if not above:
+        return None
+    shown = ", ".join(f"{r.served_vs_in_process:.2f} at {r.concurrency} client(s)" for r in above)
+    lines = [
+        f"served/in-process above 1 ({shown}): the server computed these texts faster than this process did.",
+        "The in-process row is one thread of calls, timed right before and after each row"
+        + (f", on {in_process}" if in_process else "")
+        + (f"; the server's bert: {served}." if served else "."),
+        "A server is faster where it runs a step on another engine, file or thread plan (a native backend, with "
+        "its own build and threads; with --url, the in-process row runs the artifacts' own default, which need "
+        "not be what the server runs: --repository runs both sides from one repository), where its clients' "
+        "requests overlap (more than one client: the steps of different requests run at once), where its "
+        "response cache answers repeated texts (the breakdown's cache hits), or where the host was busier "
+        "during the in-process runs (rerun to see).",
+    ]
+    cached = [r for r in above if any((m.get("cache_hits") or 0) > 0 for m in r.models.values())]
+    if cached:
+        lines.append(f"Here the response cache answered repeats in {len(cached)} of these row(s).")
+    return "\n".join(lines)
+
+
 def print_rows(rows: list[Row], out) -> None:
     print(
         f"{'texts/req':>9} {'clients':>7} {'texts/s':>8} {'p50 ms':>8} {'p95 ms':>8} {'p99 ms':>8} {'errors':>6} "
