@@ -24,8 +24,11 @@ $(STAMP): setup.cfg constraints/cpu.txt pyproject.toml
 	rm -f $(VENV)/.installed-*
 	touch $@
 
+# DATA=path/to/train.csv: train the demo on that CommonLit-layout CSV (default: the shared
+# ../shared/data/commonlit/train.csv where it exists, else a generated corpus).
+DATA ?=
 demo: $(STAMP)
-	$(VENV)/bin/readability-triton demo --artifacts $(DEMO_ARTIFACTS) --repository $(DEMO_REPO)
+	$(VENV)/bin/readability-triton demo --artifacts $(DEMO_ARTIFACTS) --repository $(DEMO_REPO) $(if $(DATA),--data "$(DATA)")
 
 # Lint (ruff: errors, style, import order; its formatter) and type-check (mypy) the code
 # first: seconds, before the minutes of pytest. Every setting is in pyproject.toml.
