@@ -12,7 +12,7 @@ TOOLS_STAMP := $(TOOLS)/.installed-$(shell cksum < constraints/tools.txt | cut -
 DEMO_ARTIFACTS := .cache/demo-artifacts
 DEMO_REPO      := .cache/demo-repository
 
-.PHONY: demo test check lint deploy-check venv clean gpu-check image native-backends
+.PHONY: demo test check lint deploy-check venv clean gpu-check image native-backends wheel
 
 venv: $(STAMP)
 
@@ -29,6 +29,14 @@ $(STAMP): setup.cfg constraints/cpu.txt pyproject.toml
 DATA ?=
 demo: $(STAMP)
 	$(VENV)/bin/readability-triton demo --artifacts $(DEMO_ARTIFACTS) --repository $(DEMO_REPO) $(if $(DATA),--data "$(DATA)")
+
+# The installable wheel, dist/readability_triton-<version>-py3-none-any.whl: the package, the
+# Python models' model.py files and their data, no dependencies (docs/deployment.md installs
+# it, with the extras a profile needs, into a tritonserver's Python).
+wheel: $(STAMP)
+	rm -rf build dist/readability_triton-*.whl
+	$(PIP) wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
+	@ls dist/readability_triton-*.whl
 
 # Lint (ruff: errors, style, import order; its formatter) and type-check (mypy) the code
 # first: seconds, before the minutes of pytest. Every setting is in pyproject.toml.

@@ -11,7 +11,7 @@ from tritonclient.grpc import model_config_pb2
 
 from readability_triton import contracts as C
 from readability_triton.errors import AssemblyError
-from readability_triton.repository import configs, profiles, releases
+from readability_triton.repository import configs, profiles, releases, warmup
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CANONICAL = os.path.join(ROOT, "model_repository")
@@ -51,6 +51,12 @@ def test_canonical_configs_are_the_rendered_gpu_profile():
             f"model_repository/{model}/config.pbtxt is stale: run "
             "`python -m readability_triton.repository.configs model_repository`"
         )
+        folder = os.path.join(CANONICAL, model, warmup.WARMUP_FOLDER)
+        want = warmup.warmup_files(configs.read_config(os.path.join(CANONICAL, model, "config.pbtxt")))
+        got = (
+            {name: open(os.path.join(folder, name), "rb").read() for name in sorted(os.listdir(folder))} if want else {}
+        )
+        assert got == want, f"model_repository/{model}/warmup is stale: run the same command"
 
 
 @pytest.mark.parametrize("model", CANONICAL_MODELS)

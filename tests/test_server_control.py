@@ -134,7 +134,7 @@ def _metrics(pending: dict, queue_us: dict, success: dict) -> str:
 
 
 def test_the_gate_counts_the_requests_waiting_in_the_later_steps():
-    from readability_triton.stub.admission import Admission, pending_requests
+    from readability_triton.stub.admission import RETRY_AFTER_FAILURE, STARTUP_QUIET, Admission, pending_requests
 
     text = _metrics({"validate": 3, "bert": 6, "forest": 1}, {}, {})
     assert pending_requests(text) == {"validate": 3, "bert": 6, "forest": 1}
@@ -153,9 +153,15 @@ def test_the_gate_counts_the_requests_waiting_in_the_later_steps():
     assert len(reads) == 1  # cached within `refresh`
     assert Admission(8, 0, ["bert", "forest"], url="http://m", fetch=fetch).busy() is None
     assert Admission(0, 0, ["bert"], url="http://m", fetch=fetch).busy() is None  # off
-    off = Admission(1, 0, ["bert"], url="down", fetch=fetch, log=logged.append)
-    assert off.busy() is None and off.busy() is None  # open while the metrics cannot be read
+    clock[0] = 0.0
+    off = Admission(1, 0, ["bert"], url="down", fetch=fetch, log=logged.append, clock=lambda: clock[0])
+    assert off.busy() is None  # open while the metrics cannot be read
+    assert logged == []  # quiet while tritonserver loads: the warm-up runs before the endpoint listens
+    clock[0] = STARTUP_QUIET
+    assert off.busy() is None and off.busy() is None
     assert len(logged) == 1 and "load shedding is off" in logged[0]
+    off.url, clock[0] = "http://m", clock[0] + RETRY_AFTER_FAILURE
+    assert "busy" in (off.busy() or "") and "again: load shedding is on" in logged[-1]
 
 
 def test_the_gate_measures_how_long_requests_have_lately_waited():

@@ -34,6 +34,7 @@ COMMANDS = {
     "build-demo": "readability_triton.cli.training",
     "assemble": "readability_triton.cli.serve",
     "serve": "readability_triton.cli.serve",
+    "triton-command": "readability_triton.cli.serve",
     "health": "readability_triton.cli.health",
     "score": "readability_triton.cli.score",
     "demo": "readability_triton.cli.demo",

@@ -11,6 +11,7 @@ import sys
 from .. import contracts as C
 from ..artifacts.corpus import default_texts
 from ..client import bench, perf
+from ..client.readability import triton_client
 from ..data import read_table
 from ..errors import CommandError, ServerError
 from ..pipeline import Pipeline
@@ -214,8 +215,6 @@ def cmd_bench(args) -> int:
 def served_bert_config(url: str, protocol: str) -> str | None:
     """The served bert's backend (or platform) and instances, from the server's model
     configuration, or None where the server does not say."""
-    from ..client.readability import triton_client
-
     try:
         _, client = triton_client(url, protocol, timeout=10.0)
         try:

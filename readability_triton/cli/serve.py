@@ -1,4 +1,4 @@
-"""CLI: `assemble` and `serve`."""
+"""CLI: `assemble`, `serve` and `triton-command`."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from ..repository import releases
 from ..repository.assemble import assemble, pick_bert_format
 from ..repository.profiles import DEFAULT_TENSORRT_CACHE, PROFILES
 from ..scoring import blend_weights
+from ..server.plain import plain_command
 from ..server.serve import ServeOptions, Service
 
 
@@ -238,6 +239,32 @@ def register(subparsers) -> None:
     )
     p.set_defaults(func=cmd_serve)
 
+    p = subparsers.add_parser(
+        "triton-command",
+        help="print the tritonserver command line that serves a repository without serve (a plain deployment)",
+        description="Print, as one bash line, the command that starts this machine's tritonserver (the "
+        "nvidia-pytriton wheel's, or --tritonserver HOME) on an assembled repository with no readability-triton "
+        "process beside it: its environment (libraries, this Python's bin first on PATH for the python "
+        "backend's stubs, the metrics URL the first step sheds load by), its backend folder (prepared now), and "
+        "its model-repository, logging, trace and shared-memory APIs closed with the key in "
+        "$READABILITY_TRITON_ADMIN_KEY, read when the line runs and handed over on no command line. Run it "
+        "with bash; it execs tritonserver, so its PID is tritonserver's (SIGTERM stops it). No front door, "
+        "supervisor or warm-up of serve's: the models warm up as they load (model_warmup).",
+    )
+    p.add_argument("--repository", required=True, metavar="REPO")
+    p.add_argument("--http-port", type=int, default=8000)
+    p.add_argument("--grpc-port", type=int, default=8001)
+    p.add_argument("--metrics-port", type=int, default=8002)
+    p.add_argument("--address", default="127.0.0.1", help="where the ports listen (default 127.0.0.1)")
+    p.add_argument(
+        "--tritonserver",
+        metavar="HOME",
+        default=None,
+        help="an installed tritonserver (an NGC image's /opt/tritonserver; default $READABILITY_TRITON_HOME, "
+        "else the nvidia-pytriton wheel's)",
+    )
+    p.set_defaults(func=cmd_triton_command)
+
 
 # ------------------------------------------------------------------------- assemble
 
@@ -323,6 +350,23 @@ def cmd_serve(args) -> int:
         return Service(options).run()
     except (ServerError, ValueError) as err:
         raise CommandError(str(err)) from None
+
+
+def cmd_triton_command(args) -> int:
+    try:
+        print(
+            plain_command(
+                args.repository,
+                http_port=args.http_port,
+                grpc_port=args.grpc_port,
+                metrics_port=args.metrics_port,
+                address=args.address,
+                home=args.tritonserver or "",
+            )
+        )
+    except (ServerError, ValueError) as err:
+        raise CommandError(str(err)) from None
+    return 0
 
 
 # ---------------------------------------------------------------------------- score

@@ -28,7 +28,14 @@ from ..scoring import Blender, weight_pair
 from ..tokenizer.runner import TokenizerRunner
 from . import releases
 from .canary import CANARY, Canary
-from .configs import edit_config, home, present_models, read_config, render_config, repository_models
+from .configs import (
+    edit_config,
+    home,
+    present_models,
+    read_config,
+    render_config,
+    repository_models,
+)
 from .profiles import (
     DEFAULT_BERT_FORMAT,
     DEFAULT_TENSORRT_CACHE,
@@ -38,6 +45,7 @@ from .profiles import (
     backend_file,
     check_fused,
 )
+from .warmup import write_warmup
 
 
 def backends_root() -> str:
@@ -64,6 +72,7 @@ def write_configs(out: str, profile: str, **render_kw) -> None:
         os.makedirs(os.path.join(model_dir, VERSION), exist_ok=True)
         with open(os.path.join(model_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
             handle.write(render_config(model, profile, **render_kw))
+        write_warmup(model_dir, read_config(os.path.join(model_dir, "config.pbtxt")))
         source = backend_file(model, profile, fused)
         if source is not None:
             shutil.copyfile(

@@ -35,6 +35,7 @@ from .profiles import (
     dynamic_batching,
     placement,
 )
+from .warmup import warmup_sample, write_warmup
 
 
 @functools.lru_cache(maxsize=None)
@@ -217,6 +218,7 @@ def model_config(
             key=lambda batching: batching["max_queue_delay_microseconds"],
         )
     config["instance_group"] = [{"kind": where.kind, "count": 1}]
+    config["model_warmup"] = [warmup_sample(config)]
     if model == C.BERT and tensorrt:
         config["optimization"] = tensorrt_optimization(max_length, C.MAX_BATCH_SIZE[C.BERT], tensorrt_cache)
     if model in CACHED_STEPS and response_cache:
@@ -368,10 +370,12 @@ def max_text_bytes(repo: str) -> int:
 
 
 def write_canonical(root: str) -> None:
-    """Rewrite the configs of the source tree's `model_repository/` (the `gpu` profile)."""
+    """Rewrite the configs of the source tree's `model_repository/` (the `gpu` profile),
+    with their warm-up inputs."""
     for model in repository_models():
         with open(os.path.join(root, model, "config.pbtxt"), "w", encoding="utf-8") as handle:
             handle.write(render_config(model, "gpu"))
+        write_warmup(os.path.join(root, model), model_config(model, "gpu"))
 
 
 if __name__ == "__main__":  # python -m readability_triton.repository.configs model_repository

@@ -142,10 +142,42 @@ def server_environment(base: dict[str, str] | None = None, home: str = "") -> di
     /opt/tritonserver), its `lib`. (The native backends find their libraries through their
     RPATH, beside them.)"""
     env = dict(os.environ if base is None else base)
-    if home:
-        libs = [os.path.join(home, "lib")]
-    else:
-        libs = [os.path.normpath(os.path.join(triton_home(), "..", "..", "nvidia_pytriton.libs")), _python_libdir()]
+    libs = library_path(home)
     env["LD_LIBRARY_PATH"] = os.pathsep.join(libs + [p for p in env.get("LD_LIBRARY_PATH", "").split(os.pathsep) if p])
     env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), env.get("PATH", "")])
     return env
+
+
+def library_path(home: str = "") -> list[str]:
+    """The folders tritonserver's libraries are found in: an installed one's `lib`, or the
+    wheel's libraries and this Python's LIBDIR (the stub links libpython)."""
+    if home:
+        return [os.path.join(home, "lib")]
+    return [os.path.normpath(os.path.join(triton_home(), "..", "..", "nvidia_pytriton.libs")), _python_libdir()]
+
+
+#: What tritonserver 2.51, a GPU build, logs on a machine without a CUDA driver, where it
+#: serves on the CPU all the same: server.cc's "CudaDriverHelper has not been initialized"
+#: (no flag avoids it), the ensemble's "unable to create stream ... CUDA driver version is
+#: insufficient" (nor this), and the pinned pool's warnings (`command` sets no pool there).
+CPU_CUDA_LINES = (
+    b"CudaDriverHelper has not been initialized",
+    b"CUDA driver version is insufficient",
+    b"no pinned memory pool",
+)
+#: The line that follows the first of them.
+CPU_CUDA_NOTE = (
+    "readability-triton: the CUDA errors tritonserver logs here are expected: this machine has no CUDA driver, "
+    "and tritonserver (a GPU build) tries CUDA before it serves on the CPU; nothing is wrong\n"
+)
+
+
+def cuda_driver() -> bool:
+    """Whether this machine has a CUDA driver (libcuda.so.1 loads)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import time
 
 
@@ -125,3 +126,48 @@ def kill_process_group(pgid: int) -> list[int]:
         while group_members(pgid) and time.monotonic() < deadline:
             time.sleep(0.05)
     return left
+
+
+#: /proc/net/tcp's states of a connection the server has not closed yet: ESTABLISHED,
+#: SYN_RECV, CLOSE_WAIT (the client closed; the server's loop has not yet).
+_OPEN_STATES = {"01", "03", "08"}
+
+
+def http_connections(port: int) -> int:
+    """TCP connections to local `port` (this network namespace) that are open or closing
+    (0 where /proc/net cannot be read)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table, encoding="ascii") as handle:
+                next(handle, None)
+                for line in handle:
+                    fields = line.split()
+                    if len(fields) > 3 and fields[3] in _OPEN_STATES and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                        count += 1
+        except (OSError, ValueError):
+            continue
+    return count
+
+
+def free_ports(count: int, taken: tuple[int, ...] = ()) -> list[int]:
+    """`count` distinct ports free on 127.0.0.1 now, none of them in `taken`: each is held
+    bound until all are picked (ports picked one after another may repeat: a CI run's serve
+    got the same port for HTTP and metrics, and tritonserver refused to start)."""
+    held: list[socket.socket] = []
+    try:
+        while len(held) < count:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            if sock.getsockname()[1] in taken:
+                sock.close()
+                continue
+            held.append(sock)
+        return [sock.getsockname()[1] for sock in held]
+    finally:
+        for sock in held:
+            sock.close()
+
+
+def free_port() -> int:
+    return free_ports(1)[0]

@@ -28,7 +28,6 @@ import os
 import re
 import resource
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -44,45 +43,22 @@ from . import keyshim
 from .admin import ADMIN_KEY_ENV, admin_key_from_environment, restricted_api_args
 from .control import DrainReport, ModelControl
 from .installation import (
+    CPU_CUDA_LINES,
+    CPU_CUDA_NOTE,
     TRITON_HOME_ENV,
+    cuda_driver,
     native_backends,
     prepare_backends,
     server_environment,
     stub_numpy_problem,
     triton_home,
 )
-from .processes import exit_words, kill_process_group
+from .processes import exit_words, free_ports, http_connections, kill_process_group
+from .processes import free_port as free_port  # where tests and benchmarks have long found it
 
 #: What Triton's core logs as the last step of its stop: no model left, no request in flight
 #: (server.cc, `TRITONSERVER_ServerStop`); after it only the endpoints close.
 CORE_STOPPED = b"Found 0 live models and 0 in-flight non-inference requests"
-
-
-#: What tritonserver 2.51, a GPU build, logs on a machine without a CUDA driver, where it
-#: serves on the CPU all the same: server.cc's "CudaDriverHelper has not been initialized"
-#: (no flag avoids it), the ensemble's "unable to create stream ... CUDA driver version is
-#: insufficient" (nor this), and the pinned pool's warnings (`command` sets no pool there).
-CPU_CUDA_LINES = (
-    b"CudaDriverHelper has not been initialized",
-    b"CUDA driver version is insufficient",
-    b"no pinned memory pool",
-)
-#: The line that follows the first of them.
-CPU_CUDA_NOTE = (
-    "readability-triton: the CUDA errors tritonserver logs here are expected: this machine has no CUDA driver, "
-    "and tritonserver (a GPU build) tries CUDA before it serves on the CPU; nothing is wrong\n"
-)
-
-
-def cuda_driver() -> bool:
-    """Whether this machine has a CUDA driver (libcuda.so.1 loads)."""
-    import ctypes
-
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return False
-    return True
 
 
 #: The period of tritonserver's CPU and GPU gauges, in ms (its default: 2,000).
@@ -90,51 +66,6 @@ METRICS_INTERVAL_MS = 200
 
 #: How long `stop` waits for the HTTP connections to tritonserver to close before SIGTERM.
 CONNECTIONS_CLOSE_S = 0.5
-
-#: /proc/net/tcp's states of a connection the server has not closed yet: ESTABLISHED,
-#: SYN_RECV, CLOSE_WAIT (the client closed; the server's loop has not yet).
-_OPEN_STATES = {"01", "03", "08"}
-
-
-def http_connections(port: int) -> int:
-    """TCP connections to local `port` (this network namespace) that are open or closing
-    (0 where /proc/net cannot be read)."""
-    count = 0
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            with open(table, encoding="ascii") as handle:
-                next(handle, None)
-                for line in handle:
-                    fields = line.split()
-                    if len(fields) > 3 and fields[3] in _OPEN_STATES and int(fields[1].rsplit(":", 1)[1], 16) == port:
-                        count += 1
-        except (OSError, ValueError):
-            continue
-    return count
-
-
-def free_ports(count: int, taken: tuple[int, ...] = ()) -> list[int]:
-    """`count` distinct ports free on 127.0.0.1 now, none of them in `taken`: each is held
-    bound until all are picked (ports picked one after another may repeat: a CI run's serve
-    got the same port for HTTP and metrics, and tritonserver refused to start)."""
-    held: list[socket.socket] = []
-    try:
-        while len(held) < count:
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            if sock.getsockname()[1] in taken:
-                sock.close()
-                continue
-            held.append(sock)
-        return [sock.getsockname()[1] for sock in held]
-    finally:
-        for sock in held:
-            sock.close()
-
-
-def free_port() -> int:
-    return free_ports(1)[0]
-
 
 _instances = itertools.count()
 

@@ -50,6 +50,10 @@ METRICS_URL_ENV = "READABILITY_TRITON_METRICS_URL"
 DEFAULT_METRICS_URL = "http://127.0.0.1:8002/metrics"
 #: How long the gate trusts an unreadable endpoint to stay unreadable before it tries again.
 RETRY_AFTER_FAILURE = 5.0
+#: Seconds after its start in which the gate does not report an unreadable endpoint: the
+#: model's warm-up (`model_warmup`) runs while tritonserver loads, before its metrics
+#: endpoint listens.
+STARTUP_QUIET = 30.0
 #: The span (seconds) over which the recent queue wait is measured.
 WINDOW = 3.0
 
@@ -107,6 +111,8 @@ class Admission:
         self._fetch, self._clock, self._log = fetch, clock, log or (lambda message: None)
         self._read_at = -float("inf")
         self._failed = False
+        self._told = False  # whether the failure was logged
+        self._started = clock()
         self._verdict: str | None = None
         #: per model: (time, queue_us, success, pending) samples of the last WINDOW s, and
         #: since when it has had requests queued without answering one
@@ -183,15 +189,16 @@ class Admission:
         try:
             metrics = read_metrics(self._fetch(self.url))
         except OSError as err:
-            if not self._failed:
+            if not self._told and now - self._started >= STARTUP_QUIET:
                 self._log(
                     f"cannot read the server's metrics at {self.url} ({err}): load shedding is off "
                     f"until they can be read (set {METRICS_URL_ENV} to the metrics endpoint)"
                 )
+                self._told = True
             self._failed, self._verdict = True, None
             return None
-        if self._failed:
+        if self._told:
             self._log(f"reading the server's metrics at {self.url} again: load shedding is on")
-        self._failed = False
+        self._failed = self._told = False
         self._verdict = self._judge(metrics, now)
         return self._verdict
