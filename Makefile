@@ -33,7 +33,8 @@ demo: $(STAMP)
 # The installable wheel, dist/readability_triton-<version>-py3-none-any.whl: the package, the
 # Python models' model.py files and their data, no dependencies (docs/deployment.md installs
 # it, with the extras a profile needs, into a tritonserver's Python).
-wheel: $(STAMP)
+wheel:
+	test -x $(PY) || $(MAKE) venv
 	rm -rf build dist/readability_triton-*.whl
 	$(PIP) wheel --quiet --no-deps --no-build-isolation --wheel-dir dist .
 	@ls dist/readability_triton-*.whl

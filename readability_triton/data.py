@@ -66,25 +66,30 @@ def read_table(path: str, column: str = "excerpt", target: str | None = None) ->
         texts: list[str] = []
         targets: list[float] = []
         lines: list[int] = []
+        raw = reader.reader  # csv.reader: its blank rows are seen here (DictReader skips them unseen)
+        at = {name: fields.index(name) for name in wanted}
         try:
-            ended = reader.line_num  # the header's last line
-            for row in reader:
-                line, ended = ended + 1, reader.line_num
+            while True:
+                line = raw.line_num + 1  # where the next row starts (a quoted text may span lines)
+                values = next(raw, None)
+                if values is None:
+                    break
+                if not values:
+                    continue
                 lines.append(line)
-                text = row[column]
-                if text is None:
+                if at[column] >= len(values):
                     raise DataError(f"{path}, line {line}: the row has no {column!r} value")
-                texts.append(text)
+                texts.append(values[at[column]])
                 if target:
-                    raw = (row[target] or "").strip()
+                    raw_target = (values[at[target]] if at[target] < len(values) else "").strip()
                     try:
-                        value = float(raw)
+                        value = float(raw_target)
                     except ValueError:
                         raise DataError(
-                            f"{path}, line {line}: target {raw!r} in column {target!r} is not a number"
+                            f"{path}, line {line}: target {raw_target!r} in column {target!r} is not a number"
                         ) from None
                     if not math.isfinite(value):
-                        raise DataError(f"{path}, line {line}: target {raw!r} is not finite")
+                        raise DataError(f"{path}, line {line}: target {raw_target!r} is not finite")
                     targets.append(value)
         except UnicodeDecodeError as err:
             raise DataError(f"{path}: not UTF-8 text ({err})") from None

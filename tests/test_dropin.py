@@ -112,12 +112,16 @@ def test_the_wheel_in_a_fresh_venv_serves_on_a_plain_tritonserver_as_serve_does(
     ).stdout.strip()
     assert len(line.splitlines()) == 1 and f"PATH={fresh.bin}:" in line and KEY not in line
     env = {k: v for k, v in os.environ.items() if not k.startswith(("READABILITY_TRITON", "VIRTUAL_ENV"))}
-    refused = subprocess.run(["bash", "-c", line], env=env, capture_output=True, text=True, timeout=60)
-    assert refused.returncode != 0 and "READABILITY_TRITON_ADMIN_KEY" in refused.stderr  # no key, no start
+    for bad in ({}, {"READABILITY_TRITON_ADMIN_KEY": "a,b:c=d"}):  # no key, or one that would break the flags
+        refused = subprocess.run(["bash", "-c", line], env={**env, **bad}, capture_output=True, text=True, timeout=60)
+        assert refused.returncode == 2 and "READABILITY_TRITON_ADMIN_KEY" in refused.stderr, refused.stderr
+    key_file = home / "admin-key"
+    with open(os.open(key_file, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
+        handle.write(KEY + "\n")  # as a Kubernetes Secret mounted as a file holds it
     log = open(home / "plain.log", "wb")
     plain = subprocess.Popen(
         ["bash", "-c", line],
-        env={**env, "READABILITY_TRITON_ADMIN_KEY": KEY},
+        env={**env, "READABILITY_TRITON_ADMIN_KEY_FILE": str(key_file)},
         cwd=str(home),
         stdout=log,
         stderr=subprocess.STDOUT,

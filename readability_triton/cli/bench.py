@@ -125,8 +125,9 @@ def cmd_bench(args) -> int:
     with contextlib.ExitStack() as stack:
         if args.repository:
             pipeline = repository_pipeline(args.repository)
+            served_words: str | None = served_bert(args.repository)
             print(
-                f"served bert: {served_bert(args.repository)}; in process: {pipeline.bert.describe()}",
+                f"served bert: {served_words}; in process: {pipeline.bert.describe()}",
                 file=sys.stderr,
                 flush=True,
             )
@@ -150,11 +151,15 @@ def cmd_bench(args) -> int:
                     "start a server (readability-triton serve) or pass --repository DIR"
                 )
             pipeline = Pipeline.from_folder(args.artifacts) if args.artifacts else None
+            served_words = None
             if pipeline is None:
                 print("no --artifacts: the in-process row is left out", file=sys.stderr)
             else:
-                served = served_bert_config(url, args.protocol)
-                print(f"served bert: {served or 'not known'}; in process: {pipeline.bert.describe()}", file=sys.stderr)
+                served_words = served_bert_config(url, args.protocol)
+                print(
+                    f"served bert: {served_words or 'not known'}; in process: {pipeline.bert.describe()}",
+                    file=sys.stderr,
+                )
         perf_input = None
         if args.engine == "both":
             import shutil
@@ -191,7 +196,7 @@ def cmd_bench(args) -> int:
     note = bench.ratio_note(
         rows,
         pipeline.bert.describe() if pipeline is not None else None,
-        served_bert(args.repository) if args.repository else served_bert_config(url, args.protocol),
+        served_words,
     )
     if note:
         print("\n" + note)

@@ -58,7 +58,8 @@ def _read_texts(args) -> tuple[list[str | bytes], list[str]]:
     FILE)", "line 5 of standard input", "text 2"."""
     if args.csv_path:
         table = read_table(args.csv_path, args.column)
-        return list(table.texts), [f"row {i} (line {line} of {table.path})" for i, line in enumerate(table.lines, 1)]
+        source = "standard input" if table.path == "-" else table.path
+        return list(table.texts), [f"row {i} (line {line} of {source})" for i, line in enumerate(table.lines, 1)]
     if args.texts:
         return list(args.texts), [f"text {i}" for i in range(1, len(args.texts) + 1)]
     if sys.stdin.isatty():

@@ -366,6 +366,8 @@ def cmd_triton_command(args) -> int:
         )
     except (ServerError, ValueError) as err:
         raise CommandError(str(err)) from None
+    except OSError as err:  # the backend folder or the shim cannot be written
+        raise CommandError(f"{err.filename or 'a file'}: {err.strerror or err}") from None
     return 0
 
 

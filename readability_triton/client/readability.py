@@ -117,7 +117,7 @@ class TextRefused(ClientError):
     `index`: its place among the texts of the call; `reason`: why."""
 
     def __init__(self, index: int, reason: str):
-        super().__init__(f"text {index}: {reason}")
+        super().__init__(f"text {index + 1} (counted from 1): it {reason}")
         self.index = index
         self.reason = reason
 

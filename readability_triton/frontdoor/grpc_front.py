@@ -119,6 +119,10 @@ def _passed_on(metadata) -> list[tuple[str, Any]]:
     return [(m.key, m.value) for m in metadata or () if not m.key.startswith((":", "grpc-")) and m.key != "user-agent"]
 
 
+#: How long `release` lets a call still on the old channel finish before it closes it.
+RELEASE_GRACE = 5.0
+
+
 def _upstream_channel(door: Door) -> grpc.aio.Channel:
     return grpc.aio.insecure_channel(
         door.upstream_grpc,
@@ -148,7 +152,7 @@ async def open_grpc(
         nonlocal channel, calls
         old, channel = channel, _upstream_channel(door)
         calls = {method: channel.unary_unary(method) for method in METHODS if method != STREAM}
-        await old.close()
+        await old.close(grace=RELEASE_GRACE)  # a call still on it (a load, statistics) finishes first
 
     if releasers is not None:
         releasers.append(release)

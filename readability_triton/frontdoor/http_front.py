@@ -127,6 +127,10 @@ def _passed_on(headers, hop=_HOP) -> dict[str, str]:
     return {k: v for k, v in headers.items() if k.lower() not in hop}
 
 
+#: How long `release` lets a call still on the old connections finish before it closes them.
+RELEASE_GRACE = 5.0
+
+
 def _upstream_session(door: Door, keep_alive: bool = True) -> ClientSession:
     return ClientSession(
         f"http://{door.upstream_http}",
@@ -147,9 +151,13 @@ async def open_http(
     door's idle ones too, before it exits)."""
     limit = door.max_request_bytes
     sessions = [_upstream_session(door)]
+    using: dict[int, int] = {}  # id(session): calls it carries now
 
     async def release() -> None:
         old, sessions[0] = sessions[0], _upstream_session(door, keep_alive=False)
+        deadline = asyncio.get_running_loop().time() + RELEASE_GRACE
+        while using.get(id(old)) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.01)  # a call still on it (a load, statistics) finishes first
         await old.close()
 
     if releasers is not None:
@@ -164,15 +172,20 @@ async def open_http(
         )
 
     async def forward(request: web.Request, body: bytes) -> web.Response:
-        async with sessions[0].request(
-            request.method,
-            request.rel_url,
-            headers=_passed_on(request.headers, _REQUEST_HOP),
-            data=body if body else None,
-            allow_redirects=False,
-        ) as reply:
-            data = await reply.read()
-            return web.Response(status=reply.status, body=data, headers=_passed_on(reply.headers))
+        session = sessions[0]
+        using[id(session)] = using.get(id(session), 0) + 1
+        try:
+            async with session.request(
+                request.method,
+                request.rel_url,
+                headers=_passed_on(request.headers, _REQUEST_HOP),
+                data=body if body else None,
+                allow_redirects=False,
+            ) as reply:
+                data = await reply.read()
+                return web.Response(status=reply.status, body=data, headers=_passed_on(reply.headers))
+        finally:
+            using[id(session)] -= 1
 
     async def handle(request: web.Request) -> web.StreamResponse:
         if request.content_length is not None and request.content_length > limit:
@@ -207,7 +220,9 @@ async def open_http(
         if not inference:
             if model is None and not any(route.fullmatch(request.path) for route in _OTHERS):
                 return _error(404, "Not Found")  # as tritonserver answers a path it does not serve
-            problem = _not_json(body) if request.method == "POST" else None
+            problem = None
+            if request.method == "POST":  # a large body is parsed in a thread, as an inference's is
+                problem = await asyncio.to_thread(_not_json, body) if len(body) > OFFLOAD_BYTES else _not_json(body)
             if problem:  # tritonserver 2.51 answers 500 "failed to parse the request JSON buffer"
                 return _error(400, problem)
             upload = _LOAD.fullmatch(request.path) is not None and http_uploads(body)

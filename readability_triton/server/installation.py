@@ -16,6 +16,8 @@ in. Outside a container the wheel's server needs (checked on this project's mach
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import os
 import sys
 import sysconfig
@@ -172,10 +174,9 @@ CPU_CUDA_NOTE = (
 )
 
 
+@functools.cache
 def cuda_driver() -> bool:
     """Whether this machine has a CUDA driver (libcuda.so.1 loads)."""
-    import ctypes
-
     try:
         ctypes.CDLL("libcuda.so.1")
     except OSError:

@@ -226,7 +226,8 @@ class Service:
                 drained = door.drain(o.drain_timeout)
             if watcher.is_alive():
                 watcher.join(timeout=60)  # a repair in progress finishes first
-            door.release_upstream()  # its keep-alive connections would hold tritonserver's exit 10 s
+            if drained is None or drained.get("drained"):  # nothing the door admitted is in flight
+                door.release_upstream()  # its keep-alive connections would hold tritonserver's exit 10 s
             code = server.stop()
             door.stop()
             left = door.uploads.remove()

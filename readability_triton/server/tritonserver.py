@@ -53,7 +53,7 @@ from .installation import (
     stub_numpy_problem,
     triton_home,
 )
-from .processes import exit_words, free_ports, http_connections, kill_process_group
+from .processes import connections_closed, exit_words, free_ports, kill_process_group
 from .processes import free_port as free_port  # where tests and benchmarks have long found it
 
 #: What Triton's core logs as the last step of its stop: no model left, no request in flight
@@ -156,7 +156,8 @@ class TritonServer(ModelControl):
 
     @property
     def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+        host = self.metrics_address if self.metrics_address not in ("", "0.0.0.0", "::") else "127.0.0.1"
+        return f"http://{host}:{self.metrics_port}/metrics"
 
     def command(self) -> list[str]:
         return [
@@ -219,7 +220,9 @@ class TritonServer(ModelControl):
             os.path.join(self.home or triton_home(), "caches"),
         ]
 
-    def start(self, timeout: float = 180.0) -> "TritonServer":
+    def check_paths(self) -> None:
+        """ServerError where the repository is missing, or it or the backend folder has a
+        path the python backend's stub command cannot carry."""
         if not os.path.isdir(self.repository):
             raise ServerError(f"{self.repository}: no such model repository")
         for what, path in (("model repository", self.repository), ("backend folder", self.backend_dir)):
@@ -231,6 +234,9 @@ class TritonServer(ModelControl):
                     '..."`), where such a path breaks the command and tritonserver then waits for '
                     "ever; move or link it to a path of letters, digits and -_./+@%:,="
                 )
+
+    def start(self, timeout: float = 180.0) -> "TritonServer":
+        self.check_paths()
         problem = None if self.home else stub_numpy_problem()  # an image's stub: `releases check`
         if problem:
             raise ServerError(problem)
@@ -383,7 +389,7 @@ class TritonServer(ModelControl):
             # Requests Triton lost (see `drain`) or a dead stub's model never unload: tritonserver would wait its
             # whole exit timeout for them, then exit 1. Drained, nothing is left to lose: end it at once.
             if not (report.get("leaked") or abandon or kill):
-                self._let_connections_close()
+                connections_closed(self.http_port, CONNECTIONS_CLOSE_S)
             process.send_signal(signal.SIGKILL if report.get("leaked") or abandon or kill else signal.SIGTERM)
             code, hung = self._wait_exit(timeout if timeout is not None else self.exit_timeout + 10)
             report["killed"] = hung is not None
@@ -406,15 +412,6 @@ class TritonServer(ModelControl):
         )
         self.last_stop = report
         return code
-
-    def _let_connections_close(self, limit: float = CONNECTIONS_CLOSE_S) -> None:
-        """Wait, at most `limit` s, until no TCP connection to the HTTP port is open or
-        closing. On SIGTERM tritonserver 2.51 counts open HTTP connections down, a second
-        per look, for up to its exit timeout, and its count lags the sockets: the drain's own
-        last call, closed a moment before, cost a second of every stop."""
-        deadline = time.monotonic() + limit
-        while http_connections(self.http_port) and time.monotonic() < deadline:
-            time.sleep(0.01)
 
     def _wait_exit(self, limit: float) -> tuple[int, str | None]:
         """Wait for the signalled process to exit: its status, and None, or SIGKILL it and
