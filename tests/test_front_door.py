@@ -460,25 +460,6 @@ def test_sigterm_turns_readiness_false_everywhere_and_answers_requests_during_th
     assert f"still taking requests for {grace:g} s" in log
 
 
-def test_an_idle_serve_stops_within_4_s_after_both_protocols_were_used(repo, tmp_path):
-    """With no request in flight, SIGTERM ends serve in at most 4 s (its 2 s drain grace
-    included), also after clients of both protocols left keep-alive connections behind:
-    after the drain the door closes its own keep-alive connections to tritonserver, which
-    otherwise counts them down for its exit timeout (10 s: 14 s in all), and keeps its ports
-    open for the clients still asking (they are told it is shutting down)."""
-    target = _serve(repo, tmp_path, secrets.token_urlsafe(24))
-    front = _front(target)
-    for protocol in CLIENTS:
-        assert np.isfinite(score_texts(front, protocol, TEXTS, [C.SCORE])[C.SCORE]).all()
-    time.sleep(0.5)
-    target.process.terminate()
-    signalled = time.monotonic()
-    code = target.process.wait(timeout=60)
-    took = time.monotonic() - signalled
-    print(f"idle serve stopped in {took:.1f} s")
-    assert code == 0 and took <= 4.0, (code, took)
-
-
 # -- the second round of attacks: what the door decides before tritonserver sees anything ------
 
 

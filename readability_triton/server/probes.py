@@ -133,5 +133,7 @@ def health_endpoint(port: int, status: Callable[[bool], dict], address: str = "1
             pass
 
     httpd = ThreadingHTTPServer((address, port), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True, name="health-port").start()
+    # serve_forever looks for shutdown() between polls: its default 0.5 s poll cost every
+    # stop of serve up to half a second
+    threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True, name="health-port").start()
     return httpd
