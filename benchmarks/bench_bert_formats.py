@@ -7,11 +7,10 @@ cost, so it is not fitted here). It is exported both ways with `export-bert`'s o
 functions (each verified against eager PyTorch, as export-bert does), and then the two
 runners the served models use (`TorchScriptRunner`, `OnnxRunner`) score the same
 CommonLit excerpts, tokenized once, at each batch size, in interleaved rounds; each cell
-is the median over rounds of texts per second. The ONNX runner cuts each batch's trailing
-padding off and runs rows of different lengths apart, in bands of `LENGTH_BAND` tokens (the
-export has a dynamic length; TorchScript traces are fixed at max_length); the "ONNX padded"
-column is the same ONNX runner fed the padded batch in one run (`trim=False`), the formats
-compared at equal work. On a GPU machine, --gpu adds ONNX
+is the median over rounds of texts per second. The TorchScript runner runs the padded batch;
+the ONNX runner runs rows by bucket (`contracts.default_buckets`: each row cut to the
+smallest that holds it, one run per bucket); the "ONNX padded" column is the same ONNX runner
+fed the padded batch in one run (no buckets), the formats compared at equal work. On a GPU machine, --gpu adds ONNX
 Runtime's CUDA and TensorRT providers (not runnable here: no GPU).
 
     .venv/bin/python benchmarks/bench_bert_formats.py [--batch-sizes 1,8,64] [--rounds 5] [--json out.json]
@@ -38,15 +37,9 @@ from readability_triton.artifacts.demo import make_encoder, minilm_directory
 from readability_triton.bert import export as E
 from readability_triton.bert.checkpoint import special_ids
 from readability_triton.bert.modules import PooledRegressor
-from readability_triton.bert.runner import (
-    LENGTH_BAND,
-    OnnxRunner,
-    TorchScriptRunner,
-    length_bands,
-    real_lengths,
-    trimmed,
-)
+from readability_triton.bert.runner import OnnxRunner, TorchScriptRunner
 from readability_triton.bert.verify import real_inputs
+from readability_triton.buckets import bucket_widths, real_lengths
 from readability_triton.tokenizer import WordPieceTokenizer
 
 
@@ -62,10 +55,9 @@ def timed(run, ids, mask, batch: int, min_seconds: float) -> float:
     return done / (time.perf_counter() - started)
 
 
-def tokens_run(mask, band: int = LENGTH_BAND) -> float:
-    """The mean length each text of the batch runs at in the ONNX runner: its band's, cut off."""
-    groups = length_bands(real_lengths(mask), band) if len(mask) > 1 else [np.arange(len(mask))]
-    return sum(len(rows) * trimmed(mask[rows], mask[rows])[1].shape[1] for rows in groups) / len(mask)
+def tokens_run(mask, buckets) -> float:
+    """The mean length each text of the batch runs at in the ONNX runner: its bucket's."""
+    return float(bucket_widths(real_lengths(mask), buckets).mean())
 
 
 def main(argv=None) -> int:
@@ -106,8 +98,8 @@ def main(argv=None) -> int:
         )
         runners: dict[str, Any] = {
             "torchscript": TorchScriptRunner.from_folder(tmp),
-            "onnxruntime": OnnxRunner(onnx_path),
-            "onnxruntime_padded": OnnxRunner(onnx_path, trim=False),
+            "onnxruntime": OnnxRunner(onnx_path, buckets=contracts.default_buckets(args.max_length)),
+            "onnxruntime_padded": OnnxRunner(onnx_path),
         }
         results["onnxruntime"] = runners["onnxruntime"].version
         results["export_max_abs_diff"] = {
@@ -128,9 +120,7 @@ def main(argv=None) -> int:
                 row[f"{name}_vs_torchscript"] = statistics.median(
                     o / t for o, t in zip(rates[name], rates["torchscript"])
                 )
-            row["tokens_fed_to_onnx"] = statistics.mean(
-                tokens_run(mask_all[i : i + batch]) for i in range(0, len(ids_all) - batch + 1, batch)
-            )
+            row["tokens_fed_to_onnx"] = tokens_run(mask_all, runners["onnxruntime"].buckets)
             results["rows"].append(row)
             print(
                 f"batch {batch:>3}: TorchScript {row['torchscript']:7.1f} texts/s, ONNX Runtime "

@@ -14,9 +14,20 @@ variant's ratio to the first one round by round, compare like with like.
 - `portable, ONNX` (the default): model.onnx with ONNX Runtime in a Python model, rows
   in bands of 8 tokens without their padding, thread plan;
 - `cpu, onnxruntime_onnx` / `cpu, pytorch_libtorch`: bert on Triton's own backends and the
-  forest on FIL (built by `make native-backends`), the Python steps as in `portable`.
+  forest on FIL (built by `make native-backends`), the Python steps as in `portable`;
+- `..., padded`: the same assembled with `--buckets <max_length>`: every text padded to the
+  sequence length, as before buckets (the others cut each request's ids to its bucket).
+
+`--data excerpts,short` measures each variant on the CommonLit excerpts and on their first
+sentences (short texts) in every round. After the rounds, with `--buckets-seconds`, each
+bucketed variant is loaded by 4 clients with the texts of one bucket at a time (each bucket
+that holds at least 8 of the texts): bert's average batch per bucket, from Triton's
+statistics. And SCORE and BERT_SCORE of every variant are compared with the first one's on
+256 texts of each data set (32 a request): the largest difference.
 
     python benchmarks/bench_profiles.py --artifacts .cache/demo-artifacts --rounds 3 --duration 10 --json p.json
+    python benchmarks/bench_profiles.py --artifacts .cache/demo-artifacts --variants 6,3,2 --data excerpts,short \
+        --rounds 3 --duration 8 --no-in-process --buckets-seconds 6 --json buckets.json
 
 Prints texts/s, p50 and the served/in-process ratio per row, and bert's compute (infer) per
 request and per execution from Triton's statistics.
@@ -32,9 +43,14 @@ import statistics
 import sys
 import tempfile
 
+import numpy as np
+
 from readability_triton import contracts as C
-from readability_triton.artifacts.corpus import default_texts
+from readability_triton.artifacts.corpus import default_texts, first_sentences
+from readability_triton.buckets import bucket_widths, real_lengths
 from readability_triton.client import bench
+from readability_triton.client.readability import ReadabilityClient
+from readability_triton.layout import load_manifest
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs
 from readability_triton.server.backends import check_servable
@@ -42,14 +58,22 @@ from readability_triton.server.installation import native_backends
 from readability_triton.server.tritonserver import TritonServer
 from readability_triton.threads import PLAN_ENV
 
-VARIANTS = (
-    ("portable, TorchScript, no thread plan", "portable", "torchscript", False),
-    ("portable, TorchScript", "portable", "torchscript", True),
-    ("portable, ONNX (default)", "portable", "onnx", True),
-    ("cpu, onnxruntime_onnx", "cpu", "onnx", True),
-    ("cpu, pytorch_libtorch", "cpu", "torchscript", True),
-    ("portable, ONNX, 2 bert instances", "portable", "onnx", "2x"),
+#: (name, profile, BERT format, thread plan: True, False or "2x" (two bert instances), padded:
+#: assembled with --buckets <max_length>)
+VARIANTS: tuple[tuple[str, str, str, bool | str, bool], ...] = (
+    ("portable, TorchScript, no thread plan", "portable", "torchscript", False, False),
+    ("portable, TorchScript", "portable", "torchscript", True, False),
+    ("portable, ONNX (default)", "portable", "onnx", True, False),
+    ("cpu, onnxruntime_onnx", "cpu", "onnx", True, False),
+    ("cpu, pytorch_libtorch", "cpu", "torchscript", True, False),
+    ("portable, ONNX, 2 bert instances", "portable", "onnx", "2x", False),
+    ("cpu, onnxruntime_onnx, padded", "cpu", "onnx", True, True),
+    ("portable, ONNX, padded", "portable", "onnx", True, True),
 )
+#: The texts of `--data`: the CommonLit excerpts (or the generated corpus), or their first sentences.
+DATA = {"excerpts": lambda texts: texts, "short": lambda texts: [t for t in first_sentences(texts) if t.strip()]}
+#: Texts a bucket needs to be loaded on its own (`bucket_batches`).
+BUCKET_TEXTS = 8
 
 
 def two_bert_instances(repo: str) -> None:
@@ -67,6 +91,48 @@ def median(values):
     return statistics.median(values) if values else None
 
 
+def bucket_batches(server, pipeline, texts: list[str], seconds: float) -> list[dict]:
+    """Per bucket that holds at least BUCKET_TEXTS of `texts`: 4 clients sending only those
+    texts for `seconds`, and bert's average batch and compute per execution then."""
+    buckets = repository.repository_buckets(server.repository)
+    _, mask = pipeline.tokenizer([t.encode("utf-8") for t in texts])
+    widths = bucket_widths(real_lengths(mask), buckets)
+    out = []
+    for width in sorted(set(widths.tolist())):
+        chosen = [t for t, w in zip(texts, widths) if w == width]
+        if len(chosen) < BUCKET_TEXTS:
+            continue
+        (row,) = bench.run(server.grpc_url, "grpc", chosen, (4,), (1,), seconds, None, warmup=1.0)
+        bert = row.models.get(C.BERT, {})
+        out.append(
+            {
+                "bucket": width,
+                "texts": len(chosen),
+                "texts_per_s": row.texts_per_s,
+                "bert_average_batch": bert.get("average_batch"),
+                "bert_ms_per_execution": bench.compute_ms(bert, "execution") if bert else None,
+                "errors": row.errors,
+            }
+        )
+    return out
+
+
+def score_agreement(servers, texts: list[str], outputs=(C.SCORE, C.BERT_SCORE)) -> dict[str, dict[str, float]]:
+    """{variant: {output: largest |difference| from the first variant's}} over `texts`, 32 a request."""
+    answers = {}
+    for name, server in servers:
+        client = ReadabilityClient(server.grpc_url, "grpc")
+        try:
+            parts = [client.infer_batch(texts[i : i + 32], outputs=list(outputs))[0] for i in range(0, len(texts), 32)]
+        finally:
+            client.close()
+        answers[name] = {o: np.concatenate([np.asarray(p[o]).reshape(-1) for p in parts]) for o in outputs}
+    first = servers[0][0]
+    return {
+        name: {o: float(np.abs(answers[name][o] - answers[first][o]).max()) for o in outputs} for name, _ in servers
+    }
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--artifacts", required=True)
@@ -75,22 +141,34 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds over all variants (medians are reported)")
     parser.add_argument("--warmup", type=float, default=3.0)
     parser.add_argument("--variants", default="", help="comma-separated indexes of VARIANTS (default all)")
+    parser.add_argument("--data", default="excerpts", help=f"comma-separated, of {', '.join(DATA)}")
+    parser.add_argument("--no-in-process", action="store_true", help="leave out the in-process rate of each row")
+    parser.add_argument(
+        "--buckets", default=None, help="the bucketed variants' buckets (assemble --buckets; default its default)"
+    )
+    parser.add_argument(
+        "--buckets-seconds", type=float, default=0.0, help="after the rounds: bert's batch per bucket, 4 clients"
+    )
     parser.add_argument("--json")
     parser.add_argument("--logs", default=None, help="keep the servers' logs in this folder")
     args = parser.parse_args(argv)
     concurrency = tuple(int(c) for c in args.concurrency.split(","))
-    texts = default_texts()[0]
+    corpus = default_texts()[0]
+    data = {name: DATA[name](corpus) for name in args.data.split(",")}
     chosen = [VARIANTS[int(i)] for i in args.variants.split(",")] if args.variants else list(VARIANTS)
-    samples: dict = {}  # (variant, clients) -> one dict per round
+    samples: dict = {}  # (variant, data, clients) -> one dict per round
     order: list[str] = []
+    extra: dict = {"buckets": {}, "agreement": {}}
     with tempfile.TemporaryDirectory(prefix="bench-profiles-") as tmp, contextlib.ExitStack() as stack:
         live = []  # every variant's server runs for the whole benchmark; the rounds go over them in turn
-        for name, profile, fmt, plan in chosen:
+        for name, profile, fmt, plan, padded in chosen:
             if profile == "cpu" and native_backends() is None:
                 print(f"{name}: skipped (no native backends: make native-backends)", file=sys.stderr)
                 continue
             repo = os.path.join(tmp, "".join(c if c.isalnum() else "-" for c in name).strip("-"))
-            repository.assemble(args.artifacts, repo, profile, bert_format=fmt)
+            # padded: --buckets <max_length>, every text padded to it
+            buckets = [load_manifest(args.artifacts).max_length] if padded else args.buckets
+            repository.assemble(args.artifacts, repo, profile, bert_format=fmt, buckets=buckets)
             if plan == "2x":
                 two_bert_instances(repo)
             # without the plan: every runtime its own default (all cores, OpenMP's own wait
@@ -114,66 +192,101 @@ def main(argv=None) -> int:
         for round_ in range(args.rounds):
             shift = round_ % len(live)  # each variant goes first in some round: no place in the order is favoured
             for name, server, pipeline in live[shift:] + live[:shift]:
-                print(f"round {round_ + 1}/{args.rounds}: {name}", file=sys.stderr, flush=True)
-                for row in bench.run(
-                    server.grpc_url, "grpc", texts, concurrency, (1,), args.duration, pipeline, args.warmup
-                ):
-                    bert = row.models.get(C.BERT, {})
-                    samples.setdefault((name, row.concurrency), []).append(
-                        {
-                            "texts_per_s": row.texts_per_s,
-                            "p50_ms": row.latency_ms["p50"],
-                            "in_process": row.in_process_texts_per_s,
-                            "served_vs_in_process": row.served_vs_in_process,
-                            "bert_infer_ms_per_request": bert.get("compute_infer_ms_per_request"),
-                            "bert_average_batch": bert.get("average_batch"),
-                            "errors": row.errors,
-                        }
-                    )
+                for label, texts in data.items():
+                    print(f"round {round_ + 1}/{args.rounds}: {name}, {label}", file=sys.stderr, flush=True)
+                    in_process = None if args.no_in_process else pipeline
+                    for row in bench.run(
+                        server.grpc_url, "grpc", texts, concurrency, (1,), args.duration, in_process, args.warmup
+                    ):
+                        bert = row.models.get(C.BERT, {})
+                        samples.setdefault((name, label, row.concurrency), []).append(
+                            {
+                                "texts_per_s": row.texts_per_s,
+                                "p50_ms": row.latency_ms["p50"],
+                                "in_process": row.in_process_texts_per_s,
+                                "served_vs_in_process": row.served_vs_in_process,
+                                "bert_infer_ms_per_request": bert.get("compute_infer_ms_per_request"),
+                                "bert_average_batch": bert.get("average_batch"),
+                                "errors": row.errors,
+                            }
+                        )
+        if args.buckets_seconds > 0:
+            for name, server, pipeline in live:
+                if len(repository.repository_buckets(server.repository)) > 1:
+                    print(f"bert's batch per bucket: {name}", file=sys.stderr, flush=True)
+                    texts = [t for label in data for t in data[label]]
+                    extra["buckets"][name] = bucket_batches(server, pipeline, texts, args.buckets_seconds)
+        for label, texts in data.items():
+            extra["agreement"][label] = score_agreement([(n, s) for n, s, _ in live], texts[:256])
+    results = summarize(samples, order, list(data), concurrency)
+    report(results, extra, args, order[0] if order else None)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump(
+                {"cpus": os.cpu_count(), "duration": args.duration, "rounds": args.rounds, "rows": results, **extra},
+                handle,
+                indent=2,
+            )
+    return 0
+
+
+def summarize(samples: dict, order: list[str], labels: list[str], concurrency) -> list[dict]:
+    """One row per variant, data set and client count: the medians over rounds, and the
+    variant's texts/s over the first variant's, round by round."""
     results = []
     first = order[0] if order else None
     for name in order:
-        for clients in concurrency:
-            rounds = samples.get((name, clients), [])
-            result = {"variant": name, "clients": clients, "rounds": rounds}
-            for key in (
-                "texts_per_s",
-                "p50_ms",
-                "in_process",
-                "served_vs_in_process",
-                "bert_infer_ms_per_request",
-                "bert_average_batch",
-            ):
-                result[key] = median(r[key] for r in rounds)
-            # against the first variant, round by round (both measured within minutes of each other)
-            base = samples.get((first, clients), [])
-            result[f"vs_{first}"] = median(
-                r["texts_per_s"] / b["texts_per_s"] for r, b in zip(rounds, base) if b["texts_per_s"]
-            )
-            results.append(result)
+        for label in labels:
+            for clients in concurrency:
+                rounds = samples.get((name, label, clients), [])
+                result = {"variant": name, "data": label, "clients": clients, "rounds": rounds}
+                for key in (
+                    "texts_per_s",
+                    "p50_ms",
+                    "in_process",
+                    "served_vs_in_process",
+                    "bert_infer_ms_per_request",
+                    "bert_average_batch",
+                ):
+                    result[key] = median(r[key] for r in rounds)
+                result["errors"] = sum(r["errors"] for r in rounds)
+                # against the first variant, round by round (both measured within minutes of each other)
+                base = samples.get((first, label, clients), [])
+                result["vs_first"] = median(
+                    r["texts_per_s"] / b["texts_per_s"] for r, b in zip(rounds, base) if b["texts_per_s"]
+                )
+                results.append(result)
+    return results
+
+
+def report(results: list[dict], extra: dict, args, first: str | None) -> None:
     print(
         f"\nmedians of {args.rounds} rounds, {args.duration:g} s per row; 'vs first': texts/s over the first "
         f"variant's in the same round ({first})"
     )
     print(
-        f"{'variant':<40} {'clients':>7} {'texts/s':>8} {'p50 ms':>7} {'in proc':>8} {'ratio':>6} "
-        f"{'vs first':>8} {'bert infer ms/req':>17} {'batch':>6}"
+        f"{'variant':<40} {'data':<9} {'clients':>7} {'texts/s':>8} {'p50 ms':>7} {'in proc':>8} {'ratio':>6} "
+        f"{'vs first':>8} {'bert infer ms/req':>17} {'batch':>6} {'errors':>6}"
     )
     for r in results:
         infer = r["bert_infer_ms_per_request"]
         print(
-            f"{r['variant']:<40} {r['clients']:>7} {r['texts_per_s']:>8.1f} {r['p50_ms']:>7.1f} "
-            f"{r['in_process'] or 0:>8.1f} {r['served_vs_in_process'] or 0:>6.2f} {r[f'vs_{first}'] or 0:>8.2f} "
-            f"{infer if infer is not None else float('nan'):>17.1f} {r['bert_average_batch'] or 0:>6.1f}"
+            f"{r['variant']:<40} {r['data']:<9} {r['clients']:>7} {r['texts_per_s'] or 0:>8.1f} "
+            f"{r['p50_ms'] or 0:>7.1f} {r['in_process'] or 0:>8.1f} {r['served_vs_in_process'] or 0:>6.2f} "
+            f"{r['vs_first'] or 0:>8.2f} {infer if infer is not None else float('nan'):>17.1f} "
+            f"{r['bert_average_batch'] or 0:>6.2f} {r['errors']:>6}"
         )
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(
-                {"cpus": os.cpu_count(), "duration": args.duration, "rounds": args.rounds, "rows": results},
-                handle,
-                indent=2,
+    for name, rows in extra["buckets"].items():
+        print(f"\nbert's average batch per bucket, 4 clients, {name}:")
+        for row in rows:
+            print(
+                f"  bucket {row['bucket']:>4}: {row['texts']:>5} texts, {row['texts_per_s']:6.1f} texts/s, batch "
+                f"{row['bert_average_batch'] or 0:.2f}, bert {row['bert_ms_per_execution'] or 0:.1f} ms an execution"
             )
-    return 0
+    for label, agreement in extra["agreement"].items():
+        print(f"\n{label}: largest |difference| from {first}, 256 texts:")
+        for name, diffs in agreement.items():
+            print(f"  {name:<40} " + ", ".join(f"{o} {d:.2e}" for o, d in diffs.items()))
 
 
 if __name__ == "__main__":

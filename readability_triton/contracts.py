@@ -18,6 +18,9 @@ VOCABULARY_SIZE = 100
 N_FEATURES = 7 + 2 * VOCABULARY_SIZE
 #: Default sequence length of the BERT branch.
 DEFAULT_MAX_LENGTH = 256
+#: The default buckets of the BERT branch step by this many tokens up to 8 steps, then by
+#: twice as many, and so on (`default_buckets`: 16, 32, ..., 128, 160, ..., 256 for 256).
+BUCKET_STEP = 16
 #: Default limit on the UTF-8 size of one text accepted by the Python steps.
 DEFAULT_MAX_TEXT_BYTES = 100_000
 
@@ -82,6 +85,10 @@ CANARY_TEXT = "The cat sat on the mat. It was a warm day, and the cat was happy.
 # Config parameters the Python models read.
 MAX_TEXT_BYTES = "MAX_TEXT_BYTES"
 MAX_LENGTH = "MAX_LENGTH"
+#: The sequence-length buckets ("16,32,...,256"; `buckets`): preprocess cuts each request's
+#: ids to the smallest that holds its longest text, and a Python bert runs rows by bucket.
+#: Absent, or the sequence length alone: padded to MAX_LENGTH.
+BUCKETS = "BUCKETS"
 BERT_WEIGHT = "BERT_WEIGHT"
 FOREST_WEIGHT = "FOREST_WEIGHT"
 #: postprocess's interval (`intervals.IntervalParameters`); absent: the uncalibrated range.
@@ -147,16 +154,66 @@ def check_max_length(max_length, what: str = "max_length", error: type[Exception
     return int(max_length)
 
 
+def default_buckets(max_length: int = DEFAULT_MAX_LENGTH) -> tuple[int, ...]:
+    """Lengths BUCKET_STEP apart up to 8 steps (16 ... 128), then twice as far apart up to
+    twice that (160 ... 256), and so on, below `max_length`; and `max_length`. A text is
+    padded by at most an eighth of its bucket past the first steps, and long texts, whose
+    requests the dynamic batcher joins only at one shape, share fewer shapes (they batch
+    more under load than with buckets 16 tokens apart all the way: docs/performance.md,
+    "Sequence-length buckets")."""
+    check_max_length(max_length)
+    out, length, step = [], 0, BUCKET_STEP
+    while length + step < max_length:
+        length += step
+        out.append(length)
+        if length >= 8 * step:
+            step *= 2
+    return (*out, max_length)
+
+
+def check_buckets(
+    buckets, max_length: int = DEFAULT_MAX_LENGTH, what: str = "buckets", error: type[Exception] = ValueError
+) -> tuple[int, ...]:
+    """`buckets` (integers, or a string of comma-separated ones; None: `default_buckets`) as
+    an increasing tuple that ends at `max_length` (added where missing), or `error` naming
+    `what` unless each is an integer from 2 to `max_length`."""
+    check_max_length(max_length)
+    if buckets is None:
+        return default_buckets(max_length)
+    if isinstance(buckets, str):
+        try:
+            buckets = [int(b) for b in buckets.split(",") if b.strip()]
+        except ValueError:
+            raise error(
+                f"{what} {buckets!r}: give comma-separated whole numbers, e.g. 32,64,128,{max_length}"
+            ) from None
+    values = list(buckets)
+    if not values:
+        raise error(f"{what}: give at least one length (e.g. {max_length}: every text padded to it)")
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 2 <= int(value) <= max_length:
+            raise error(f"{what} {value!r}: each must be a whole number from 2 to the sequence length {max_length}")
+    return tuple(sorted({int(v) for v in values} | {max_length}))
+
+
+def variable_length(buckets, max_length: int = DEFAULT_MAX_LENGTH) -> bool:
+    """Whether the ids between preprocess and bert vary in length (more than one bucket):
+    their dims are then [-1], else [max_length]."""
+    return check_buckets(buckets, max_length) != (max_length,)
+
+
 def contracts(
-    max_length: int = DEFAULT_MAX_LENGTH, n_features: int = N_FEATURES, fused: bool = False
+    max_length: int = DEFAULT_MAX_LENGTH, n_features: int = N_FEATURES, fused: bool = False, buckets=None
 ) -> dict[str, ModelContract]:
-    """The contract of every model, for one sequence length and feature count; `fused`: of
-    the fused repository (FUSED_INTO), whose preprocess answers BERT_OUTPUT and featurize
+    """The contract of every model, for one sequence length, feature count and bucket set
+    (None: `default_buckets`; with one bucket the ids are [max_length], else [-1]); `fused`:
+    of the fused repository (FUSED_INTO), whose preprocess answers BERT_OUTPUT and featurize
     FOREST_OUTPUT, and which has no bert and no forest."""
     check_max_length(max_length)
     text = TensorSpec(TEXT, "TYPE_STRING", (1,))
     score = lambda name: TensorSpec(name, "TYPE_FP32", (1,))  # noqa: E731
-    ids = lambda name: TensorSpec(name, "TYPE_INT64", (max_length,))  # noqa: E731
+    width = -1 if variable_length(buckets, max_length) else max_length
+    ids = lambda name: TensorSpec(name, "TYPE_INT64", (width,))  # noqa: E731
     separate = _contracts(text, score, ids, n_features)
     if not fused:
         return separate

@@ -103,7 +103,9 @@ class Pipeline:
             chosen = choose_bert_format(folder, bert_format)
             verify_files(folder, manifest, [BERT_FORMATS[chosen]] + present(folder, TOKENIZER_FILES))
             runners["tokenizer"] = TokenizerRunner.from_folder(folder, manifest.max_length, manifest=manifest)
-            runners["bert"] = bert_runner(folder, bert_format=chosen)
+            runners["bert"] = bert_runner(
+                folder, bert_format=chosen, buckets=contracts.default_buckets(manifest.max_length)
+            )
         weights = weight_pair(bert_weight, forest_weight, EvaluationError) or manifest.blend_weights or (0.5, 0.5)
         interval = for_blend(manifest.info.get("interval"), weights)
         return cls(weights=weights, interval=interval, **runners)

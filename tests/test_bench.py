@@ -344,8 +344,26 @@ def test_the_in_process_row_runs_the_served_bert_format(tiny_artifacts, tmp_path
     pipeline = repository.repository_pipeline(repo)
     assert isinstance(pipeline.bert, TorchScriptRunner if bert_format == "torchscript" else OnnxRunner)
     assert repository.served_bert(repo).startswith(expected)
-    if isinstance(pipeline.bert, OnnxRunner):  # padding cut off as served: by a Python model, not the native backend
-        assert pipeline.bert.trim == (profile == "portable")
+    # rows by the repository's buckets, as preprocess cuts them for a native backend and a Python bert runs them
+    assert pipeline.bert.buckets == repository.repository_buckets(repo) == C.default_buckets(64)
     assert isinstance(pipeline.forest.threads, int)
     if profile == "portable":
         assert pipeline.forest.threads == 1  # the cheap steps' one thread, as served
+
+
+def test_first_sentences_are_the_short_texts_bench_sends():
+    from readability_triton.artifacts.corpus import first_sentences
+
+    texts = ['He said "Stop!" Then he left.', "One sentence only", "  Two. Sentences here.  ", "Why? Because."]
+    assert first_sentences(texts) == ['He said "Stop!"', "One sentence only", "Two.", "Why?"]
+
+
+def test_assemble_refuses_bad_buckets(tiny_artifacts, tmp_path):
+    from readability_triton.errors import AssemblyError
+    from readability_triton.repository import assemble as repository
+
+    for bad in ("16,x", "1,64", "65", ""):
+        with pytest.raises(AssemblyError, match="--buckets"):
+            repository.assemble(tiny_artifacts, str(tmp_path / "r"), "portable", buckets=bad)
+    repository.assemble(tiny_artifacts, str(tmp_path / "r"), "portable", buckets="32")
+    assert repository.repository_buckets(str(tmp_path / "r")) == (32, 64)

@@ -170,37 +170,35 @@ def test_onnx_model_equals_eager_on_real_texts(exported_onnx, regression_checkpo
         runner(ids + 30522, mask)
 
 
-def test_onnx_runner_cuts_padding_off_and_scores_the_same(exported_onnx, tmp_path):
-    """The runner feeds ONNX Runtime the batch without its trailing padding (the scores equal
-    the padded batch's within float rounding); a model with a fixed length (an older
-    export) gets the padded batch, and says so."""
+def test_onnx_runner_runs_rows_by_bucket_and_scores_the_same(exported_onnx, tmp_path):
+    """The runner feeds ONNX Runtime each row cut to its bucket, one run per bucket (the scores
+    equal the padded batch's within float rounding); a model with a fixed length (an older
+    export) gets the padded batch, says so, and a repository of buckets refuses it."""
     import onnx
 
     from readability_triton.bert.runner import OnnxRunner
 
     tokenizer = WordPieceTokenizer.from_directory(str(exported_onnx.parent), MAX_LENGTH)
     ids, mask = tokenizer.encode(["Tom ran home.", "The cat sat on the mat, and the dog sat on the rug."])
-    longest = int(mask.sum(axis=1).max())
-    assert longest < MAX_LENGTH
-    runner = OnnxRunner.from_folder(str(exported_onnx.parent))
-    assert runner.trim and "padding cut off" in runner.describe()
+    lengths = sorted(int(n) for n in mask.sum(axis=1))
+    assert lengths[0] <= 8 < 16 < lengths[1] < MAX_LENGTH
+    runner = OnnxRunner.from_folder(str(exported_onnx.parent), buckets=(8, 16, MAX_LENGTH))
+    assert runner.dynamic and "rows by bucket of 8, 16, 32 tokens" in runner.describe()
     seen = []
     run = runner.session.run
     runner.session.run = lambda names, feed: seen.append(feed["input__1"].shape) or run(names, feed)
-    trimmed_scores = runner(ids, mask)
-    padded_scores = OnnxRunner.from_folder(str(exported_onnx.parent), trim=False)(ids, mask)
-    lengths = sorted(int(n) for n in mask.sum(axis=1))
-    assert lengths[1] - lengths[0] > 8  # two bands of 8 tokens: one run each, at its own length
-    assert seen == [(1, lengths[0]), (1, lengths[1])] and lengths[1] == longest
-    np.testing.assert_allclose(trimmed_scores, padded_scores, atol=1e-5)
+    bucketed_scores = runner(ids, mask)
+    padded_scores = OnnxRunner.from_folder(str(exported_onnx.parent))(ids, mask)
+    assert seen == [(1, 8), (1, MAX_LENGTH)]  # two buckets: one run each, at its bucket's length
+    np.testing.assert_allclose(bucketed_scores, padded_scores, atol=1e-5)
 
     model = onnx.load(str(exported_onnx))
     for tensor in model.graph.input:
         tensor.type.tensor_type.shape.dim[1].dim_value = MAX_LENGTH
     fixed = tmp_path / "model.onnx"
     onnx.save(model, str(fixed))
-    old = OnnxRunner(str(fixed))
-    assert not old.trim and "padded length" in old.describe()
+    old = OnnxRunner(str(fixed), buckets=(8, 16, MAX_LENGTH))
+    assert not old.dynamic and old.buckets is None and "rows as they come" in old.describe()
     np.testing.assert_allclose(old(ids, mask), padded_scores, atol=1e-6)
 
 

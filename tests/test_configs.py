@@ -103,8 +103,15 @@ def test_profile_configs(profile, max_length, bert_format, wiring):
         for m in models
     }
     contracts = C.contracts(max_length)
+    buckets = ",".join(map(str, C.default_buckets(max_length)))
     for model, config in rendered.items():
         check_against_contract(config, contracts[model])
+        # preprocess cuts to the buckets, and a Python bert runs rows by the same ones
+        carries = model == C.PREPROCESS or (model == C.BERT and config.backend == "python")
+        assert (C.BUCKETS in config.parameters) == carries, model
+        if carries:
+            assert config.parameters[C.BUCKETS].string_value == buckets
+            assert config.parameters[C.MAX_LENGTH].string_value == str(max_length)
         if model == C.ENSEMBLE:
             assert config.platform == "ensemble" and config.max_batch_size == C.MAX_BATCH_SIZE[model] > 0
             continue
@@ -323,8 +330,17 @@ def test_tensorrt_optimization_is_what_the_onnxruntime_backend_reads(profile):
     params = dict(accelerator.parameters)
     assert set(params) <= set(profiles.TENSORRT_KEYS), set(params) - set(profiles.TENSORRT_KEYS)
     assert params["precision_mode"] == "FP16" and params["trt_engine_cache_enable"] == "1"
-    assert params["trt_profile_min_shapes"] == "input__0:1x128,input__1:1x128"
-    assert params["trt_profile_max_shapes"] == f"input__0:{C.MAX_BATCH_SIZE[C.BERT]}x128,input__1:64x128"
+    # one optimization profile per bucket: each input named once per profile, in bucket order
+    lengths = C.default_buckets(128)
+    assert params["trt_profile_min_shapes"] == ",".join(f"input__0:1x{n},input__1:1x{n}" for n in lengths)
+    batch = C.MAX_BATCH_SIZE[C.BERT]
+    assert params["trt_profile_max_shapes"] == ",".join(f"input__0:{batch}x{n},input__1:{batch}x{n}" for n in lengths)
+    padded = parse(
+        configs.render_config(C.BERT, profile, max_length=128, bert_format="onnx", tensorrt=True, buckets=(128,))
+    )
+    (one,) = padded.optimization.execution_accelerators.gpu_execution_accelerator
+    assert dict(one.parameters)["trt_profile_opt_shapes"] == "input__0:16x128,input__1:16x128"
+    assert [list(s.inputs["input__0"].dims) for s in config.model_warmup] == [[n] for n in lengths]  # each built
     assert int(params["max_workspace_size_bytes"]) >= 1 << 30
     assert not config.optimization.execution_accelerators.cpu_execution_accelerator
 

@@ -24,6 +24,15 @@ from readability_triton.device import Device
 from readability_triton.repository import configs
 
 
+def cut(want, buckets=(16, 32, 48, 64)):
+    """Hugging Face's padded ids and mask cut to the bucket of the request's longest text, as
+    preprocess sends them (the default buckets of max_length 64)."""
+    ids, mask = want
+    longest = int(mask.sum(axis=1).max())
+    width = min(b for b in buckets if b >= longest)
+    return ids[:, :width], mask[:, :width]
+
+
 def tokenizer_files(vocab_dir):
     return {name: os.path.join(vocab_dir, name) for name in ("vocab.txt", "tokenizer.json")}
 
@@ -49,9 +58,11 @@ def test_batches_across_requests(model_64, vocab_dir, commonlit):
     for group, response in zip(groups, responses):
         ids = output(response, contracts.INPUT_IDS)
         mask = output(response, contracts.ATTENTION_MASK)
-        assert ids.shape == (len(group), 64) and ids.dtype == np.int64 and mask.dtype == np.int64
-        want_ids, want_mask = hf_encode(vocab_dir, group, 64)
-        assert (ids == want_ids).all() and (mask == want_mask).all()
+        assert ids.dtype == np.int64 and mask.dtype == np.int64
+        want_ids, want_mask = cut(hf_encode(vocab_dir, group, 64))
+        assert ids.shape == want_ids.shape and (ids == want_ids).all() and (mask == want_mask).all()
+    widths = [output(r, contracts.INPUT_IDS).shape[1] for r in responses]
+    assert widths[0] == 64 and widths[1] == 16  # each request its own bucket
 
 
 def test_one_tokenizer_pass_per_execute(model_64, monkeypatch):
@@ -80,29 +91,54 @@ def test_bad_requests_fail_alone(model_64, vocab_dir):
         assert responses[bad].has_error()
         assert responses[bad].error().code() == pb_utils.TritonError.INVALID_ARG
         assert re.search(pattern, responses[bad].error().message())
-    assert (output(responses[0], contracts.INPUT_IDS) == hf_encode(vocab_dir, ["good one"], 64)[0]).all()
-    assert output(responses[3], contracts.ATTENTION_MASK).shape == (2, 64)
+    assert (output(responses[0], contracts.INPUT_IDS) == cut(hf_encode(vocab_dir, ["good one"], 64))[0]).all()
+    assert output(responses[3], contracts.ATTENTION_MASK).shape == (2, 16)
 
 
-def test_max_length_must_match_output_dims(vocab_dir, tmp_path):
+def test_max_length_and_buckets_must_match_output_dims(vocab_dir, tmp_path):
     model_dir = make_model_dir(
-        str(tmp_path), contracts.PREPROCESS, profile="cpu", files=tokenizer_files(vocab_dir), max_length=32
+        str(tmp_path),
+        contracts.PREPROCESS,
+        profile="cpu",
+        files=tokenizer_files(vocab_dir),
+        max_length=32,
+        buckets=[32],
     )
 
     def lengthen(config) -> None:
         assert config.parameters[contracts.MAX_LENGTH].string_value == "32"
+        assert config.parameters[contracts.BUCKETS].string_value == "32"
         config.parameters[contracts.MAX_LENGTH].string_value = "48"
 
     configs.edit_config(os.path.join(model_dir, "config.pbtxt"), lengthen)
-    with pytest.raises(ValueError, match=r"INPUT_IDS has dims \[32\] but parameter MAX_LENGTH gives \[48\]"):
+    with pytest.raises(ValueError, match=r"INPUT_IDS has dims \[32\] but the length setting .* gives \[-1\]"):
+        load_model(model_dir)
+
+    def padded(config) -> None:
+        config.parameters[contracts.BUCKETS].string_value = "48"
+
+    configs.edit_config(os.path.join(model_dir, "config.pbtxt"), padded)
+    with pytest.raises(ValueError, match=r"INPUT_IDS has dims \[32\] but the length setting .* gives \[48\]"):
+        load_model(model_dir)
+
+    def bad(config) -> None:
+        config.parameters[contracts.BUCKETS].string_value = "16,99"
+
+    configs.edit_config(os.path.join(model_dir, "config.pbtxt"), bad)
+    with pytest.raises(ValueError, match=r"preprocess: parameter BUCKETS 99: each must be a whole number from 2 to"):
         load_model(model_dir)
 
 
 def test_default_max_length_is_256(vocab_dir, tmp_path):
     model_dir = make_model_dir(str(tmp_path), contracts.PREPROCESS, profile="cpu", files=tokenizer_files(vocab_dir))
-    configs.edit_config(
-        os.path.join(model_dir, "config.pbtxt"), lambda config: config.parameters.pop(contracts.MAX_LENGTH)
-    )
+
+    def unset(config) -> None:  # a config without MAX_LENGTH and BUCKETS: padded to 256
+        config.parameters.pop(contracts.MAX_LENGTH)
+        config.parameters.pop(contracts.BUCKETS)
+        for tensor in config.output:
+            tensor.dims[:] = [256]
+
+    configs.edit_config(os.path.join(model_dir, "config.pbtxt"), unset)
     model = load_model(model_dir)
     assert model.runner.max_length == contracts.DEFAULT_MAX_LENGTH == 256
     ids = output(model.execute([text_request(["hello"])])[0], contracts.INPUT_IDS)
@@ -182,5 +218,5 @@ def test_gpu_instance_outputs_stay_on_the_gpu(vocab_dir, tmp_path, commonlit):
             assert not tensors[name].is_cpu()  # handed over through DLPack, no host copy
         ids = cupy.asnumpy(cupy.from_dlpack(tensors[contracts.INPUT_IDS]))
         mask = cupy.asnumpy(cupy.from_dlpack(tensors[contracts.ATTENTION_MASK]))
-        want_ids, want_mask = hf_encode(vocab_dir, group, 256)
-        assert (ids == want_ids).all() and (mask == want_mask).all()
+        want_ids, want_mask = cut(hf_encode(vocab_dir, group, 256), contracts.default_buckets(256))
+        assert ids.shape == want_ids.shape and (ids == want_ids).all() and (mask == want_mask).all()

@@ -65,14 +65,30 @@ def test_native_artifacts_load_like_their_backends(tiny_artifacts, tmp_path, ber
     in-process: an ONNX Runtime session fed the config's inputs by name, or
     torch::jit::load + forward(input__0, input__1) in config order; Treelite deserialize
     (the FIL backend reads Treelite 4.x checkpoints) with the config's feature count."""
-    import torch
     import treelite
     import treelite.gtil
 
     out = tmp_path / "cpu"
     repository.assemble(tiny_artifacts, str(out), "cpu", bert_format=bert_format)
     bert = parse(out / "bert" / "config.pbtxt")
-    inputs = [np.ones((3, *t.dims), dtype=np.int64) for t in bert.input]
+    assert [list(t.dims) for t in bert.input] == [[-1], [-1]]  # the ids come cut to their bucket
+    for width in (16, 64):  # every bucket the warm-up runs is a shape the model takes
+        inputs = [np.ones((3, width), dtype=np.int64) for _ in bert.input]
+        _run_natively(out, bert, bert_format, inputs)
+
+    forest = parse(out / "forest" / "config.pbtxt")
+    assert forest.backend == "fil" and forest.parameters["model_type"].string_value == "treelite_checkpoint"
+    model = treelite.Model.deserialize(str(out / "forest" / "1" / "checkpoint.tl"))
+    assert forest.max_batch_size == 0 and forest.input[0].dims[0] == -1  # non-batching (configs.fil_io)
+    assert model.num_feature == forest.input[0].dims[1] == C.N_FEATURES
+    header = json.loads(model.dump_as_json(pretty_print=False))
+    assert header["num_target"] == 1 and header["num_class"] == [1], "a single-output regressor"
+    assert treelite.gtil.predict(model, np.zeros((2, C.N_FEATURES), np.float32)).size == 2
+
+
+def _run_natively(out, bert, bert_format, inputs):
+    import torch
+
     if bert_format == "onnx":
         import onnxruntime
 
@@ -89,15 +105,6 @@ def test_native_artifacts_load_like_their_backends(tiny_artifacts, tmp_path, ber
         module = torch.jit.load(str(out / "bert" / "1" / "model.pt"), map_location="cpu")
         result = module(*[torch.from_numpy(a) for a in inputs])
         assert result.dtype == torch.float32 and tuple(result.shape) == (3, *bert.output[0].dims)
-
-    forest = parse(out / "forest" / "config.pbtxt")
-    assert forest.backend == "fil" and forest.parameters["model_type"].string_value == "treelite_checkpoint"
-    model = treelite.Model.deserialize(str(out / "forest" / "1" / "checkpoint.tl"))
-    assert forest.max_batch_size == 0 and forest.input[0].dims[0] == -1  # non-batching (configs.fil_io)
-    assert model.num_feature == forest.input[0].dims[1] == C.N_FEATURES
-    header = json.loads(model.dump_as_json(pretty_print=False))
-    assert header["num_target"] == 1 and header["num_class"] == [1], "a single-output regressor"
-    assert treelite.gtil.predict(model, np.zeros((2, C.N_FEATURES), np.float32)).size == 2
 
 
 def _copy(src, tmp_path):

@@ -153,6 +153,38 @@ def test_read_array_requests_checks_shapes_and_concatenates():
     assert arrays["A"].shape == (3, 2) and arrays["B"][2].tolist() == [6, 6]
 
 
+def test_read_array_requests_takes_any_width_of_a_variable_dimension_and_pads_to_the_widest():
+    """BERT's ids ([-1]): requests of different widths (the batcher joins only equal shapes,
+    but a model without it may get several) are joined zero-padded to the widest."""
+    dims = {"A": (-1,)}
+    requests = [
+        array_request(A=np.ones((1, 3), np.int64)),
+        array_request(A=np.full((2, 5), 2, np.int64)),
+        array_request(A=np.ones((1, 2, 2), np.int64)),  # a dimension too many
+        array_request(A=np.ones((1, 3), np.int64)),
+    ]
+    batch = runtime_requests.read_array_requests(pb_utils, requests, ("A",), np, dims)
+    assert batch.counts == [1, 2, 0, 1] and "shape [batch, -1]" in batch.errors[2][0]
+    assert batch.items["A"].tolist() == [[1, 1, 1, 0, 0], [2] * 5, [2] * 5, [1, 1, 1, 0, 0]]
+    same = runtime_requests.read_array_requests(pb_utils, [requests[0], requests[3]], ("A",), np, dims)
+    assert same.items["A"].shape == (2, 3)
+
+
+def test_run_batch_takes_each_requests_rows_as_per_request_says():
+    requests = [text_request(["a", "bb"]), text_request([b"\xc3"]), text_request(["ccc"])]
+    seen = []
+
+    def per_request(outputs):
+        seen.append(sorted(outputs))
+        return lambda rows: {name: array[rows] * 10 for name, array in outputs.items()}
+
+    batch = runtime_requests.read_text_requests(pb_utils, requests)
+    out = responses.run_batch(pb_utils, batch, _lengths, per_request=per_request)
+    assert seen == [["LENGTH"]]  # once per pass
+    assert out[0].output_tensors()[0].as_numpy().ravel().tolist() == [10.0, 20.0]
+    assert out[1].has_error() and out[2].output_tensors()[0].as_numpy().ravel().tolist() == [30.0]
+
+
 def test_read_array_requests_refuses_non_finite_rows_per_request():
     dims = {"A": (1,), "B": (1,)}
     requests = [

@@ -1,7 +1,8 @@
 """`bert` in the `portable` profile: `model.onnx` (ONNX Runtime) or `model.pt` (torch.jit),
 whichever the version folder holds, run in the python backend (`bert.runner`), with the
 onnxruntime/libtorch backends' tensors (`input__0` ids, `input__1` mask, INT64 ->
-`output__0` FP32 [1]). For servers without those backends; the gpu/hybrid/cpu profiles
+`output__0` FP32 [1]), rows by bucket (parameters MAX_LENGTH and BUCKETS, as preprocess's:
+`buckets`). For servers without those backends; the gpu/hybrid/cpu profiles
 serve the same file with them. ONNX Runtime on a CPU instance (`portable`); TorchScript on a
 GPU instance (`portable-gpu`: torch on CUDA, DLPack in and out).
 """
@@ -19,7 +20,10 @@ class TritonPythonModel:
         self.model = PythonModel(pb_utils, args)
         self.model.expect_inputs((C.INPUT_0, C.INPUT_1))
         folder = self.model.artifacts((), optional=BERT_FORMATS.values())
-        self.runner = self.model.build(bert_runner, folder, self.model.device, threads=self.model.threads)
+        length = self.model.int_parameter(C.MAX_LENGTH, C.DEFAULT_MAX_LENGTH, minimum=2)
+        self.runner = self.model.build(
+            bert_runner, folder, self.model.device, threads=self.model.threads, buckets=self.model.buckets(length)
+        )
         self.model.log(self.runner.describe())
 
     def execute(self, requests):

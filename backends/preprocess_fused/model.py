@@ -2,7 +2,8 @@
 BERT_OUTPUT, the tokenizer and then BERT in this one Python model (`branches.BertBranch`),
 so that the token ids never leave the stub.
 
-Parameters MAX_LENGTH and MAX_TEXT_BYTES; in the version folder the tokenizer files and
+Parameters MAX_LENGTH, BUCKETS (BERT runs rows by bucket: `buckets`) and MAX_TEXT_BYTES; in
+the version folder the tokenizer files and
 `model.onnx` or `model.pt`, run as the separate `bert` model runs them (ONNX Runtime on a CPU
 instance, torch on a GPU one). In the serial wiring its AFTER input (the forest's score)
 only orders the steps.
@@ -26,7 +27,9 @@ class TritonPythonModel:
         tokenizer = self.model.build(
             TokenizerRunner.from_folder, folder, length, self.model.device, self.model.manifest
         )
-        bert = self.model.build(bert_runner, folder, self.model.device, threads=self.model.threads)
+        bert = self.model.build(
+            bert_runner, folder, self.model.device, threads=self.model.threads, buckets=self.model.buckets(length)
+        )
         self.runner = BertBranch(tokenizer, bert)
         self.model.log(self.runner.describe(), warn=self.model.device.is_gpu and not tokenizer.on_gpu)
 

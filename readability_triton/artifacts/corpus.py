@@ -137,3 +137,19 @@ def default_texts(n: int | None = None) -> tuple[list[str], str]:
         texts = read_table(COMMONLIT_CSV).texts
         return (texts[:n] if n else texts), f"the CommonLit excerpts ({os.path.normpath(COMMONLIT_CSV)})"
     return generate_corpus(n or 400)[0], "a generated corpus (no CommonLit data here)"
+
+
+#: Where a text's first sentence ends: ., ! or ? (and any closing quote or bracket) before a space.
+_SENTENCE_END = re.compile(r"""[.!?]["'”’)\]]*(?=\s)""")
+
+
+def first_sentences(texts) -> list[str]:
+    """Each text's first sentence (the text itself where it has one sentence): short texts of
+    the same vocabulary, for `bench --short` and the bucket benchmarks (the CommonLit
+    excerpts' first sentences average 29 BERT tokens, their excerpts 217)."""
+    out = []
+    for text in texts:
+        stripped = text.strip()
+        end = _SENTENCE_END.search(stripped)
+        out.append(stripped[: end.end()] if end else stripped)
+    return out

@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 
+from ..buckets import by_bucket
 from ..device import Device, as_device
 from ..errors import RequestError
 from ..layout import MODEL_ONNX, MODEL_PT, choose_bert_format
@@ -22,8 +23,16 @@ def embedding_rows(module) -> int | None:
     return None
 
 
-def check_token_ids(ids, mask, vocab_size: int | None) -> None:
-    """RequestError (one line) unless every id is in [0, vocab_size) and the mask is 0/1."""
+def check_token_ids(ids, mask, vocab_size: int | None, buckets=None) -> None:
+    """RequestError (one line) unless the ids and the mask have one shape, with at least one
+    column and no more than the largest of `buckets` (where given), every id is in
+    [0, vocab_size) and the mask is 0/1."""
+    if ids.shape != mask.shape:
+        raise RequestError(f"input__0 {list(ids.shape)} and input__1 {list(mask.shape)} must have the same shape")
+    most = buckets[-1] if buckets is not None else None
+    if ids.ndim != 2 or not ids.shape[1] or (most is not None and ids.shape[1] > most):
+        limit = f"1 to {most}" if most is not None else "at least 1"
+        raise RequestError(f"input__0 has shape {list(ids.shape)}: the model takes rows of {limit} tokens")
     if ids.size:
         low, high = int(ids.min()), int(ids.max())
         if low < 0 or (vocab_size is not None and high >= vocab_size):
@@ -44,7 +53,7 @@ class TorchScriptRunner:
 
     FILES = (MODEL_PT,)
 
-    def __init__(self, module, device: Device | str | None = None, threads: int = 0):
+    def __init__(self, module, device: Device | str | None = None, threads: int = 0, buckets=None):
         import torch
 
         self.torch = torch
@@ -60,22 +69,30 @@ class TorchScriptRunner:
         if self.device.is_gpu:
             self.module = self.module.to(f"cuda:{self.device.device_id}")
         self.vocab_size = embedding_rows(self.module)
+        self.buckets = tuple(buckets) if buckets is not None else None
 
     @classmethod
-    def from_folder(cls, folder: str, device: Device | str | None = None, threads: int = 0) -> "TorchScriptRunner":
+    def from_folder(
+        cls, folder: str, device: Device | str | None = None, threads: int = 0, buckets=None
+    ) -> "TorchScriptRunner":
         import torch
 
-        return cls(torch.jit.load(os.path.join(folder, MODEL_PT), map_location="cpu"), device, threads)
+        return cls(torch.jit.load(os.path.join(folder, MODEL_PT), map_location="cpu"), device, threads, buckets)
 
     def describe(self) -> str:
         where = (
             f"torch on {self.device}, DLPack in and out" if self.device.is_gpu else f"the CPU, {self.threads} thread(s)"
         )
-        return f"TorchScript model.pt on {where} (vocabulary of {self.vocab_size} ids)"
+        return (
+            f"TorchScript model.pt on {where}, {describe_buckets(self.buckets)} (vocabulary of {self.vocab_size} ids)"
+        )
 
     def __call__(self, ids, mask):
+        check_token_ids(ids, mask, self.vocab_size, self.buckets)
+        return by_bucket(ids, mask, self.buckets, self._run, self.device.array_module())
+
+    def _run(self, ids, mask):
         torch = self.torch
-        check_token_ids(ids, mask, self.vocab_size)
         if self.device.is_gpu:
             xp = self.device.array_module()
             ids, mask = (xp.ascontiguousarray(a, dtype=xp.int64) for a in (ids, mask))
@@ -107,51 +124,18 @@ def onnx_session(path: str, threads: int = 0):
     return onnxruntime.InferenceSession(path, options, providers=["CPUExecutionProvider"])
 
 
-#: Rows whose real lengths fall in the same band of this many tokens run together, padded to
-#: the longest of them; rows of other bands run apart (`OnnxRunner`; 0: one run per batch).
-LENGTH_BAND = 8
-
-
-def real_lengths(mask):
-    """Per row, the column after its last real token (0 for a row without one)."""
-    if not mask.shape[1]:
-        return np.zeros(len(mask), dtype=np.int64)
-    last = mask.shape[1] - np.argmax(mask[:, ::-1] != 0, axis=1)
-    return np.where(mask.any(axis=1), last, 0)
-
-
-def length_bands(lengths, band: int) -> list:
-    """Row indices grouped by the band of `band` tokens their real length (`real_lengths`)
-    falls in (1..band, band+1..2*band, ...: at most max_length / band bands), shortest band
-    first (one group, all rows, where they share a band)."""
-    keys = np.maximum(lengths - 1, 0) // band
-    bands, inverse = np.unique(keys, return_inverse=True)
-    if len(bands) < 2:
-        return [np.arange(len(lengths))]
-    order = np.argsort(inverse, kind="stable")
-    return np.split(order, np.cumsum(np.bincount(inverse))[:-1])
-
-
-def trimmed(ids, mask, lengths=None):
-    """`ids`, `mask` without the columns after the batch's last real token (at least 2
-    columns are kept; `lengths`: the rows' `real_lengths`, where known): pure padding, which
-    a BERT's attention mask hides from every real token, so the scores are the same (up to
-    float rounding) for less compute."""
-    lengths = real_lengths(mask) if lengths is None else lengths
-    keep = max(int(lengths.max(initial=0)), 2)
-    if keep >= mask.shape[1]:
-        return ids, mask
-    return ids[:, :keep], mask[:, :keep]
+def length_dynamic(session) -> bool:
+    """Whether an ONNX Runtime session's inputs take any length (`export-bert` writes them so)."""
+    return all(not isinstance(tensor.shape[1], int) for tensor in session.get_inputs())
 
 
 class OnnxRunner:
     """(input_ids, attention_mask) int64 `(n, L)` -> scores float32 `(n, 1)` with ONNX
     Runtime on the CPU; the same checks as `TorchScriptRunner`. Where the model's length
-    dimension is dynamic (`export-bert` writes it so), a batch's trailing padding is cut
-    off before it runs (`trimmed`; the CommonLit excerpts average 216 of 256 tokens), and
-    rows of different lengths run apart, one run per band of `band` tokens
-    (`length_bands`), so a short text is not padded to a long one's length; `trim=False`
-    feeds the padded batch as it came, in one run."""
+    dimension is dynamic (`export-bert` writes it so), rows run by bucket (`buckets`: the
+    smallest of `buckets` that holds each row's text, one run per bucket present, each cut
+    or padded to its bucket: what the native route runs after preprocess's cut); `buckets`
+    None, or a model of fixed length (`dynamic` False): the batch as it came, in one run."""
 
     FILES = (MODEL_ONNX,)
 
@@ -160,8 +144,7 @@ class OnnxRunner:
         path: str,
         device: Device | str | None = None,
         threads: int = 0,
-        trim: bool = True,
-        band: int = LENGTH_BAND,
+        buckets: tuple[int, ...] | None = None,
     ):
         if as_device(device).is_gpu:
             raise ValueError(
@@ -179,27 +162,25 @@ class OnnxRunner:
         declared = self.session.get_modelmeta().custom_metadata_map.get("vocab_size")
         self.vocab_size = int(declared) if declared else None
         self.version = onnxruntime.__version__
-        self.trim = trim and all(not isinstance(tensor.shape[1], int) for tensor in self.session.get_inputs())
-        self.band = band if self.trim else 0
+        #: False for a model of one fixed length (an old export): its rows run as they come
+        self.dynamic = length_dynamic(self.session)
+        if not self.dynamic:
+            buckets = None
+        self.buckets = tuple(buckets) if buckets is not None else None
 
     @classmethod
     def from_folder(
-        cls, folder: str, device: Device | str | None = None, threads: int = 0, trim: bool = True
+        cls, folder: str, device: Device | str | None = None, threads: int = 0, buckets=None
     ) -> "OnnxRunner":
-        return cls(os.path.join(folder, MODEL_ONNX), device, threads, trim)
+        return cls(os.path.join(folder, MODEL_ONNX), device, threads, buckets)
 
     def describe(self) -> str:
-        padding = "padded length"
-        if self.trim:
-            padding = f"padding cut off, rows in bands of {self.band} tokens" if self.band > 0 else "padding cut off"
         return (
-            f"ONNX model.onnx with ONNX Runtime {self.version} on the CPU, {self.threads} thread(s), {padding} "
-            f"(vocabulary of {self.vocab_size} ids)"
+            f"ONNX model.onnx with ONNX Runtime {self.version} on the CPU, {self.threads} thread(s), "
+            f"{describe_buckets(self.buckets)} (vocabulary of {self.vocab_size} ids)"
         )
 
-    def _run(self, ids, mask, lengths=None):
-        if self.trim:
-            ids, mask = trimmed(ids, mask, lengths)
+    def _run(self, ids, mask):
         out = self.session.run(
             None,
             {
@@ -210,26 +191,26 @@ class OnnxRunner:
         return np.asarray(out, dtype=np.float32).reshape(-1, 1)
 
     def __call__(self, ids, mask):
-        check_token_ids(ids, mask, self.vocab_size)
-        if not self.trim:
-            return self._run(ids, mask)
-        lengths = real_lengths(mask)
-        groups = length_bands(lengths, self.band) if self.band > 0 and len(ids) > 1 else []
-        if len(groups) < 2:
-            return self._run(ids, mask, lengths)
-        scores = np.empty((len(ids), 1), dtype=np.float32)
-        for rows in groups:  # one run per band: at most max_length / band of them
-            scores[rows] = self._run(ids[rows], mask[rows], lengths[rows])
-        return scores
+        check_token_ids(ids, mask, self.vocab_size, self.buckets)
+        return by_bucket(ids, mask, self.buckets, self._run)
+
+
+def describe_buckets(buckets) -> str:
+    """How a runner pads its rows, in words."""
+    if buckets is None:
+        return "rows as they come"
+    if len(buckets) == 1:
+        return f"padded to {buckets[0]} tokens"
+    return f"rows by bucket of {', '.join(map(str, buckets))} tokens"
 
 
 def bert_runner(
-    folder: str, device: Device | str | None = None, bert_format: str | None = None, threads: int = 0, trim: bool = True
+    folder: str, device: Device | str | None = None, bert_format: str | None = None, threads: int = 0, buckets=None
 ):
     """The runner of the BERT model in `folder`: `bert_format`'s, or the one present (ONNX
-    when both are), its intra-op pool sized to `threads` (0: the runtime's default, all cores);
-    `trim=False`: an ONNX model is fed the padded batch (as Triton's onnxruntime backend is)."""
+    when both are), its intra-op pool sized to `threads` (0: the runtime's default, all cores),
+    its rows run by bucket of `buckets` (None: as they come; `buckets.by_bucket`)."""
     chosen = choose_bert_format(folder, bert_format)
     if chosen == "onnx":
-        return OnnxRunner.from_folder(folder, device, threads, trim)
-    return TorchScriptRunner.from_folder(folder, device, threads)
+        return OnnxRunner.from_folder(folder, device, threads, buckets)
+    return TorchScriptRunner.from_folder(folder, device, threads, buckets)

@@ -9,7 +9,7 @@ import os
 import sys
 
 from .. import contracts as C
-from ..artifacts.corpus import default_texts
+from ..artifacts.corpus import default_texts, first_sentences
 from ..client import bench, perf
 from ..client.readability import triton_client
 from ..data import read_table
@@ -58,6 +58,12 @@ def register(subparsers) -> None:
         help="texts to send (default: the shared CommonLit excerpts, else a generated corpus)",
     )
     p.add_argument("--column", default="excerpt", help="text column of --data (default: excerpt)")
+    p.add_argument(
+        "--short",
+        action="store_true",
+        help="send each text's first sentence instead (short texts: the CommonLit excerpts' first sentences "
+        "average 29 BERT tokens, the excerpts 217), to measure what the sequence-length buckets save",
+    )
     p.add_argument(
         "--distinct",
         type=int,
@@ -114,6 +120,8 @@ def cmd_bench(args) -> int:
     if args.duration <= 0:
         raise CommandError("--duration must be positive")
     texts = _texts(args.data, args.column)
+    if args.short:
+        texts = [t for t in first_sentences(texts) if t.strip()]
     if args.distinct < 0:
         raise CommandError("--distinct must be at least 1 (or 0: every text)")
     if args.distinct:
@@ -189,7 +197,8 @@ def cmd_bench(args) -> int:
             if perf_input:
                 os.remove(perf_input)
     print(
-        f"\nbench: {args.protocol} at {url}, {len(texts)} distinct texts, {args.duration:g} s per row, "
+        f"\nbench: {args.protocol} at {url}, {len(texts)} distinct {'short ' if args.short else ''}texts, "
+        f"{args.duration:g} s per row, "
         f"{os.cpu_count()} CPUs\n"
     )
     bench.print_rows(rows, sys.stdout)

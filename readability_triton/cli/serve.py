@@ -62,6 +62,14 @@ def register(subparsers) -> None:
         f"{DEFAULT_LEVEL}; from the set's calibration: train-blend, build-demo)",
     )
     p.add_argument(
+        "--buckets",
+        default=None,
+        metavar="L1,L2,...",
+        help="the sequence lengths preprocess cuts each request's token ids to: the smallest that holds "
+        "the request's longest text (default: 16 tokens apart up to 128, 32 apart up to 256, 64 beyond; the max_length "
+        "alone pads every text to it, as before buckets)",
+    )
+    p.add_argument(
         "--tensorrt",
         action="store_true",
         help="gpu/hybrid with ONNX: let the onnxruntime backend build a TensorRT FP16 engine (built on "
@@ -286,6 +294,7 @@ def cmd_assemble(args) -> int:
         response_cache=args.response_cache,
         interval_level=args.interval,
         fused=args.fused,
+        buckets=args.buckets,
     )
     chosen = pick_bert_format(args.artifacts, args.profile, args.bert_format)
 
@@ -299,11 +308,19 @@ def cmd_assemble(args) -> int:
     print(
         f"assembled profile {args.profile!r}{fused} for Triton {releases.release(triton_version).version} in "
         f"{args.out} (max_length {manifest.max_length}, "
+        f"{bucket_words(contracts.check_buckets(args.buckets, manifest.max_length), manifest.max_length)}, "
         f"{manifest.n_features} features, BERT {chosen}{' with TensorRT FP16' if args.tensorrt else ''}; "
         f"SCORE = {bert_w:.3f} BERT + {forest_w:.3f} forest, {how}); SCORE_LOW..SCORE_HIGH: "
         f"{interval_words(manifest, (bert_w, forest_w), args.interval)}"
     )
     return 0
+
+
+def bucket_words(buckets, max_length: int) -> str:
+    """How preprocess cuts the ids, in words."""
+    if len(buckets) == 1:
+        return f"every text padded to {max_length} tokens"
+    return f"ids cut to buckets of {', '.join(map(str, buckets))} tokens"
 
 
 def interval_words(manifest, weights, level: float) -> str:

@@ -15,7 +15,7 @@ import numpy as np
 from .. import contracts as C
 from .. import layout as M
 from .. import threads
-from ..bert.runner import bert_runner
+from ..bert.runner import bert_runner, describe_buckets
 from ..errors import AssemblyError
 from ..features.extract import count_words
 from ..features.formulas import Formulas
@@ -105,6 +105,7 @@ def assemble(
     response_cache: bool = False,
     interval_level: float = DEFAULT_LEVEL,
     fused: bool = False,
+    buckets=None,
 ) -> M.Manifest:
     """Build a complete model repository for `profile` from an artifact set (its BERT model
     in `bert_format`, see `pick_bert_format`; SCORE's weights as given, both or none, by
@@ -112,7 +113,9 @@ def assemble(
     configs Triton release `triton_version` reads; SCORE_LOW/SCORE_HIGH at `interval_level`
     from the set's calibration where it was calibrated for these weights (`intervals`).
     `fused` (the portable profiles): BERT runs inside preprocess and the forest inside
-    featurize (`contracts.FUSED_INTO`), two Python models fewer."""
+    featurize (`contracts.FUSED_INTO`), two Python models fewer. `buckets`: the sequence
+    lengths preprocess cuts each request's ids to (`contracts.check_buckets`; default every
+    `contracts.BUCKET_STEP` tokens; the set's max_length alone: padded)."""
     if profile not in PROFILES:
         raise AssemblyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
     check_fused(profile, fused, response_cache)
@@ -133,8 +136,11 @@ def assemble(
         interval = for_blend(manifest.info.get("interval"), (bert_weight, forest_weight), check_level(interval_level))
     except ValueError as err:
         raise AssemblyError(f"--interval: {err}") from None
+    buckets = C.check_buckets(buckets, manifest.max_length, "--buckets", AssemblyError)
     # refuse early
-    render_config(C.BERT, profile, max_length=manifest.max_length, bert_format=bert_format, tensorrt=tensorrt)
+    render_config(
+        C.BERT, profile, max_length=manifest.max_length, bert_format=bert_format, tensorrt=tensorrt, buckets=buckets
+    )
     if os.path.exists(out):
         if not force and os.listdir(out):
             raise AssemblyError(f"{out} exists and is not empty; pass --force to replace it")
@@ -155,6 +161,7 @@ def assemble(
         response_cache=response_cache,
         interval=interval,
         fused=fused,
+        buckets=buckets,
     )
     for model, names in {**M.MODEL_FILES, C.BERT: (M.BERT_FORMATS[bert_format],)}.items():
         target = os.path.join(out, C.FUSED_INTO.get(model, model) if fused else model, VERSION)
@@ -236,17 +243,22 @@ def served_bert(repo: str) -> str:
     config = read_config(os.path.join(repo, bert, "config.pbtxt"))
     folder = os.path.join(repo, bert, VERSION)
     model = M.MODEL_ONNX if os.path.isfile(os.path.join(folder, M.MODEL_ONNX)) else M.MODEL_PT
+    padding = describe_buckets(repository_buckets(repo))
     if config.backend == "python":
         value = config.parameters[C.THREADS].string_value if C.THREADS in config.parameters else "1"
         count = sum(group.count or 1 for group in config.instance_group) or 1
-        padding = (
-            ", rows by length band without their padding where the export's length is dynamic"
-            if model == M.MODEL_ONNX
-            else ""
-        )
         inside = f" (inside {bert})" if bert != C.BERT else ""
-        return f"{model} in a Python model{inside}, {threads.resolve(int(value), count)} thread(s){padding}"
-    return f"{model} on Triton's {config.platform} backend (its default threads, the padded length)"
+        return f"{model} in a Python model{inside}, {threads.resolve(int(value), count)} thread(s), {padding}"
+    return f"{model} on Triton's {config.platform} backend (its default threads), {padding}"
+
+
+def repository_buckets(repo: str) -> tuple[int, ...]:
+    """The sequence-length buckets of an assembled repository: preprocess's BUCKETS (absent:
+    its MAX_LENGTH alone, padded)."""
+    params = read_config(os.path.join(repo, C.PREPROCESS, "config.pbtxt")).parameters
+    length = int(params[C.MAX_LENGTH].string_value) if C.MAX_LENGTH in params else C.DEFAULT_MAX_LENGTH
+    raw = params[C.BUCKETS].string_value if C.BUCKETS in params else ""
+    return C.check_buckets(raw or (length,), length, f"{repo}: preprocess's BUCKETS", AssemblyError)
 
 
 def repository_pipeline(repo: str):
@@ -273,13 +285,20 @@ def repository_pipeline(repo: str):
     weights = (float(params[C.BERT_WEIGHT]), float(params[C.FOREST_WEIGHT]))
     tokenizer_manifest = M.load_manifest(folder(C.PREPROCESS))
     bert_format = "onnx" if os.path.isfile(os.path.join(folder(C.BERT), M.MODEL_ONNX)) else "torchscript"
-    # a Python model cuts the padding off (OnnxRunner); Triton's onnxruntime backend runs what preprocess padded
-    in_python = read_config(os.path.join(repo, served_by[C.BERT], "config.pbtxt")).backend == "python"
+    # rows by the repository's buckets: what preprocess's cut hands a native backend, and how a Python bert runs
+    buckets = repository_buckets(repo)
+    bert = bert_runner(folder(C.BERT), bert_format=bert_format, threads=planned(C.BERT), buckets=buckets)
+    if len(buckets) > 1 and not getattr(bert, "dynamic", True):
+        raise AssemblyError(
+            f"{folder(C.BERT)}: model.onnx takes one fixed sequence length, so its ids cannot be cut to "
+            f"buckets: re-export it with `readability-triton export-bert` (dynamic length), or assemble with "
+            f"--buckets {buckets[-1]} (every text padded)"
+        )
     return Pipeline(
         tokenizer=TokenizerRunner.from_folder(
             folder(C.PREPROCESS), tokenizer_manifest.max_length, manifest=tokenizer_manifest
         ),
-        bert=bert_runner(folder(C.BERT), bert_format=bert_format, threads=planned(C.BERT), trim=in_python),
+        bert=bert,
         features=FeaturizeRunner.from_folder(folder(C.FEATURIZE)),
         forest=GTILRunner.from_folder(folder(C.FOREST), threads=planned(C.FOREST)),
         weights=weights,

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import os
+import shutil
 import sys
 from typing import Any
 
@@ -35,7 +36,7 @@ from .profiles import (
     dynamic_batching,
     placement,
 )
-from .warmup import warmup_sample, write_warmup
+from .warmup import WARMUP_FOLDER, warmup_samples, write_warmup
 
 
 @functools.lru_cache(maxsize=None)
@@ -133,14 +134,15 @@ _FUSED_HEADERS = {
 _BERT_FILES = {"onnx": "ONNX, 1/model.onnx", "torchscript": "TorchScript, 1/model.pt"}
 
 
-def tensorrt_optimization(max_length: int, max_batch: int, cache: str = DEFAULT_TENSORRT_CACHE) -> dict[str, Any]:
+def tensorrt_optimization(buckets, max_batch: int, cache: str = DEFAULT_TENSORRT_CACHE) -> dict[str, Any]:
     """The onnxruntime backend's TensorRT accelerator (ModelConfig's `optimization`, JSON
     form): FP16, an engine cache (the engine is built on the first request of each shape
-    profile, then reused), and one profile for batches of 1 to `max_batch` texts of
-    `max_length` tokens."""
+    profile, then reused: the warm-up runs each bucket), and one optimization profile per
+    bucket (ONNX Runtime's TensorRT provider takes several profiles as each input named once
+    per profile), for batches of 1 to `max_batch` texts of that many tokens."""
 
     def shapes(batch: int) -> str:
-        return ",".join(f"{name}:{batch}x{max_length}" for name in (C.INPUT_0, C.INPUT_1))
+        return ",".join(f"{name}:{batch}x{length}" for length in buckets for name in (C.INPUT_0, C.INPUT_1))
 
     params = {
         "precision_mode": "FP16",
@@ -171,10 +173,12 @@ def model_config(
     response_cache: bool = False,
     interval: IntervalParameters | None = None,
     fused: bool = False,
+    buckets=None,
 ):
     """The `ModelConfig` message of `model` in `profile` for Triton release `triton_version`
     (the BERT model in `bert_format`; with `tensorrt`, the onnxruntime backend builds a
-    TensorRT FP16 engine for it; `fused`: of the fused repository, `contracts.FUSED_INTO`),
+    TensorRT FP16 engine for it; `fused`: of the fused repository, `contracts.FUSED_INTO`;
+    `buckets`: BERT's sequence-length buckets, `contracts.check_buckets`),
     built the way Triton reads it: a message of its own proto, so that a field that does not
     exist, or a bad enum value, cannot be written."""
     model_config_pb2, json_format, _ = _proto()
@@ -187,7 +191,8 @@ def model_config(
             f"Triton {target.version} runs the serial wiring, which has no {model} model "
             "(featurize checks the text first: contracts.SERIAL_STEPS)"
         )
-    contract = C.contracts(max_length, n_features, fused)[model]
+    buckets = C.check_buckets(buckets, max_length, "buckets", AssemblyError)
+    contract = C.contracts(max_length, n_features, fused, buckets)[model]
     where = placement(model, profile, bert_format)
     if tensorrt and not (model != C.BERT or (where.backend == "onnxruntime_onnx" and where.kind == "KIND_GPU")):
         raise AssemblyError(
@@ -218,9 +223,9 @@ def model_config(
             key=lambda batching: batching["max_queue_delay_microseconds"],
         )
     config["instance_group"] = [{"kind": where.kind, "count": 1}]
-    config["model_warmup"] = [warmup_sample(config)]
+    config["model_warmup"] = warmup_samples(config, buckets)
     if model == C.BERT and tensorrt:
-        config["optimization"] = tensorrt_optimization(max_length, C.MAX_BATCH_SIZE[C.BERT], tensorrt_cache)
+        config["optimization"] = tensorrt_optimization(buckets, C.MAX_BATCH_SIZE[C.BERT], tensorrt_cache)
     if model in CACHED_STEPS and response_cache:
         config["response_cache"] = {"enable": True}
     params: dict[str, str] = {}
@@ -231,8 +236,9 @@ def model_config(
             params[C.REQUIRE_WORDS] = "true"
         params[C.MAX_PENDING_REQUESTS] = str(max_pending_requests)
         params[C.MAX_QUEUE_SECONDS] = repr(float(max_queue_seconds))
-    if model == C.PREPROCESS:
+    if model == C.PREPROCESS or (model == C.BERT and where.backend == "python"):
         params[C.MAX_LENGTH] = str(max_length)
+        params[C.BUCKETS] = ",".join(map(str, buckets))
     if where.backend == "python":  # the thread plan (readability_triton.threads)
         # BERT's instance (bert, or a fused preprocess) takes the cores; every other one thread
         params[C.THREADS] = "0" if C.BERT in C.runs(model, fused) else "1"
@@ -375,6 +381,7 @@ def write_canonical(root: str) -> None:
     for model in repository_models():
         with open(os.path.join(root, model, "config.pbtxt"), "w", encoding="utf-8") as handle:
             handle.write(render_config(model, "gpu"))
+        shutil.rmtree(os.path.join(root, model, WARMUP_FOLDER), ignore_errors=True)  # no stale inputs
         write_warmup(os.path.join(root, model), model_config(model, "gpu"))
 
 

@@ -73,8 +73,8 @@ PORTABLE_PROFILES = tuple(name for name, p in PROFILE.items() if p.portable)
 BERT_PLATFORMS = {"onnx": "onnxruntime_onnx", "torchscript": "pytorch_libtorch"}
 #: The canonical (model_repository/) format, and the one `assemble` picks when an artifact
 #: set holds both: ONNX survives the PyTorch/libtorch version skew (24.10's libtorch is 2.5),
-#: reaches TensorRT, and on the CPU ONNX Runtime runs it 1.55-1.76x faster than TorchScript
-#: (benchmarks/bench_bert_formats.py), so `portable` needs no torch. `portable-gpu` runs
+#: reaches TensorRT, and lets `portable` run without torch; on the CPU ONNX Runtime runs it at
+#: 0.66-1.76x TorchScript's speed depending on the host (benchmarks/bench_bert_formats.py). `portable-gpu` runs
 #: TorchScript: torch on CUDA, fed and read through DLPack.
 DEFAULT_BERT_FORMAT = "onnx"
 #: The TensorRT execution accelerator's parameters that the onnxruntime backend reads

@@ -35,17 +35,33 @@ _DTYPES = {
 }
 
 
-def warmup_sample(config: dict) -> dict:
-    """The `model_warmup` sample of a composing model's config (in ModelConfig's JSON form,
-    inputs and max_batch_size set): one row, each required input from its own file."""
+def warmup_samples(config: dict, lengths=()) -> list[dict]:
+    """The `model_warmup` samples of a composing model's config (in ModelConfig's JSON form,
+    inputs and max_batch_size set): one row, each required input from its own file. Where a
+    batching model's input has a variable length (BERT's ids: dims [-1]), one sample per
+    length of `lengths` (the buckets), so that each shape has run (and on a GPU, TensorRT
+    has built each profile) before the model reports READY."""
     batching = config.get("max_batch_size", 0) > 0
-    inputs = {}
-    for tensor in config["input"]:
-        if tensor.get("optional"):
-            continue
-        dims = [1 if (d == -1 and not batching) else d for d in tensor["dims"]]
-        inputs[tensor["name"]] = {"data_type": tensor["data_type"], "dims": dims, "input_data_file": tensor["name"]}
-    return {"name": "one text", "batch_size": 1, "count": WARMUP_COUNT, "inputs": inputs}
+    required = [tensor for tensor in config["input"] if not tensor.get("optional")]
+    variable = batching and any(-1 in tensor["dims"] for tensor in required)
+
+    def sample(name: str, length: int | None) -> dict:
+        inputs = {}
+        for tensor in required:
+            dims = [(length if batching else 1) if d == -1 else d for d in tensor["dims"]]
+            suffix = f".{length}" if variable else ""
+            inputs[tensor["name"]] = {
+                "data_type": tensor["data_type"],
+                "dims": dims,
+                "input_data_file": tensor["name"] + suffix,
+            }
+        return {"name": name, "batch_size": 1, "count": WARMUP_COUNT, "inputs": inputs}
+
+    if not variable:
+        return [sample("one text", None)]
+    if not lengths:
+        raise AssemblyError(f"{config.get('name')}: an input of variable length needs the lengths to warm up with")
+    return [sample(f"one text of {length} tokens", length) for length in lengths]
 
 
 def warmup_files(config) -> dict[str, bytes]:

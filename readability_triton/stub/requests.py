@@ -132,6 +132,29 @@ def host(array) -> np.ndarray:
     return array.get() if hasattr(array, "get") else np.asarray(array)
 
 
+def _fits(shape, dims) -> bool:
+    """Whether an input of `shape` matches the config's `dims` after the batch dimension
+    (-1: any length)."""
+    return len(shape) == 1 + len(dims) and all(d == -1 or d == s for s, d in zip(shape[1:], dims))
+
+
+def _join(xp, parts: list):
+    """The requests' arrays joined along the batch axis; where a variable dimension differs
+    between them (Triton batches only equal shapes, but an execute without the batcher may
+    hold several), each is zero-padded on the right to the widest: the padding BERT's ids and
+    attention mask take, the only variable-length inputs."""
+    if len({a.shape[1:] for a in parts}) == 1:
+        return xp.concatenate(parts)
+    widest = tuple(max(a.shape[axis] for a in parts) for axis in range(1, parts[0].ndim))
+    out = xp.zeros((sum(len(a) for a in parts), *widest), dtype=parts[0].dtype)
+    start = 0
+    for array in parts:
+        where = (slice(start, start + len(array)),) + tuple(slice(0, n) for n in array.shape[1:])
+        out[where] = array
+        start += len(array)
+    return out
+
+
 def read_array_requests(
     pb_utils,
     requests,
@@ -145,6 +168,7 @@ def read_array_requests(
     (`Batch.items` maps each name to the joined array). A request fails alone when an
     input is missing, has the wrong shape, its inputs' batch sizes differ or (with
     `finite`) it holds NaN or infinity; the finiteness check is one pass over the batch.
+    A -1 in `dims` takes any length (requests of different lengths: `_join`).
     `arrivals[name]["cpu" or "gpu"]` counts where each input tensor arrived (`is_cpu()`)."""
     batch = Batch(len(requests), counts=[0] * len(requests))
     parts: dict[str, list] = {name: [] for name in names}
@@ -161,7 +185,7 @@ def read_array_requests(
             if arrivals is not None and name in arrivals:
                 arrivals[name]["cpu" if on_cpu else "gpu"] += 1
             array = input_array(tensor, xp, on_cpu)
-            if array.ndim != 1 + len(dims[name]) or tuple(array.shape[1:]) != tuple(dims[name]):
+            if not _fits(array.shape, dims[name]):
                 batch.fail(
                     index,
                     f"input {name} must have shape [batch, {', '.join(map(str, dims[name]))}], got {list(array.shape)}",
@@ -177,7 +201,7 @@ def read_array_requests(
             order.append(index)
             for name in names:
                 parts[name].append(arrays[name])
-    joined: dict[str, Any] = {name: (xp.concatenate(parts[name]) if parts[name] else None) for name in names}
+    joined: dict[str, Any] = {name: (_join(xp, parts[name]) if parts[name] else None) for name in names}
     if finite and order and not _all_finite(xp, [joined[name] for name in names]):
         rows = sum(batch.counts[i] for i in order)
         ok = xp.ones(rows, dtype=bool)

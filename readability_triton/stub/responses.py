@@ -54,12 +54,22 @@ def _internal(exc: BaseException) -> tuple[str, str]:
     return (f"internal error: {type(exc).__name__}: {one_line(exc)} (the server log has the traceback)", "INTERNAL")
 
 
-def split(batch: Batch, outputs: dict[str, Any]) -> list[dict[str, Any] | tuple[str, str]]:
-    """Per request: its rows of every output, or its error."""
-    return [
-        batch.errors[index] if rows is None else {name: array[rows] for name, array in outputs.items()}
-        for index, rows in batch.spans()
-    ]
+#: From a pass's outputs, a function that gives one request's outputs from its rows (a
+#: slice): `split`'s `per_request` (preprocess cuts each request's ids to its bucket).
+PerRequest = Callable[[dict[str, Any]], Callable[[slice], dict[str, Any]]]
+
+
+def _rows(outputs: dict[str, Any]) -> Callable[[slice], dict[str, Any]]:
+    return lambda rows: {name: array[rows] for name, array in outputs.items()}
+
+
+def split(
+    batch: Batch, outputs: dict[str, Any], per_request: PerRequest | None = None
+) -> list[dict[str, Any] | tuple[str, str]]:
+    """Per request: its rows of every output (as `per_request` gives them, where given), or
+    its error."""
+    take = (per_request or _rows)(outputs)
+    return [batch.errors[index] if rows is None else take(rows) for index, rows in batch.spans()]
 
 
 def respond(pb_utils, results: list[dict[str, Any] | tuple[str, str]]) -> list:
@@ -98,6 +108,7 @@ def run_batch(
     logger=None,
     refuse: Callable[[dict[str, Any]], Any] | None = None,
     why: str = "",
+    per_request: PerRequest | None = None,
 ) -> list:
     """Run `compute` once on the rows of all good requests and split the result back.
 
@@ -110,13 +121,14 @@ def run_batch(
     `refuse`, where given, flags rows by what the pass computed (a bool per row, on either
     device: the entrance's word check reads featurize's word counts); a request with a
     flagged row gets INVALID_ARG (`why`, a format string with {row}: its first such row)
-    and the others their rows, without a second pass.
+    and the others their rows, without a second pass. `per_request`: how a request's rows
+    are taken from the outputs (`split`).
     """
     if len(batch.errors) == batch.n_requests:
         return respond(pb_utils, split(batch, {}))
     try:
         outputs = compute(batch.items)
-        results = split(batch, outputs)
+        results = split(batch, outputs, per_request)
         for index, error in _refused(refuse, why, outputs, batch.spans()).items():
             results[index] = error
         return respond(pb_utils, results)
@@ -138,8 +150,9 @@ def run_batch(
             continue
         try:
             outputs = compute(batch.rows(rows.start, rows.stop))
-            refused = _refused(refuse, why, outputs, [(index, slice(0, rows.stop - rows.start))])
-            results.append(refused.get(index, outputs))
+            own = slice(0, rows.stop - rows.start)
+            refused = _refused(refuse, why, outputs, [(index, own)])
+            results.append(refused.get(index) or (per_request or _rows)(outputs)(own))
         except RequestError as exc:
             results.append((one_line(exc), "INVALID_ARG"))
         except Exception as exc:  # noqa: BLE001

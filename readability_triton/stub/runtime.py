@@ -207,6 +207,11 @@ class PythonModel:
     def float_parameter(self, name: str, default: float) -> float:
         return float_parameter(self.params, name, default)
 
+    def buckets(self, max_length: int) -> tuple[int, ...]:
+        """Parameter BUCKETS (`contracts.check_buckets`; unset: `max_length` alone, padded)."""
+        raw = self.params.get(contracts.BUCKETS, "").strip()
+        return contracts.check_buckets(raw or (max_length,), max_length, f"{self.name}: parameter BUCKETS")
+
     def artifacts(self, names, optional=()) -> str:
         """The version folder, after checking `names` (and the `optional` files present)
         against the manifest there (`checked_artifacts`); the manifest, read once, is kept
@@ -266,16 +271,18 @@ class PythonModel:
             with open(self._arrivals_file, "w", encoding="utf-8") as handle:
                 json.dump({"model": self.name, "device": str(self.device), "inputs": self.arrivals}, handle)
 
-    def execute(self, requests, runner) -> list:
+    def execute(self, requests, runner, per_request=None) -> list:
         """One response per request: `runner` once over the good requests' rows (or, while
-        the pipeline is full, UNAVAILABLE for every request: see `triton.admission`)."""
+        the pipeline is full, UNAVAILABLE for every request: see `triton.admission`);
+        `per_request`: how each request's rows are taken from the outputs
+        (`responses.split`)."""
         if self.phases is None:
-            return self._execute(requests, runner, None)
+            return self._execute(requests, runner, None, per_request)
         return self.phases.measure(
-            len(requests), lambda mark: self._execute(requests, self.phases.runner(runner), mark)
+            len(requests), lambda mark: self._execute(requests, self.phases.runner(runner), mark, per_request)
         )
 
-    def _execute(self, requests, runner, mark) -> list:
+    def _execute(self, requests, runner, mark, per_request=None) -> list:
         pb = self.pb_utils
         busy = self.admission.busy() if self.admission is not None else None
         if mark is not None:
@@ -295,6 +302,7 @@ class PythonModel:
                 logger=pb.Logger,
                 refuse=_wordless if self.words_from_output else None,
                 why=validation.NO_WORDS_AT,
+                per_request=per_request,
             )
         names = [name for name, _, _ in self.inputs]
         first = not any(sum(c.values()) for c in self.arrivals.values())
@@ -310,4 +318,10 @@ class PythonModel:
         self._report_arrivals(first)
         if mark is not None:
             mark("read")
-        return run_batch(pb, batch, lambda arrays: self._outputs(runner(*[arrays[n] for n in names])), logger=pb.Logger)
+        return run_batch(
+            pb,
+            batch,
+            lambda arrays: self._outputs(runner(*[arrays[n] for n in names])),
+            logger=pb.Logger,
+            per_request=per_request,
+        )
