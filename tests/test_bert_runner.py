@@ -21,9 +21,9 @@ from readability_triton.errors import RequestError
 from readability_triton.tokenizer.runner import TokenizerRunner
 
 
-def test_the_default_set_steps_by_16_then_32_then_64():
-    assert C.default_buckets(256) == (*range(16, 129, 16), 160, 192, 224, 256)
-    assert C.default_buckets(512)[-5:] == (256, 320, 384, 448, 512)
+def test_the_default_set_steps_by_16_to_128_then_doubles():
+    assert C.default_buckets(256) == (*range(16, 129, 16), 256)
+    assert C.default_buckets(512)[-3:] == (128, 256, 512)
     assert C.default_buckets(100) == (16, 32, 48, 64, 80, 96, 100)
     assert C.default_buckets(8) == (8,)
     assert C.check_buckets(None, 64) == (16, 32, 48, 64)

@@ -66,7 +66,7 @@ def register(subparsers) -> None:
         default=None,
         metavar="L1,L2,...",
         help="the sequence lengths preprocess cuts each request's token ids to: the smallest that holds "
-        "the request's longest text (default: 16 tokens apart up to 128, 32 apart up to 256, 64 beyond; the max_length "
+        "the request's longest text (default: 16 tokens apart up to 128, then doubling: 256, 512; the max_length "
         "alone pads every text to it, as before buckets)",
     )
     p.add_argument(
