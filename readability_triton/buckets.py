@@ -19,10 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import contracts as C
-
-
-def _host(array) -> np.ndarray:
-    return array.get() if hasattr(array, "get") else np.asarray(array)
+from .device import host
 
 
 def real_lengths(mask, xp=np):
@@ -41,6 +38,15 @@ def bucket_widths(lengths, buckets) -> np.ndarray:
     lengths = np.asarray(lengths, dtype=np.int64)
     where = np.searchsorted(edges, lengths, side="left")
     return np.where(where < len(edges), edges[np.minimum(where, len(edges) - 1)], lengths)
+
+
+def describe_buckets(buckets) -> str:
+    """How ids are cut, or rows run, in words (None: as they come)."""
+    if buckets is None:
+        return "rows as they come"
+    if len(buckets) == 1:
+        return f"padded to {buckets[0]} tokens"
+    return f"rows by bucket of {', '.join(map(str, buckets))} tokens"
 
 
 def fit_width(array, width: int, xp=np):
@@ -66,7 +72,7 @@ def by_bucket(ids, mask, buckets, run: Callable[[Any, Any], Any], xp=np):
     to its bucket; the scores (`(n, 1)`) back in row order. `buckets` None: one run as given."""
     if buckets is None or not len(ids):
         return run(ids, mask)
-    widths = bucket_widths(_host(real_lengths(mask, xp)), buckets)
+    widths = bucket_widths(host(real_lengths(mask, xp)), buckets)
     groups = bucket_groups(widths)
     if len(groups) == 1:
         width = groups[0][0]
@@ -87,7 +93,7 @@ def request_cutter(buckets, names=(C.INPUT_IDS, C.ATTENTION_MASK), mask_name: st
     smallest bucket that holds the request's longest text."""
 
     def per_request(outputs: dict[str, Any]):
-        widths = bucket_widths(_host(real_lengths(outputs[mask_name], xp)), buckets)
+        widths = bucket_widths(host(real_lengths(outputs[mask_name], xp)), buckets)
 
         def take(rows: slice) -> dict[str, Any]:
             width = int(widths[rows].max(initial=buckets[0]))

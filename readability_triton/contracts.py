@@ -195,6 +195,12 @@ def check_buckets(
     return tuple(sorted({int(v) for v in values} | {max_length}))
 
 
+def buckets_parameter(raw: str, max_length: int, what: str, error: type[Exception] = ValueError) -> tuple[int, ...]:
+    """A config's BUCKETS parameter (`check_buckets`); unset or empty: `max_length` alone,
+    padded (a config from before buckets)."""
+    return check_buckets(raw.strip() or (max_length,), max_length, what, error)
+
+
 def variable_length(buckets, max_length: int = DEFAULT_MAX_LENGTH) -> bool:
     """Whether the ids between preprocess and bert vary in length (more than one bucket):
     their dims are then [-1], else [max_length]."""

@@ -45,6 +45,11 @@ class Device:
 CPU = Device()
 
 
+def host(array) -> np.ndarray:
+    """A NumPy array of `array` (a CuPy one is copied down)."""
+    return array.get() if hasattr(array, "get") else np.asarray(array)
+
+
 def as_device(value) -> Device:
     """A `Device` from a `Device`, None (the CPU), "cpu", "gpu", "cuda", "gpu:N" or "cuda:N"."""
     if value is None:

@@ -11,7 +11,7 @@ and leave through DLPack; on a CPU instance the tokenizers library builds them.
 import triton_python_backend_utils as pb_utils
 
 from readability_triton import contracts as C
-from readability_triton.buckets import request_cutter
+from readability_triton.buckets import describe_buckets, request_cutter
 from readability_triton.stub.runtime import PythonModel
 from readability_triton.tokenizer.runner import TokenizerRunner
 
@@ -31,8 +31,10 @@ class TritonPythonModel:
         self.runner = self.model.build(
             TokenizerRunner.from_folder, folder, length, self.model.device, self.model.manifest
         )
-        where = f"ids cut to buckets of {', '.join(map(str, buckets))} tokens" if self.cut else f"padded to {length}"
-        self.model.log(f"{self.runner.describe()}; {where}", warn=self.model.device.is_gpu and not self.runner.on_gpu)
+        self.model.log(
+            f"{self.runner.describe()}; ids {describe_buckets(buckets)}",
+            warn=self.model.device.is_gpu and not self.runner.on_gpu,
+        )
 
     def execute(self, requests):
         return self.model.execute(requests, self.runner, self.cut)

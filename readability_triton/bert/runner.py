@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from ..buckets import by_bucket
+from ..buckets import by_bucket, describe_buckets
 from ..device import Device, as_device
 from ..errors import RequestError
 from ..layout import MODEL_ONNX, MODEL_PT, choose_bert_format
@@ -193,15 +193,6 @@ class OnnxRunner:
     def __call__(self, ids, mask):
         check_token_ids(ids, mask, self.vocab_size, self.buckets)
         return by_bucket(ids, mask, self.buckets, self._run)
-
-
-def describe_buckets(buckets) -> str:
-    """How a runner pads its rows, in words."""
-    if buckets is None:
-        return "rows as they come"
-    if len(buckets) == 1:
-        return f"padded to {buckets[0]} tokens"
-    return f"rows by bucket of {', '.join(map(str, buckets))} tokens"
 
 
 def bert_runner(

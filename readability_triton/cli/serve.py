@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from .. import contracts
+from ..buckets import describe_buckets
 from ..errors import CommandError, ServerError
 from ..frontdoor.clients import parse_prefixes
 from ..frontdoor.door import DEFAULT_MAX_REQUEST_BYTES
@@ -308,19 +309,12 @@ def cmd_assemble(args) -> int:
     print(
         f"assembled profile {args.profile!r}{fused} for Triton {releases.release(triton_version).version} in "
         f"{args.out} (max_length {manifest.max_length}, "
-        f"{bucket_words(contracts.check_buckets(args.buckets, manifest.max_length), manifest.max_length)}, "
+        f"ids {describe_buckets(contracts.check_buckets(args.buckets, manifest.max_length))}, "
         f"{manifest.n_features} features, BERT {chosen}{' with TensorRT FP16' if args.tensorrt else ''}; "
         f"SCORE = {bert_w:.3f} BERT + {forest_w:.3f} forest, {how}); SCORE_LOW..SCORE_HIGH: "
         f"{interval_words(manifest, (bert_w, forest_w), args.interval)}"
     )
     return 0
-
-
-def bucket_words(buckets, max_length: int) -> str:
-    """How preprocess cuts the ids, in words."""
-    if len(buckets) == 1:
-        return f"every text padded to {max_length} tokens"
-    return f"ids cut to buckets of {', '.join(map(str, buckets))} tokens"
 
 
 def interval_words(manifest, weights, level: float) -> str:

@@ -15,7 +15,8 @@ import numpy as np
 from .. import contracts as C
 from .. import layout as M
 from .. import threads
-from ..bert.runner import bert_runner, describe_buckets
+from ..bert.runner import bert_runner
+from ..buckets import describe_buckets
 from ..errors import AssemblyError
 from ..features.extract import count_words
 from ..features.formulas import Formulas
@@ -114,8 +115,8 @@ def assemble(
     from the set's calibration where it was calibrated for these weights (`intervals`).
     `fused` (the portable profiles): BERT runs inside preprocess and the forest inside
     featurize (`contracts.FUSED_INTO`), two Python models fewer. `buckets`: the sequence
-    lengths preprocess cuts each request's ids to (`contracts.check_buckets`; default every
-    `contracts.BUCKET_STEP` tokens; the set's max_length alone: padded)."""
+    lengths preprocess cuts each request's ids to (`contracts.check_buckets`; default
+    `contracts.default_buckets`; the set's max_length alone: padded)."""
     if profile not in PROFILES:
         raise AssemblyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
     check_fused(profile, fused, response_cache)
@@ -258,7 +259,7 @@ def repository_buckets(repo: str) -> tuple[int, ...]:
     params = read_config(os.path.join(repo, C.PREPROCESS, "config.pbtxt")).parameters
     length = int(params[C.MAX_LENGTH].string_value) if C.MAX_LENGTH in params else C.DEFAULT_MAX_LENGTH
     raw = params[C.BUCKETS].string_value if C.BUCKETS in params else ""
-    return C.check_buckets(raw or (length,), length, f"{repo}: preprocess's BUCKETS", AssemblyError)
+    return C.buckets_parameter(raw, length, f"{repo}: preprocess's BUCKETS", AssemblyError)
 
 
 def repository_pipeline(repo: str):

@@ -74,8 +74,8 @@ BERT_PLATFORMS = {"onnx": "onnxruntime_onnx", "torchscript": "pytorch_libtorch"}
 #: The canonical (model_repository/) format, and the one `assemble` picks when an artifact
 #: set holds both: ONNX survives the PyTorch/libtorch version skew (24.10's libtorch is 2.5),
 #: reaches TensorRT, and lets `portable` run without torch; on the CPU ONNX Runtime runs it at
-#: 0.66-1.76x TorchScript's speed depending on the host (benchmarks/bench_bert_formats.py). `portable-gpu` runs
-#: TorchScript: torch on CUDA, fed and read through DLPack.
+#: 0.66-1.76x TorchScript's speed depending on the host (benchmarks/bench_bert_formats.py).
+#: `portable-gpu` runs TorchScript: torch on CUDA, fed and read through DLPack.
 DEFAULT_BERT_FORMAT = "onnx"
 #: The TensorRT execution accelerator's parameters that the onnxruntime backend reads
 #: (triton-inference-server/onnxruntime_backend, r24.10, src/onnxruntime.cc), of which

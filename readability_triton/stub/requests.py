@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from .. import contracts, validation
+from ..device import host
 
 
 @dataclass
@@ -125,11 +126,6 @@ def input_array(tensor, xp, on_cpu: bool | None = None):
 
         return cupy.asnumpy(cupy.from_dlpack(tensor))
     return xp.from_dlpack(tensor)
-
-
-def host(array) -> np.ndarray:
-    """A NumPy array of `array` (a CuPy one is copied down)."""
-    return array.get() if hasattr(array, "get") else np.asarray(array)
 
 
 def _fits(shape, dims) -> bool:

@@ -209,8 +209,9 @@ class PythonModel:
 
     def buckets(self, max_length: int) -> tuple[int, ...]:
         """Parameter BUCKETS (`contracts.check_buckets`; unset: `max_length` alone, padded)."""
-        raw = self.params.get(contracts.BUCKETS, "").strip()
-        return contracts.check_buckets(raw or (max_length,), max_length, f"{self.name}: parameter BUCKETS")
+        return contracts.buckets_parameter(
+            self.params.get(contracts.BUCKETS, ""), max_length, f"{self.name}: parameter BUCKETS"
+        )
 
     def artifacts(self, names, optional=()) -> str:
         """The version folder, after checking `names` (and the `optional` files present)
