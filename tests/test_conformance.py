@@ -20,6 +20,7 @@ from served import CLIENTS, Failure, score_texts, served_weights
 
 from readability_triton import contracts as C
 from readability_triton import metrics, scoring
+from readability_triton.features.formulas import Formulas
 
 pytestmark = pytest.mark.integration
 
@@ -61,6 +62,25 @@ def test_every_output_selection_gets_the_right_answer(server, reference, client,
     for name, array in got.items():
         # the same texts alone in one request: the same batch, so the same numbers
         np.testing.assert_array_equal(array.astype(np.float32).reshape(-1, 1), reference[name], err_msg=name)
+
+
+#: The formulas' words and sentences (docs/formulas.md), and a text with no Latin letter:
+#: its seven formulas are NaN, its scores are not.
+FORMULA_TEXTS = [
+    "Mr. Smith went to Washington. The U.S. economy grew 52.2% to 2,200,000 jobs.",
+    "We met Amelia today. She repeated a beautiful song... then left!",
+    "漢字とかな 😀🚀",
+]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_the_served_formulas_are_the_library_s(server, client):
+    got = score_texts(server, client, FORMULA_TEXTS, [C.SCORE, *C.FORMULAS])
+    want = Formulas.load()(FORMULA_TEXTS)
+    assert np.isnan(want[2]).all() and np.isfinite(want[:2]).all()
+    for i, name in enumerate(C.FORMULAS):
+        np.testing.assert_array_equal(got[name].astype(np.float32).reshape(-1), want[:, i], err_msg=name)
+    assert np.isfinite(got[C.SCORE]).all()
 
 
 @pytest.mark.parametrize("client", CLIENTS)

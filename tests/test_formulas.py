@@ -7,9 +7,13 @@ from __future__ import annotations
 
 import math
 
+import formula_reference
 import numpy as np
 import pytest
 from harness import CupyLikeRules
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_features_properties import GLUE, WORDS
 
 from readability_triton.features import Vocabulary, charclass, featurize, words
 from readability_triton.features import formulas as F
@@ -25,13 +29,13 @@ def dictionary():
     return F.read_syllables()
 
 
-def by_hand(w, s, y, p, letters, chars, d):
+def by_hand(w, s, y, p, letters, chars, d, g, latin):
     """The seven formulas with their published constants, from the counts."""
     asl, spw, pdw = w / s, y / w, 100 * d / w
     return [
         206.835 - 1.015 * asl - 84.6 * spw,
         0.39 * asl + 11.8 * spw - 15.59,
-        0.4 * (asl + 100 * p / w),
+        0.4 * (asl + 100 * g / w),
         1.0430 * math.sqrt(p * 30 / s) + 3.1291,
         0.0588 * (100 * letters / w) - 0.296 * (100 * s / w) - 15.8,
         4.71 * chars / w + 0.5 * asl - 21.43,
@@ -39,35 +43,43 @@ def by_hand(w, s, y, p, letters, chars, d):
     ]
 
 
-# (text, (words, sentences, syllables, polysyllables, letters, characters, difficult)), each
-# count worked out by hand: syllables from the CMU dictionary unless marked "rule".
+# (text, (words, sentences, syllables, polysyllables, letters, characters, difficult, complex,
+# latin letters)), each count worked out by hand: syllables from the CMU dictionary unless
+# marked "rule".
 HAND = [
     # the(1) cat sat on the mat: 6 one-syllable familiar words, 3+3+3+2+3+3 letters.
-    ("The cat sat on the mat.", (6, 1, 6, 0, 17, 17, 0)),
+    ("The cat sat on the mat.", (6, 1, 6, 0, 17, 17, 0, 0, 17)),
     # one sentence without a terminator: reading(2) is fun; 7+2+3 letters.
-    ("Reading is fun", (3, 1, 4, 0, 12, 12, 0)),
+    ("Reading is fun", (3, 1, 4, 0, 12, 12, 0, 0, 12)),
     # a single word: hello(2).
-    ("Hello", (1, 1, 2, 0, 5, 5, 0)),
+    ("Hello", (1, 1, 2, 0, 5, 5, 0, 0, 5)),
     # numbers: in, 1999 and 42 (rule: no vowel, 1 each; characters but not letters; a
-    # numeral is familiar), dog, houses(2, house + s), were, stopped (stop + doubled p + ed).
-    ("In 1999, 42 dog-houses were stopped.", (7, 1, 8, 0, 22, 28, 0)),
+    # numeral is familiar), dog-houses (one word: dog + houses(2, house + s), both familiar),
+    # were, stopped (stop + doubled p + ed); dog-houses has 3 syllables: SMOG's, not Gunning's
+    # (a compound of familiar words).
+    ("In 1999, 42 dog-houses were stopped.", (6, 1, 8, 1, 22, 28, 0, 0, 22)),
     # contractions: don't (do + n't), stop, it's (it + 's), late; the apostrophes are no letters.
-    ("Don't stop. It's late!", (4, 2, 4, 0, 15, 15, 0)),
-    # hyphens split: a well known twenty(2) first century(3, not on the list) author(2).
-    ("A well-known twenty-first-century author.", (7, 1, 11, 1, 34, 34, 1)),
+    ("Don't stop. It's late!", (4, 2, 4, 0, 15, 15, 0, 0, 15)),
+    # hyphens join: a, well-known (2), twenty-first-century (2 + 1 + 3 = 6, century not on
+    # the list: difficult, so complex), author(2).
+    ("A well-known twenty-first-century author.", (4, 1, 11, 1, 34, 34, 1, 1, 34)),
     # non-ASCII letters (not in the dictionary, rule): café(2) naïve(2: a, ï, silent e)
-    # résumé(3); 4+5+6 letters counted per code point; none on the list.
-    ("Café naïve résumé.", (3, 1, 7, 1, 15, 15, 3)),
-    # education(4, difficult) is important(3) communication(5, difficult) helps (help + s) everybody(4).
-    ("Education is important. Communication helps everybody.", (6, 2, 18, 4, 47, 47, 2)),
+    # résumé(3); 4+5+6 letters counted per code point; none on the list; résumé is complex.
+    ("Café naïve résumé.", (3, 1, 7, 1, 15, 15, 3, 1, 15)),
+    # education(4, difficult) is important(3) communication(5, difficult) helps (help + s)
+    # everybody(4: every + body, familiar, so not Gunning's); Education and Communication
+    # open their sentences: not proper nouns.
+    ("Education is important. Communication helps everybody.", (6, 2, 18, 4, 47, 47, 2, 3, 47)),
     # unknown words (rule): zorblax(2: o, a), flimbles(2: consonant + les keeps its e); quickly(2).
-    ("Zorblax flimbles quickly.", (3, 1, 6, 0, 22, 22, 2)),
+    ("Zorblax flimbles quickly.", (3, 1, 6, 0, 22, 22, 2, 0, 22)),
     # possessives: dogs' is dogs (dog + s), girl's (girl + 's).
-    ("The dogs' toys and the girl's doll.", (7, 1, 7, 0, 26, 26, 0)),
-    # runs of terminators cut once: Wait / what / Really; really(2).
-    ("Wait... what?! Really.", (3, 3, 4, 0, 14, 14, 0)),
-    # one long sentence of familiar words of 2-3 syllables: 6 polysyllables.
-    ("Sunshine, butterfly, elephant, umbrella: wonderful, beautiful yesterday", (7, 1, 20, 6, 60, 60, 0)),
+    ("The dogs' toys and the girl's doll.", (7, 1, 7, 0, 26, 26, 0, 0, 26)),
+    # an ellipsis before a lower-case word ends nothing: Wait... what / Really; really(2).
+    ("Wait... what?! Really.", (3, 2, 4, 0, 14, 14, 0, 0, 14)),
+    # one long sentence of familiar words of 2-3 syllables: 6 polysyllables; Gunning's:
+    # elephant, umbrella, wonderful, beautiful and yesterday (yes + terday is no compound of
+    # familiar words, as sunshine and butterfly are).
+    ("Sunshine, butterfly, elephant, umbrella: wonderful, beautiful yesterday", (7, 1, 20, 6, 60, 60, 0, 5, 60)),
 ]
 
 
@@ -99,7 +111,7 @@ def test_names_and_order():
     )
 
 
-def test_texts_without_words_get_nan_and_the_others_do_not(model):
+def test_texts_without_words_get_nan_and_the_others_do_not(model):  # (and without Latin letters: below)
     got = model(["", "?!", " ... ", "x", "\u2019"])
     assert np.isnan(got[[0, 1, 2, 4]]).all() and np.isfinite(got[3]).all()
     assert model([]).shape == (0, len(F.FORMULAS))
@@ -229,24 +241,99 @@ def test_the_data_files():
 def nasty_texts(count=200, seed=3):
     rng = np.random.default_rng(seed)
     pool = ["word", "Éclair", "don't", "it\u2019s", "'", ". ", "?!", "\u2026", "-", "42", "x" * 30, "é" * 5, " ", "\n"]
-    pool += [t for t, _ in HAND]
+    pool += [t for t, _ in HAND] + FORMULA_PIECES
     return ["".join(rng.choice(pool, size=rng.integers(0, 30))) for _ in range(count)]
 
 
-def test_words_and_sentences_are_featurize_s(model):
-    texts = nasty_texts()
+#: Pieces that exercise the formulas' words and sentences, glued at random.
+FORMULA_PIECES = [
+    "Mr.", "mr.", "Dr", "No.", "no.", " 5", "U.S.", "e.g.", "J.", "I.", "i.", "a.", "A.", ".", ".5", "52.2", "2,200",
+    ",000", "3,", "www.example.com", "a@b.org", "https://x.org/y", "://", ":/", "-", "--", "well-known", "/", "&",
+    "AT&T", "...", "\u2026", "?", "!", "Then", "then", "Amelia", "repeated", "trespasses", "churches", "wanted",
+    "bookkeeper", "Bookkeeper", "afternoon", "beautiful", "make-believe", "résumé", "😀", "我们", " ", "  ", "\n",
+    "don\u2019t", "St", "vs", "vol", "messrs",
+]  # fmt: skip
+
+
+#: The issue's examples: (text, words, sentences).
+WORDS_AND_SENTENCES = [
+    ("Mr. Smith went to Washington.", 5, 1),
+    ("The U.S. economy grew.", 4, 1),
+    ("Prices rose 52.2% last year.", 5, 1),
+    ("See www.example.com for details.", 4, 1),
+    ("She was well-known in town.", 5, 1),
+    ("The population was 2,200,000 people.", 5, 1),
+    ("Dr. Watson arrived. Holmes was waiting.", 6, 2),
+    ("He said no. Then he left. Why? Because!", 8, 4),
+    ("Write to jo@example.org or see https://example.org/help today.", 7, 1),
+    ("It was J. R. R. Tolkien, e.g. a writer. No. 5 was first.", 13, 2),
+    ("I was... thinking. Then it happened... Really.", 7, 3),
+]
+
+
+@pytest.mark.parametrize(
+    "text,n_words,n_sentences", WORDS_AND_SENTENCES, ids=[t[:24] for t, _, _ in WORDS_AND_SENTENCES]
+)
+def test_words_and_sentences_as_the_formulas_count_them(model, text, n_words, n_sentences):
+    got = model.counts([text])[0]
+    assert (int(got[F.WORDS]), int(got[F.SENTENCES])) == (n_words, n_sentences)
+
+
+def test_gunning_s_complex_words(model):
+    """Amelia is a proper noun, repeated is repeat + a syllabic -ed: beautiful alone."""
+    text = "We met Amelia today. She repeated a beautiful song."
+    got = model.counts([text])[0]
+    assert got[F.COMPLEX] == 1 and got[F.POLY] == 3  # SMOG counts all three
+    assert model([text])[0, F.FORMULAS.index("GUNNING_FOG")] == np.float32(0.4 * (4.5 + 100 / 9))
+    # Exceptions one by one: trespasses (-es), Bookkeeper at a sentence start (a compound),
+    # make-believe (hyphenated, both familiar); a capital at a sentence's start still counts.
+    # celebrated (4 syllables) stays: its -ed makes it no more than complex already.
+    texts = ["They trespasses.", "Bookkeeper.", "A make-believe game.", "Beautiful day.", "They celebrated."]
+    counted = model.counts(texts)
+    assert counted[:, F.COMPLEX].tolist() == [0, 0, 0, 1, 1] and counted[:, F.POLY].tolist() == [1, 1, 1, 1, 1]
+
+
+def test_texts_without_latin_letters_get_nan(model):
+    texts = ["😀🎉😀 🎉🎉", "我们今天去公园散步，天气很好。", "2024 1999.", "Я люблю читать.", "Naïve 😀", "Ünder 12"]
+    got = model(texts)
+    assert np.isnan(got[:4]).all() and np.isfinite(got[4:]).all()
+    assert model.counts(texts)[:, F.LATIN].tolist() == [0, 0, 0, 0, 5, 5]
+
+
+def test_the_array_code_equals_the_plain_reading(model, commonlit):
+    texts = commonlit.texts + [t for t, _, _ in WORDS_AND_SENTENCES] + nasty_texts(count=400, seed=9)
+    got = model.counts(texts)
+    want = np.array(formula_reference.all_counts(model, texts))
+    bad = np.flatnonzero((got != want).any(axis=1))
+    assert not bad.size, f"{bad.size} texts differ, first {[texts[i][:60] for i in bad[:3]]}"
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.lists(st.sampled_from(FORMULA_PIECES + GLUE + WORDS), max_size=12).map("".join), max_size=6))
+def test_random_pieces_equal_the_plain_reading(model, texts):
+    np.testing.assert_array_equal(
+        model.counts(texts), np.array(formula_reference.all_counts(model, texts)).reshape(-1, len(F.COUNTS))
+    )
+
+
+def test_words_and_sentences_are_featurize_s_where_nothing_joins(model):
+    """Without `. - , @ / & :` and ellipses, the formulas' words and sentences are the spec's."""
+    rng = np.random.default_rng(3)
+    pool = ["word", "Éclair", "don't", "it\u2019s", "'", " ", "?!", "?", "! ", "42", "x" * 30, "é" * 5, "\n", "Then"]
+    texts = ["".join(rng.choice(pool, size=rng.integers(0, 30))) for _ in range(300)]
     want = featurize(texts, Vocabulary([], [], []))
     got = model.counts(texts)
-    np.testing.assert_array_equal(got[:, 0], want[:, 0])
-    np.testing.assert_array_equal(got[:, 1], want[:, 3])
+    np.testing.assert_array_equal(got[:, F.WORDS], want[:, 0])
+    np.testing.assert_array_equal(got[:, F.SENTENCES], want[:, 3])
 
 
 def test_of_words_equals_the_own_pass(model):
     texts = nasty_texts(seed=4)
     ops = words.default_ops(np)
-    tokens = words.find_words(np, ops, charclass.make_buffer([t.encode("utf-8") for t in texts]))
+    buffer, cased = next(charclass.buffer_pairs([t.encode("utf-8") for t in texts], 1 << 30))
+    tokens = words.find_words(np, ops, buffer)
     bound = np.searchsorted(tokens.starts, tokens.sep)
-    got = model.of_words(np, ops, tokens, bound, F.sentence_counts(np, tokens, bound))
+    got = model.of_words(np, ops, tokens, bound, cased)
     np.testing.assert_array_equal(got.view(np.uint32), model(texts).view(np.uint32))
 
 

@@ -25,9 +25,10 @@ from harness import CupyLikeRules, hf_encode, host_kernels, load_benchmark, writ
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_features_properties import GLUE, NASTY, VOCABULARY, WORDS, texts
+from test_formulas import FORMULA_PIECES, WORDS_AND_SENTENCES
 from test_tokenization import EDGE_CASES, assert_same, long_texts
 
-from readability_triton.features import build_vocabulary, featurize
+from readability_triton.features import build_vocabulary, featurize, formula_words
 from readability_triton.features import cuda_path as F
 from readability_triton.features.extract import featurize_with_formulas, served_outputs
 from readability_triton.features.formulas import Formulas
@@ -90,6 +91,13 @@ def test_kernel_files_are_self_contained_and_their_signatures_read():
     assert [p.name for p in source.signatures("featurize.cu")["finish"]][:2] == ["counters", "occurrences"]
 
 
+def test_the_kernel_s_constants_are_the_array_code_s():
+    text = source.read("featurize.cu")
+    for name in ("PART_MIN", "COMPOUND_MAX"):
+        assert re.search(rf"#define {name} (\d+)", text).group(1) == str(getattr(formula_words, name))
+    assert F.N_COUNTERS == int(re.search(r"#define N_COUNTERS (\d+)", text).group(1))
+
+
 def test_cpu_build_equals_numpy_on_commonlit(xp, formulas, commonlit):
     vocabulary = build_vocabulary(commonlit.texts)
     assert_served_equal(commonlit.texts, vocabulary, formulas, xp)
@@ -99,7 +107,7 @@ def test_cpu_build_equals_numpy_on_commonlit(xp, formulas, commonlit):
 
 def edge_cases() -> list[str]:
     rng = np.random.default_rng(7)
-    pool = NASTY + WORDS + GLUE + ["x" * 40, "é" * 9, "Mr. Smith\u2019s dog-house"]
+    pool = NASTY + WORDS + GLUE + FORMULA_PIECES + ["x" * 40, "é" * 9, "Mr. Smith\u2019s dog-house"]
     made = ["".join(rng.choice(pool, size=rng.integers(0, 60))) for _ in range(300)]
     return [
         "",
@@ -115,6 +123,13 @@ def edge_cases() -> list[str]:
         ". " * 50_000,
         "é" * 50_000,
         "naïve café über Zoë crème brûlée 1234 3.14 don't rhythm hmm queue",
+        *(text for text, _, _ in WORDS_AND_SENTENCES),
+        "We met Amelia today. She repeated a beautiful song. The bookkeeper's make-believe trespasses.",
+        "://a -b .c ,5 @d /e &f a- b. c, d@ e/ f& g:// 5,",
+        "😀🎉 我们今天 2024. \u00d7\u00f7 \u0100\u024f",
+        ". " * 30_000 + "Then it ended.",  # one gap of 30,000 runs before a word
+        "a-" * 30_000 + "b",  # one formula word of 30,001 parts
+        "1," * 30_000 + "2",
         "",
         *made,
     ]

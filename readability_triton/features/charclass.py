@@ -111,8 +111,13 @@ _PADDING = b"\x00" * PAD
 
 def make_buffer(pieces: list[bytes]) -> bytes:
     """The batch buffer of valid UTF-8 texts (see the module doc)."""
-    joined = b"\xff".join([b"", *pieces, _PADDING]).lower()  # bytes.lower(): ASCII A-Z only
-    return joined.replace(_RSQUO, b"'")
+    return cased_buffer(pieces).lower()  # bytes.lower(): ASCII A-Z only
+
+
+def cased_buffer(pieces: list[bytes]) -> bytes:
+    """The batch buffer before lower-casing: its bytes at the same positions, `A`-`Z` kept
+    (the formulas' proper nouns and sentence ends read them)."""
+    return b"\xff".join([b"", *pieces, _PADDING]).replace(_RSQUO, b"'")
 
 
 def chunk_bounds(pieces: list[bytes], chunk_bytes: int) -> list[tuple[int, int]]:
@@ -137,6 +142,13 @@ def chunk_bounds(pieces: list[bytes], chunk_bytes: int) -> list[tuple[int, int]]
 def buffers(pieces: list[bytes], chunk_bytes: int):
     for a, b in chunk_bounds(pieces, chunk_bytes):
         yield make_buffer(pieces[a:b])
+
+
+def buffer_pairs(pieces: list[bytes], chunk_bytes: int):
+    """(buffer, the same before lower-casing) per chunk of texts."""
+    for a, b in chunk_bounds(pieces, chunk_bytes):
+        cased = cased_buffer(pieces[a:b])
+        yield cased.lower(), cased
 
 
 # ------------------------------------------------------------- device-level caches

@@ -22,14 +22,14 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.source import Kernels, compiled
-from . import charclass
+from . import charclass, formula_words
 from .vocabulary import N_BASE, Vocabulary
 
 #: Text per kernel pass. A text of L bytes takes about 17 L bytes of device memory in all.
 CHUNK_BYTES = 1 << 23
 #: The hash unweakened.
 ALL = (1 << 64) - 1
-N_COUNTERS = 10
+N_COUNTERS = 14
 N_PAYLOAD = 6
 _LOW = (1 << 32) - 1
 _PADDING = bytes(charclass.PAD)
@@ -68,6 +68,9 @@ class EntryTable:
         self.at = xp.asarray(at)
         self.length = xp.asarray(lengths.astype(np.int32))
         self.payload = xp.asarray(np.array(list(payload.values()), dtype=np.int32).reshape(count, N_PAYLOAD))
+        # The abbreviations whose dot ends no sentence: always, then before a number only.
+        self.abbreviations = xp.asarray(np.concatenate([formula_words.ALWAYS_HEADS, formula_words.NUMBER_HEADS]))
+        self.n_always = int(formula_words.ALWAYS_HEADS.size)
         self.hash = xp.zeros(max(count, 1), dtype=xp.uint64)
         self.slots = xp.zeros(size, dtype=xp.int32)
         kernels(xp).launch(
@@ -141,7 +144,7 @@ def _chunk(xp, pieces: list[bytes], vocabulary: Vocabulary, table: EntryTable, w
     ks.launch(
         "scan_words", int(sep[-1]) - 1, data, sep_d, n, table_at_d, distinct, counters, occurrences, columns,
         table.slots, table.slot_mask, table.bytes, table.at, table.length, table.hash, table.payload,
-        hash_mask, int(with_formulas),
+        hash_mask, int(with_formulas), table.abbreviations, table.n_always, int(table.abbreviations.size),
     )  # fmt: skip
     formulas_out = block if with_formulas else words  # (never written without formulas)
     ks.launch("finish", n * width, counters, occurrences, n, columns, int(with_formulas), features, words, formulas_out)

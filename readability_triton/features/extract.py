@@ -139,16 +139,19 @@ def _featurize_parts(
         width = formulas.n if formulas is not None else 0
         return xp.zeros((0, N_BASE + 2 * tables.n), dtype=xp.float32), xp.zeros((0, width), dtype=xp.float32)
     parts = [
-        _features_of_buffer(xp, ops, buffer, tables, weak, stats, formulas)
-        for buffer in charclass.buffers(pieces, ops.chunk_bytes)
+        _features_of_buffer(xp, ops, buffer, tables, weak, stats, formulas, cased)
+        for buffer, cased in charclass.buffer_pairs(pieces, ops.chunk_bytes)
     ]
     if len(parts) == 1:
         return parts[0]
     return xp.concatenate([p[0] for p in parts]), xp.concatenate([p[1] for p in parts])
 
 
-def _features_of_buffer(xp, ops, buffer: bytes, tables: _VocabularyTables, weak, stats, formulas=None):
-    """(features, formulas) of one buffer's texts; formulas `(n, 0)` without `formulas`."""
+def _features_of_buffer(
+    xp, ops, buffer: bytes, tables: _VocabularyTables, weak, stats, formulas=None, cased: bytes = b""
+):
+    """(features, formulas) of one buffer's texts; formulas `(n, 0)` without `formulas`
+    (`cased`: the buffer before lower-casing, for them)."""
     # The only host-to-device copy: the batch's text (UTF-8 bytes and separators).
     data = xp.asarray(np.frombuffer(buffer, dtype=np.uint8))
     tokens = words.find_words(xp, ops, buffer, data, weak)
@@ -172,7 +175,7 @@ def _features_of_buffer(xp, ops, buffer: bytes, tables: _VocabularyTables, weak,
 
     sentences = sentence_counts(xp, tokens, word_bound, punct_at)
     if formulas is not None:
-        scores = formulas.of_words(xp, ops, tokens, word_bound, sentences)
+        scores = formulas.of_words(xp, ops, tokens, word_bound, cased)
 
     # Classes of exactly equal words; distinct (word, text) pairs; vocabulary counts.
     cls = words.classes(xp, ops, tokens, weak)

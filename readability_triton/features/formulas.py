@@ -1,17 +1,20 @@
-"""The classic readability formulas of `docs/formulas.md`, from the counts of the feature
-spec (`docs/features.md`), with one implementation for NumPy and CuPy.
+"""The classic readability formulas of `docs/formulas.md`, with one implementation for
+NumPy and CuPy.
 
-- `FORMULAS`: the seven names, in column order; `COUNTS`: the counts they use;
+- `FORMULAS`: the seven names, in column order; `COUNTS`: the counts they use (and the
+  column indices WORDS ... LATIN);
 - `Formulas.load(device=None)`: reads the two data files beside this module and builds
   the lexicon table once (and on `device`'s array module); `formulas(texts, xp=None)`:
   float32 `(len(texts), 7)` for texts given as `str` or UTF-8 `bytes`, computed in
-  float64 and rounded once; a text without words gets NaN in every column;
-- `formulas.counts(texts, xp=None)`: the counts, int64 `(len(texts), 7)` in COUNTS order;
-- `formulas.of_words(xp, ops, tokens, word_bound, sentences)`: the same scores from the
+  float64 and rounded once; a text without a Latin letter gets NaN in every column;
+- `formulas.counts(texts, xp=None)`: the counts, int64 `(len(texts), 9)` in COUNTS order;
+- `formulas.of_words(xp, ops, tokens, word_bound, cased)`: the same scores from the spec
   words a featurize pass has found already (`words.find_words`), without finding them again;
 - `fallback_syllables(words)`: the fallback syllable rule alone.
 
-Words and sentences are the spec's, found by `words.find_words`. Syllables: a word in the
+The formulas' words and sentences (`formula_words.py`) are built from the spec's words
+(`words.find_words`) and the bytes around them; per formula word, the counts are its spec
+words' sums. Syllables: a word in the
 lexicon has the CMU Pronouncing Dictionary's count (vowel phonemes of its first
 pronunciation, at least 1); any other word gets the fallback rule below, array code over
 the bytes of those words only. Lookup is by the hash of each word's normal form
@@ -41,10 +44,22 @@ from .. import contracts as C
 from ..device import Device, as_device
 from ..texts import as_utf8
 from . import charclass, words
-from .extract import sentence_counts
+from . import formula_words as fw
+from .lexicon import HALF, LOW, Lexicon, on
 
 FORMULAS = C.FORMULAS  # the output names, in column order
-COUNTS = ("words", "sentences", "syllables", "polysyllables", "letters", "characters", "difficult_words")
+COUNTS = (
+    "words",
+    "sentences",
+    "syllables",
+    "polysyllables",
+    "letters",
+    "characters",
+    "difficult_words",
+    "complex_words",
+    "latin_letters",
+)
+WORDS, SENTENCES, SYLLABLES, POLY, LETTERS, CHARACTERS, DIFFICULT, COMPLEX, LATIN = range(len(COUNTS))
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SYLLABLES_FILE = os.path.join(HERE, "cmudict_syllables.txt.xz")
@@ -179,8 +194,6 @@ def _rule_tables():
     return tables
 
 
-HALF = 32
-LOW = (1 << HALF) - 1
 RULE_TABLES = CODE2, VOWEL2, SPLIT, ENDING, OTHER = _rule_tables()
 
 
@@ -226,88 +239,6 @@ def fallback_syllables(word_list, xp=np):
     return rule_counts(xp, ops, tokens.data, tokens.starts, tokens.lengths)[0]
 
 
-def on(xp, name: str, host: np.ndarray):
-    """`host` on `xp`'s current device, copied once (`charclass.on_device`)."""
-    return charclass.on_device(xp, name, host)
-
-
-# ------------------------------------------------------------------------ the lexicon
-
-#: Per word, two packed int64 columns summed per text: `syllables | characters << 32` (-1:
-#: the fallback rule decides) and `polysyllabic (3+) | difficult (not familiar) << 32`.
-#: Each half stays below 2**32 for any buffer under 300 MB (syllables <= 13 per byte).
-MISS_B = 1 << HALF  # a word not in the lexicon is difficult (unless a numeral: the rule says)
-
-
-class Lexicon:
-    """The dictionary's words and the familiar words (all distinct, all single words) on one
-    device, in the order of their hashes: `hashes`, `bucket[s]` (the first entry whose hash
-    has high bits >= s), `a` and `b` (their packed columns, then at index `size` those of a
-    word not in the lexicon: -1 and MISS_B)."""
-
-    def __init__(self, xp, entries: list[str], a: np.ndarray, b: np.ndarray):
-        host = words.find_words(np, words.default_ops(np), charclass.make_buffer([e.encode("utf-8") for e in entries]))
-        size = len(entries)
-        if int(host.starts.size) != size or int(np.unique(host.hashes).size) != size:
-            raise ValueError("the lexicon's entries must be distinct single words with distinct hashes")
-        bits = max(1, (4 * size - 1).bit_length())  # at least four times as many buckets as entries
-        self.shift = np.uint64(64 - bits)
-        order = np.argsort(host.hashes)
-        bucket = np.searchsorted(host.hashes[order] >> self.shift, np.arange((1 << bits) + 1, dtype=np.uint64))
-        self.size = size
-        self.tokens = words.Tokens()
-        self.tokens.data = xp.asarray(np.append(host.data, np.zeros(16, dtype=np.uint8)))  # see `same`
-        self.tokens.starts, self.tokens.lengths, self.tokens.head = (
-            xp.asarray(getattr(host, name)[order]) for name in ("starts", "lengths", "head")
-        )
-        # After the last entry: a hash no word whose bucket starts there can have (slot 0).
-        self.hashes = xp.asarray(np.append(host.hashes[order], np.uint64(0)))
-        self.bucket = xp.asarray(bucket.astype(np.int32))
-        self.lengths = xp.asarray(np.append(host.lengths[order], 0))
-        ab = np.stack([np.append(a[order], -1), np.append(b[order], MISS_B)], axis=1)
-        self.ab = xp.asarray(np.ascontiguousarray(ab).view(np.complex128).ravel())  # (bits only: no arithmetic)
-
-    def find(self, xp, ops, tokens: words.Tokens):
-        """The entry of each word of `tokens` (`size`: none): the first entry of the word's
-        bucket if its hash is the word's, else a binary search of the hashes (the words in
-        buckets of 2 or more). Equal hashes and lengths are equal words up to 8 bytes (the
-        hash is a bijection of the word there); longer ones are compared byte for byte.
-        (An empty bucket's start is the next bucket's first entry, or `size`: neither has
-        the word's hash.)"""
-        q = tokens.hashes
-        lo = self.bucket[(q >> self.shift).astype(xp.int64)]
-        found = xp.where(self.hashes[lo] == q, lo, self.size)
-        more = xp.flatnonzero(found == self.size)
-        if more.size:
-            at = xp.searchsorted(self.hashes[:-1], q[more])
-            hit = self.hashes[at] == q[more]
-            found[more[hit]] = at[hit]
-        same = self.lengths[found] == tokens.lengths  # (never for `size`: its length is 0)
-        check = xp.flatnonzero(same & (tokens.lengths > 8))
-        if check.size:
-            same[check] = self.same(xp, ops, tokens, check, found[check])
-        return xp.where(same, found, self.size)
-
-    def same(self, xp, ops, tokens: words.Tokens, index, entry):
-        """Word `index[i]` of `tokens` (9 bytes or more) equals entry `entry[i]` of the same
-        length and hash, byte for byte: the first 16 bytes here, longer words by
-        `words.words_equal`."""
-        lengths = tokens.lengths[index]
-        same = tokens.head[index] == self.tokens.head[entry]
-        mine = ops.load8(tokens.data, tokens.starts[index] + 8)  # (a buffer ends 9 bytes after a word)
-        theirs = ops.load8(self.tokens.data, self.tokens.starts[entry] + 8)
-        same &= ((mine ^ theirs) & on(xp, "masks", words.MASKS)[xp.minimum(lengths - 8, 8)]) == 0
-        longer = xp.flatnonzero(same & (lengths > 16))
-        if longer.size:
-            same[longer] = words.words_equal(xp, ops, tokens, index[longer], self.tokens, entry[longer])
-        return same
-
-    def columns(self, xp, found):
-        """The packed columns (a, b) of `find`'s entries, as two int64 arrays."""
-        both = self.ab[found].view(xp.int64)  # one gather of both (16 bytes per entry)
-        return both[0::2], both[1::2]
-
-
 class Formulas:
     """The seven formulas (`FORMULAS`) of texts: build once with `load`, then call."""
 
@@ -319,6 +250,7 @@ class Formulas:
         chars = np.array([len(w) - w.count("'") for w in self.entries], dtype=np.int64)
         difficult = np.array([w not in familiar for w in self.entries], dtype=np.int64)
         self.packed = (np.where(count < 0, -1, count + (chars << HALF)), (count >= 3) + (difficult << HALF))
+        self.familiar_words = sorted(familiar)
         self.device = as_device(device)
         self.xp = self.device.array_module()
         self.lexicons: dict[tuple, Lexicon] = {}
@@ -332,10 +264,16 @@ class Formulas:
         where = as_device(device)
         return _loaded(where, where.array_module())
 
-    def lexicon(self, xp) -> Lexicon:
-        key = charclass.device_key(xp)
+    def lexicon(self, xp, familiar_only: bool = False) -> Lexicon:
+        """The lexicon on `xp`'s device; `familiar_only`: the familiar words alone (a table
+        one fourteenth the size, for the compounds' many lookups)."""
+        key = (*charclass.device_key(xp), familiar_only)
         if key not in self.lexicons:
-            self.lexicons[key] = Lexicon(xp, self.entries, *self.packed)
+            if familiar_only:
+                zero = np.zeros(len(self.familiar_words), dtype=np.int64)
+                self.lexicons[key] = Lexicon(xp, self.familiar_words, zero, zero)
+            else:
+                self.lexicons[key] = Lexicon(xp, self.entries, *self.packed)
         return self.lexicons[key]
 
     def __call__(self, texts, xp=None):
@@ -344,49 +282,82 @@ class Formulas:
         return scores(xp, self.counts(texts, xp))
 
     def counts(self, texts, xp=None):
-        """int64 `(len(texts), 7)`, COUNTS order, on `xp` (default: the load device's)."""
+        """int64 `(len(texts), len(COUNTS))`, COUNTS order, on `xp` (default: the load device's)."""
         xp = self.xp if xp is None else xp
         ops = words.default_ops(xp)
         pieces = as_utf8(texts)
         parts = []
-        for buffer in charclass.buffers(pieces, ops.chunk_bytes):
+        for buffer, original in charclass.buffer_pairs(pieces, ops.chunk_bytes):
             tokens = words.find_words(xp, ops, buffer, xp.asarray(np.frombuffer(buffer, dtype=np.uint8)))
             word_bound = xp.searchsorted(tokens.starts, tokens.sep)
-            parts.append(self.counts_of_words(xp, ops, tokens, word_bound, sentence_counts(xp, tokens, word_bound)))
+            parts.append(self.counts_of_words(xp, ops, tokens, word_bound, original))
         if not parts:
             return xp.zeros((0, len(COUNTS)), dtype=xp.int64)
         return parts[0] if len(parts) == 1 else xp.concatenate(parts)
 
-    def of_words(self, xp, ops, tokens: words.Tokens, word_bound, sentences):
-        """The scores of one buffer's texts from its words (`words.find_words`), the word
-        bounds `searchsorted(tokens.starts, tokens.sep)` and the sentences per text."""
-        return scores(xp, self.counts_of_words(xp, ops, tokens, word_bound, sentences))
+    def of_words(self, xp, ops, tokens: words.Tokens, word_bound, original: bytes):
+        """The scores of one buffer's texts from its spec words (`words.find_words`), the word
+        bounds `searchsorted(tokens.starts, tokens.sep)` and the buffer before lower-casing
+        (`charclass.buffer_pairs`)."""
+        return scores(xp, self.counts_of_words(xp, ops, tokens, word_bound, original))
 
-    def counts_of_words(self, xp, ops, tokens: words.Tokens, word_bound, sentences):
+    def familiar(self, xp, ops, spans: words.Tokens):
+        """Is each span (a Tokens with head and hashes) a familiar word?"""
+        lex = self.lexicon(xp, familiar_only=True)
+        return lex.find(xp, ops, spans) != lex.size
+
+    def counts_of_words(self, xp, ops, tokens: words.Tokens, word_bound, original: bytes):
         lex = self.lexicon(xp)
-        out = xp.empty((int(word_bound.size) - 1, len(COUNTS)), dtype=xp.int64)
-        out[:, 0] = xp.diff(word_bound)
-        out[:, 1] = sentences
+        n = int(word_bound.size) - 1
+        out = xp.zeros((n, len(COUNTS)), dtype=xp.int64)
+        out[:, LATIN] = fw.latin_letters(xp, tokens.data, tokens.sep)
+        W = int(tokens.starts.size)
+        if W == 0:
+            return out
+        # Per spec word: syllables and characters (a), polysyllabic and difficult (b), letters.
         a, b = lex.columns(xp, lex.find(xp, ops, tokens))
+        letters = a >> HALF
         rule = xp.flatnonzero(a < 0)
-        digits = None
         if rule.size:
-            syllables, chars, letters, numeral = rule_counts(
+            syllables, chars, rule_letters, numeral = rule_counts(
                 xp, ops, tokens.data, tokens.starts[rule], tokens.lengths[rule]
             )
             a[rule] = syllables + (chars << HALF)
-            b[rule] = b[rule] * ~numeral + (syllables >= 3)
-            digits = xp.concatenate([xp.zeros(1, dtype=xp.int64), xp.cumsum(chars - letters)])
-        sums = []
-        for column in (a, b):
-            total = xp.concatenate([xp.zeros(1, dtype=xp.int64), xp.cumsum(column)])
-            sums.append(total[word_bound[1:]] - total[word_bound[:-1]])
-        out[:, 2], out[:, 5] = sums[0] & LOW, sums[0] >> HALF  # syllables, characters
-        out[:, 3], out[:, 6] = sums[1] & LOW, sums[1] >> HALF  # polysyllables, difficult
-        out[:, 4] = out[:, 5]
-        if digits is not None:  # letters: characters less the rule words' digits
-            at = xp.searchsorted(rule, word_bound)
-            out[:, 4] -= digits[at[1:]] - digits[at[:-1]]
+            b[rule] = b[rule] * ~numeral
+            letters[rule] = rule_letters
+        # Per formula word: sums over its spec words; a number ("52.2", "2,200,000") reads as
+        # one syllable per run of digits joined by separators.
+        cased = xp.asarray(np.frombuffer(original, dtype=np.uint8))
+        seg = fw.segments(xp, tokens, word_bound, cased)
+        at = seg.starts
+        summed = ops.segment_sum(a - seg.numeric, at)
+        syllables, chars = summed & LOW, summed >> HALF
+        difficult = (ops.segment_sum(b >> HALF, at) > 0).astype(xp.int64)
+        poly = syllables >= 3
+        # Gunning's complex words: no proper noun, no -ed/-es made syllable, no compound of
+        # familiar words (hyphenated: every part familiar; closed: two familiar parts).
+        single = xp.diff(xp.concatenate([at, xp.full(1, W, dtype=at.dtype)])) == 1
+        hyphenated = (ops.segment_sum(seg.hyphen.astype(xp.int64), at) > 0) & (difficult == 0)
+        inflected = fw.inflected(xp, tokens, seg) & (syllables == 3)  # (made three syllables by it)
+        complex_ = poly & ~fw.proper(xp, tokens, seg, cased) & ~inflected & ~hyphenated
+        length = tokens.lengths[at]
+        letters = ops.segment_sum(letters, at)
+        closed = (
+            complex_ & single & (length >= 4) & (length <= fw.COMPOUND_MAX) & (chars == length) & (letters == chars)
+        )
+        maybe = xp.flatnonzero(closed)
+        if maybe.size:
+            easy = fw.closed_compounds(xp, ops, tokens, at[maybe], lambda spans: self.familiar(xp, ops, spans))
+            complex_[maybe[easy]] = False
+        per_group = [xp.ones_like(syllables), syllables, poly, letters, chars, difficult, complex_]
+        bound = seg.group_bound
+        for column, values in zip((WORDS, SYLLABLES, POLY, LETTERS, CHARACTERS, DIFFICULT, COMPLEX), per_group):
+            total = xp.zeros(int(values.size) + 1, dtype=xp.int64)
+            total[1:] = xp.cumsum(values, dtype=xp.int64)
+            out[:, column] = total[bound[1:]] - total[bound[:-1]]
+        opened = xp.zeros(W + 1, dtype=xp.int64)
+        opened[1:] = xp.cumsum(seg.opens, dtype=xp.int64)
+        out[:, SENTENCES] = opened[word_bound[1:]] - opened[word_bound[:-1]]
         return out
 
 
@@ -398,10 +369,12 @@ def _loaded(device: Device, module) -> Formulas:  # keyed by the module too: tes
 
 def scores(xp, counts):
     """The seven formulas (float32, FORMULAS order) from counts (COUNTS order), in float64
-    with the same operations in the same order on every device; NaN where there are no words."""
+    with the same operations in the same order on every device; NaN where a text has no
+    Latin letter (no words, or none in a Latin script: emoji, Chinese, numbers alone)."""
     c = counts.astype(xp.float64)
-    words_, sentences, syllables, poly, letters, chars, difficult = (c[:, i] for i in range(len(COUNTS)))
-    has = words_ > 0
+    words_, sentences, syllables, poly, letters, chars, difficult, complex_, latin = (
+        c[:, i] for i in range(len(COUNTS))
+    )
     per_word = xp.maximum(words_, 1.0)
     per_sentence = xp.maximum(sentences, 1.0)
     asl = words_ / per_sentence  # average sentence length
@@ -410,10 +383,10 @@ def scores(xp, counts):
     out = xp.empty((int(c.shape[0]), len(FORMULAS)), dtype=xp.float64)
     out[:, 0] = 206.835 - 1.015 * asl - 84.6 * spw
     out[:, 1] = 0.39 * asl + 11.8 * spw - 15.59
-    out[:, 2] = 0.4 * (asl + 100.0 * (poly / per_word))
+    out[:, 2] = 0.4 * (asl + 100.0 * (complex_ / per_word))
     out[:, 3] = 1.0430 * xp.sqrt(poly * 30.0 / per_sentence) + 3.1291
     out[:, 4] = 0.0588 * (letters / per_word * 100.0) - 0.296 * (sentences / per_word * 100.0) - 15.8
     out[:, 5] = 4.71 * (chars / per_word) + 0.5 * asl - 21.43
     out[:, 6] = 0.1579 * pdw + 0.0496 * asl + 3.6365 * (pdw > 5.0)
-    out[~has] = xp.nan
+    out[latin == 0] = xp.nan
     return out.astype(xp.float32)

@@ -57,7 +57,8 @@ class FeaturizeRunner(FeatureRunner):
     """What the `featurize` step answers: FEATURES; each text's word count as WORDS
     (postprocess's length band; the first column of FEATURES, not counted again); and the
     seven classic formulas (contracts.FORMULAS, `formulas.Formulas`), each a `[n, 1]`
-    column, computed in the same pass from the same words and sentences."""
+    column, computed in the same pass from the same spec words (counted as the formulas
+    count words and sentences: docs/formulas.md)."""
 
     def __init__(self, vocabulary: Vocabulary, device: Device | str | None = None):
         self.formulas = Formulas.load(as_device(device))

@@ -188,19 +188,26 @@ def find_words(xp, ops, buffer: bytes, data=None, weak: Weakening = NONE) -> Tok
     edges = xp.flatnonzero((in_word[1:] ^ in_word[:-1]).view(bool)) + 1
     tokens.starts, tokens.ends = edges[0::2], edges[1::2]
     tokens.lengths = tokens.ends - tokens.starts
-    tokens.head = ops.load8(data, tokens.starts) & _masks(xp, tokens.lengths)
-    acc = tokens.head.copy()
-    long_words = xp.flatnonzero(tokens.lengths > 8)
+    tokens.head, tokens.hashes = span_hashes(xp, ops, data, tokens.starts, tokens.lengths, weak)
+    return tokens
+
+
+def span_hashes(xp, ops, data, starts, lengths, weak: Weakening = NONE):
+    """(head, hash) of the byte spans `data[starts[i]:starts[i] + lengths[i]]` (lengths >= 1):
+    a word's, where the span is one word of `find_words`; any other span gets the hash that
+    word would have (the formulas look up parts of words with it)."""
+    head = ops.load8(data, starts) & _masks(xp, lengths)
+    acc = head.copy()
+    long_words = xp.flatnonzero(lengths > 8)
     if long_words.size:
-        owner, offset, remaining, counts = _chunks_of(xp, ops, tokens.lengths[long_words])
-        chunks = ops.load8(data, tokens.starts[long_words][owner] + offset) & _masks(xp, remaining)
+        owner, offset, remaining, counts = _chunks_of(xp, ops, lengths[long_words])
+        chunks = ops.load8(data, starts[long_words][owner] + offset) & _masks(xp, remaining)
         mixed = _mix(xp, chunks ^ (offset.astype(xp.uint64) * _U64(0x9E3779B97F4A7C15)))
         tail = ops.segment_sum(mixed, xp.cumsum(counts) - counts)
         if weak.tail_mask != NONE.tail_mask:
             tail &= _U64(weak.tail_mask)
         acc[long_words] += tail
-    tokens.hashes = _mix(xp, acc)
-    return tokens
+    return head, _mix(xp, acc)
 
 
 def _fix_up_multibyte(xp, data, flags):

@@ -17,8 +17,12 @@
 //   it; a thread on the first byte of a word reads the word to its end and does all the
 //   word's work: its sentence (does the gap before it hold a terminator, or the text's start),
 //   its place in its text's set of distinct words (a per-text hash table of word positions,
-//   confirmed byte for byte), its vocabulary column and stop-word flag, and its syllables,
-//   letters and characters (the lexicon's, or the fallback rule over its bytes);
+//   confirmed byte for byte), its vocabulary column and stop-word flag; with the formulas, its
+//   Latin letters, and, where a formula word starts (formula_words.py: spec words joined by
+//   `-`, `.`, `@`, `/`, `&`, `://` or a digit separator), that word's work: its parts'
+//   syllables, letters and characters (the lexicon's, or the fallback rule over their bytes),
+//   its sentence (a run of terminators in the gap before it that ends one), and whether it
+//   is one of Gunning's complex words;
 // - finish: one thread per feature: the float32 features, WORDS and the formulas.
 
 typedef unsigned char u8;
@@ -47,9 +51,16 @@ typedef unsigned long long u64;
 #define C_LETTERS 7
 #define C_CHARS 8
 #define C_DIFFICULT 9
-#define N_COUNTERS 10
+#define C_FWORDS 10      // the formulas' words (formula_words.py)
+#define C_FSENTENCES 11  // the formulas' sentences
+#define C_COMPLEX 12     // Gunning's complex words
+#define C_LATIN 13       // Latin letters
+#define N_COUNTERS 14
+// formula_words.PART_MIN and COMPOUND_MAX (tests/test_kernels.py reads them here).
+#define PART_MIN 2
+#define COMPOUND_MAX 24
 
-// Per entry, N_PAYLOAD i32.
+// Per entry, N_PAYLOAD i32 (syllables .. difficult: of the formulas' lexicon).
 #define P_COLUMN 0     // vocabulary column (0 .. columns-1) or -1
 #define P_STOP 1       // 1: a stop word
 #define P_SYLLABLES 2  // the lexicon's syllables, or -1: the fallback rule decides
@@ -316,6 +327,117 @@ __device__ __forceinline__ void rule_counts(const u8* data, i64 s, i64 e, i32* s
   *digits = numerals;
 }
 
+// ------------------------------------------------- the formulas' words and sentences
+// formula_words.py, read from each formula word's first byte.
+
+__device__ __forceinline__ bool is_digit(u32 b) { return b >= 0x30 && b <= 0x39; }
+__device__ __forceinline__ u32 lower(u32 b) { return (b >= 0x41 && b <= 0x5A) ? b + 0x20 : b; }
+
+// Is the spec word at s joined to the spec word before it (the gap between them is one of
+// `-` `.` `@` `/` `&`, `,` between digits, or `://`)?
+__device__ __forceinline__ bool joined_before(const u8* data, i64 s) {
+  u32 g = data[s - 1];
+  int length;
+  if (g == '-' || g == '.' || g == '@' || g == '/' || g == '&' || g == ',') {
+    if (in_word(data, lead_of(data, s - 2), &length)) return g != ',' || (is_digit(data[s - 2]) && is_digit(data[s]));
+  }
+  return g == '/' && data[s - 2] == '/' && data[s - 3] == ':' && in_word(data, lead_of(data, s - 4), &length);
+}
+
+// The start of the spec word joined after the one ending at e, or -1; whether the join is a
+// number's separator (`.` or `,` between digits) or a hyphen.
+__device__ __forceinline__ i64 joined_after(const u8* data, i64 e, bool* numeric, bool* hyphen) {
+  u32 g = data[e];
+  int length;
+  *numeric = false;
+  *hyphen = false;
+  if (g == '-' || g == '.' || g == '@' || g == '/' || g == '&' || g == ',') {
+    if (!in_word(data, e + 1, &length)) return -1;
+    bool digits = is_digit(data[e - 1]) && is_digit(data[e + 1]);
+    if (g == ',' && !digits) return -1;
+    *numeric = (g == ',' || g == '.') && digits;
+    *hyphen = g == '-';
+    return e + 1;
+  }
+  if (g == ':' && data[e + 1] == '/' && data[e + 2] == '/' && in_word(data, e + 3, &length)) return e + 3;
+  return -1;
+}
+
+// Does the run of terminators data[rs:re] end a sentence, the next word starting at ns? Not:
+// a single `.` followed by a word character, or after a listed abbreviation
+// (`abbrev[0:n_always]`; `abbrev[n_always:n]` only before a number) or a single-letter
+// initial; dots and ellipses before a lower-case word.
+__device__ bool ends_sentence(const u8* data, i64 rs, i64 re, i64 ns, const u64* abbrev, i32 n_always,
+                              i32 n_abbrev) {
+  bool single = re - rs == 1 && data[rs] == '.';
+  bool loud = false;
+  for (i64 p = rs; p < re; ++p) loud |= data[p] == '!' || data[p] == '?';
+  int length;
+  bool next_digit = is_digit(data[ns]);
+  bool next_lower = data[ns] >= 'a' && data[ns] <= 'z';
+  if (!single) return loud || !next_lower;
+  if (char_flags(data, re, &length) & F_WORD) return false;
+  i64 q = lead_of(data, rs - 1);
+  if (!in_word(data, q, &length)) return true;
+  i64 ws = q;  // the word that ends where the run starts: ws .. rs
+  while (in_word(data, lead_of(data, ws - 1), &length)) ws = lead_of(data, ws - 1);
+  u64 head = 0;
+  i64 n = 0;
+  for (i64 p = ws; p < rs; ++n) {
+    u32 b = next_normal(data, &p);
+    if (n < 8) head |= (u64)b << (8 * n);
+  }
+  if (n == 1 && head >= 'a' && head <= 'z' &&
+      ((data[ws] >= 'A' && data[ws] <= 'Z' && data[ws] != 'I') || data[ws - 1] == '.'))
+    return false;
+  if (n <= 7)
+    for (i32 k = 0; k < n_abbrev; ++k)
+      if (abbrev[k] == head && (k < n_always || next_digit)) return false;
+  return true;
+}
+
+// Does a formula sentence open at the formula word starting at s: the gap before it reaches
+// the start of the text, or holds a run of terminators that ends a sentence?
+__device__ bool opens_formula_sentence(const u8* data, i64 s, const u64* abbrev, i32 n_always, i32 n_abbrev) {
+  i64 p = s - 1;
+  for (;;) {
+    if (data[p] == SEPARATOR) return true;
+    i64 q = lead_of(data, p);
+    int length;
+    if (is_terminator(data, q)) {
+      char_flags(data, q, &length);
+      i64 re = q + length, rs = q;
+      while (data[rs - 1] != SEPARATOR && is_terminator(data, lead_of(data, rs - 1))) rs = lead_of(data, rs - 1);
+      if (ends_sentence(data, rs, re, s, abbrev, n_always, n_abbrev)) return true;  // (no word between: s is next)
+      p = rs - 1;
+      continue;
+    }
+    if (in_word(data, q, &length)) return false;
+    p = q - 1;
+  }
+}
+
+// Does the spec word data[s:e] (normal form `length` bytes) end in an -ed or -es that is a
+// syllable of its own (formula_words.inflected)?
+__device__ __forceinline__ bool inflected(const u8* data, i64 e, i64 length) {
+  if (length < 4) return false;
+  u32 b1 = lower(data[e - 1]), b2 = lower(data[e - 2]), b3 = lower(data[e - 3]), b4 = lower(data[e - 4]);
+  if (b2 != 'e') return false;
+  if (b1 == 'd') return b3 == 't' || b3 == 'd';
+  return b1 == 's' && (b3 == 's' || b3 == 'x' || b3 == 'z' || b3 == 'c' || b3 == 'g' || (b3 == 'h' && (b4 == 'c' || b4 == 's')));
+}
+
+// Latin letters of data[s:e] (formula_words.latin_letters).
+__device__ __forceinline__ u32 latin_letters(const u8* data, i64 s, i64 e) {
+  u32 count = 0;
+  for (i64 p = s; p < e; ++p) {
+    u32 b = data[p];
+    if ((b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z')) ++count;
+    if (b >= 0xC3 && b <= 0xC9 && !(b == 0xC3 && (data[p + 1] == 0x97 || data[p + 1] == 0xB7))) ++count;
+  }
+  return count;
+}
+
 // -------------------------------------------------------------------- kernels
 
 extern "C" __global__ void build_table(const u8* entry_bytes, const i64* entry_at, const i32* entry_length,
@@ -333,7 +455,8 @@ extern "C" __global__ void scan_words(const u8* data, const i32* sep, i32 n, con
                                       u32* counters, u32* occurrences, i32 columns, const i32* slots,
                                       i32 slot_mask, const u8* entry_bytes, const i64* entry_at,
                                       const i32* entry_length, const u64* entry_hash, const i32* payload,
-                                      u64 hash_mask, i32 with_formulas) {
+                                      u64 hash_mask, i32 with_formulas, const u64* abbrev, i32 n_always,
+                                      i32 n_abbrev) {
   i64 i = 1 + (i64)blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= sep[n]) return;
   u32 b = data[i];
@@ -364,35 +487,80 @@ extern "C" __global__ void scan_words(const u8* data, const i32* sep, i32 n, con
     if (p[P_STOP]) atomicAdd(&mine[C_STOP], 1u);
   }
   if (!with_formulas) return;
-  i32 syllables = entry >= 0 ? p[P_SYLLABLES] : -1;
-  u32 chars, letters, poly, difficult;
-  if (syllables >= 0) {
-    chars = (u32)p[P_CHARS];
-    letters = chars;
-    poly = (u32)p[P_POLY];
-    difficult = (u32)p[P_DIFFICULT];
-  } else {  // not in the dictionary: the rule; a numeral is never difficult
-    u32 digits;
-    rule_counts(data, s, e, &syllables, &chars, &digits);
-    bool numeral = digits == chars;
-    u32 listed_poly = entry >= 0 ? (u32)p[P_POLY] : 0u;
-    u32 listed_difficult = entry >= 0 ? (u32)p[P_DIFFICULT] : 1u;
-    poly = (numeral ? 0u : listed_poly) + (syllables >= 3 ? 1u : 0u);
-    difficult = numeral ? 0u : listed_difficult;
-    letters = chars - digits;
+  u32 latin = latin_letters(data, s, e);
+  if (latin) atomicAdd(&mine[C_LATIN], latin);
+  if (joined_before(data, s)) return;  // a later part of a formula word
+
+  // The formula word: its parts (spec words) from s, one after another.
+  i32 syllables = 0;
+  u32 chars = 0, letters = 0, difficult = 0, parts = 0;
+  bool hyphenated = false, numeric = false, hyphen = false;
+  i64 ps = s, pe = e, last_e = e, last_length = normal_length;
+  for (;;) {
+    i64 part_length = normal_length;
+    i32 part_entry = entry;
+    if (parts > 0) {
+      part_length = 0;
+      u64 ph = hash_word(data, ps, pe, hash_mask, &part_length);
+      part_entry = find_entry(data, ps, pe, part_length, ph, slots, slot_mask, entry_bytes, entry_at, entry_length,
+                              entry_hash);
+    }
+    const i32* q = payload + (i64)(part_entry < 0 ? 0 : part_entry) * N_PAYLOAD;
+    i32 part_syllables = part_entry >= 0 ? q[P_SYLLABLES] : -1;
+    if (part_syllables >= 0) {
+      chars += (u32)q[P_CHARS];
+      letters += (u32)q[P_CHARS];
+      difficult += (u32)q[P_DIFFICULT];
+    } else {  // not in the dictionary: the rule; a numeral is never difficult
+      u32 part_chars, digits;
+      rule_counts(data, ps, pe, &part_syllables, &part_chars, &digits);
+      chars += part_chars;
+      letters += part_chars - digits;
+      if (digits != part_chars) difficult += part_entry >= 0 ? (u32)q[P_DIFFICULT] : 1u;
+    }
+    syllables += part_syllables - (numeric ? 1 : 0);  // a number reads as one syllable per run of digits
+    hyphenated |= hyphen;
+    ++parts;
+    last_e = pe;
+    last_length = part_length;
+    i64 next = joined_after(data, pe, &numeric, &hyphen);
+    if (next < 0) break;
+    ps = pe = next;
+    int step;
+    while (in_word(data, pe, &step)) pe += step;
   }
+  bool opens = opens_formula_sentence(data, s, abbrev, n_always, n_abbrev);
+  bool poly = syllables >= 3;
+  bool hard = poly && !(data[s] >= 'A' && data[s] <= 'Z' && !opens) && !(syllables == 3 && inflected(data, last_e, last_length)) &&
+                 !(hyphenated && difficult == 0);
+  if (hard && parts == 1 && normal_length >= 4 && normal_length <= COMPOUND_MAX && e - s == normal_length) {
+    bool letters_only = true;  // a closed compound of two familiar words (`bookkeeper`)?
+    for (i64 k = s; k < e; ++k) letters_only &= lower(data[k]) >= 'a' && lower(data[k]) <= 'z';
+    for (i64 k = PART_MIN; letters_only && hard && k <= normal_length - PART_MIN; ++k) {
+      i64 l1, l2;
+      u64 h1 = hash_word(data, s, s + k, hash_mask, &l1);
+      i32 e1 = find_entry(data, s, s + k, l1, h1, slots, slot_mask, entry_bytes, entry_at, entry_length, entry_hash);
+      if (e1 < 0 || payload[(i64)e1 * N_PAYLOAD + P_DIFFICULT]) continue;
+      u64 h2 = hash_word(data, s + k, e, hash_mask, &l2);
+      i32 e2 = find_entry(data, s + k, e, l2, h2, slots, slot_mask, entry_bytes, entry_at, entry_length, entry_hash);
+      if (e2 >= 0 && !payload[(i64)e2 * N_PAYLOAD + P_DIFFICULT]) hard = false;
+    }
+  }
+  atomicAdd(&mine[C_FWORDS], 1u);
+  if (opens) atomicAdd(&mine[C_FSENTENCES], 1u);
   atomicAdd(&mine[C_SYLLABLES], (u32)syllables);
-  atomicAdd(&mine[C_POLY], poly);
+  if (poly) atomicAdd(&mine[C_POLY], 1u);
+  if (hard) atomicAdd(&mine[C_COMPLEX], 1u);
   atomicAdd(&mine[C_LETTERS], letters);
   atomicAdd(&mine[C_CHARS], chars);
-  atomicAdd(&mine[C_DIFFICULT], difficult);
+  if (difficult) atomicAdd(&mine[C_DIFFICULT], 1u);
 }
 
 // The seven formulas of one text, as formulas.scores computes them (same operations, same
-// order); NaN for a text without words.
+// order); NaN for a text without a Latin letter.
 __device__ __forceinline__ void write_formulas(const u32* c, i32 t, i32 n, float* formulas) {
-  double words = c[C_WORDS], sentences = c[C_SENTENCES], syllables = c[C_SYLLABLES], poly = c[C_POLY];
-  double letters = c[C_LETTERS], chars = c[C_CHARS], difficult = c[C_DIFFICULT];
+  double words = c[C_FWORDS], sentences = c[C_FSENTENCES], syllables = c[C_SYLLABLES], poly = c[C_POLY];
+  double letters = c[C_LETTERS], chars = c[C_CHARS], difficult = c[C_DIFFICULT], hard = c[C_COMPLEX];
   double out[N_FORMULAS];
   double per_word = words > 1.0 ? words : 1.0;
   double per_sentence = sentences > 1.0 ? sentences : 1.0;
@@ -401,13 +569,13 @@ __device__ __forceinline__ void write_formulas(const u32* c, i32 t, i32 n, float
   double pdw = difficult / per_word * 100.0;
   out[0] = 206.835 - 1.015 * asl - 84.6 * spw;
   out[1] = 0.39 * asl + 11.8 * spw - 15.59;
-  out[2] = 0.4 * (asl + 100.0 * (poly / per_word));
+  out[2] = 0.4 * (asl + 100.0 * (hard / per_word));
   out[3] = 1.0430 * sqrt(poly * 30.0 / per_sentence) + 3.1291;
   out[4] = 0.0588 * (letters / per_word * 100.0) - 0.296 * (sentences / per_word * 100.0) - 15.8;
   out[5] = 4.71 * (chars / per_word) + 0.5 * asl - 21.43;
   out[6] = 0.1579 * pdw + 0.0496 * asl + 3.6365 * (pdw > 5.0 ? 1.0 : 0.0);
   for (int k = 0; k < N_FORMULAS; ++k)
-    formulas[(i64)k * n + t] = words > 0.0 ? (float)out[k] : __uint_as_float(0x7FC00000u);
+    formulas[(i64)k * n + t] = c[C_LATIN] ? (float)out[k] : __uint_as_float(0x7FC00000u);
 }
 
 extern "C" __global__ void finish(const u32* counters, const u32* occurrences, i32 n, i32 columns,
