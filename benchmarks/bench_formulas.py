@@ -78,7 +78,7 @@ def main(argv=None) -> int:
     parser.add_argument("--column", default="excerpt")
     parser.add_argument("--limit", type=int, default=0, help="only the first N excerpts (0: all)")
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--texts", type=int, default=512, help="excerpts per timed run (--speed)")
+    parser.add_argument("--texts", type=int, default=512, help="excerpts per timed run")
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--min-seconds", type=float, default=0.3, help="per implementation per round")
     args = parser.parse_args(argv)

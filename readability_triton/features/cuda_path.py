@@ -42,7 +42,7 @@ def kernels(xp) -> Kernels:
 
 class EntryTable:
     """The words the kernels look up, on one device: the vocabulary's (feature column, stop
-    word) and, with formulas, the lexicon's (syllables, characters, polysyllabic, difficult),
+    word) and, with formulas, the lexicon's (syllables, characters, compound part bits, difficult),
     hashed into an open-addressing table by the `build_table` kernel."""
 
     def __init__(self, xp, vocabulary: Vocabulary, formulas, hash_mask: int):

@@ -138,21 +138,23 @@ def _featurize_parts(
     if not pieces:
         width = formulas.n if formulas is not None else 0
         return xp.zeros((0, N_BASE + 2 * tables.n), dtype=xp.float32), xp.zeros((0, width), dtype=xp.float32)
-    parts = [
-        _features_of_buffer(xp, ops, buffer, tables, weak, stats, formulas, cased)
-        for buffer, cased in charclass.buffer_pairs(pieces, ops.chunk_bytes)
-    ]
+    if formulas is None:
+        pairs = ((buffer, None) for buffer in charclass.buffers(pieces, ops.chunk_bytes))
+    else:
+        pairs = charclass.buffer_pairs(pieces, ops.chunk_bytes)
+    parts = [_features_of_buffer(xp, ops, buffer, tables, weak, stats, formulas, cased) for buffer, cased in pairs]
     if len(parts) == 1:
         return parts[0]
     return xp.concatenate([p[0] for p in parts]), xp.concatenate([p[1] for p in parts])
 
 
 def _features_of_buffer(
-    xp, ops, buffer: bytes, tables: _VocabularyTables, weak, stats, formulas=None, cased: bytes = b""
+    xp, ops, buffer: bytes, tables: _VocabularyTables, weak, stats, formulas=None, cased: bytes | None = None
 ):
     """(features, formulas) of one buffer's texts; formulas `(n, 0)` without `formulas`
     (`cased`: the buffer before lower-casing, for them)."""
-    # The only host-to-device copy: the batch's text (UTF-8 bytes and separators).
+    # The host-to-device copy: the batch's text (UTF-8 bytes and separators); with the
+    # formulas, also the same before lower-casing (their capitals, formulas.of_words).
     data = xp.asarray(np.frombuffer(buffer, dtype=np.uint8))
     tokens = words.find_words(xp, ops, buffer, data, weak)
     sep = tokens.sep
@@ -175,6 +177,8 @@ def _features_of_buffer(
 
     sentences = sentence_counts(xp, tokens, word_bound, punct_at)
     if formulas is not None:
+        if cased is None:
+            raise ValueError("the formulas need the buffer before lower-casing (charclass.buffer_pairs)")
         scores = formulas.of_words(xp, ops, tokens, word_bound, cased)
 
     # Classes of exactly equal words; distinct (word, text) pairs; vocabulary counts.

@@ -14,8 +14,8 @@ only the formulas count these.
 - Gunning's proper nouns: formula words capitalised (ASCII `A`-`Z`) that do not open a
   sentence.
 
-`original` is the batch buffer before lower-casing (`charclass.buffer_pairs`): the same
-positions as the buffer the words were found in.
+`cased` is the batch buffer before lower-casing (`charclass.buffer_pairs`: U+2019 already
+read as `'`), at the same positions as the buffer the words were found in.
 """
 
 from __future__ import annotations
@@ -51,12 +51,9 @@ def heads(entries) -> np.ndarray:
 ALWAYS_HEADS, NUMBER_HEADS = heads(ABBREVIATIONS), heads(BEFORE_NUMBERS)
 
 
-def _byte(c: str) -> int:
-    return ord(c)
-
-
-def between(xp, values, lo: str, hi: str):
-    return (values >= _byte(lo)) & (values <= _byte(hi))
+def between(values, lo: str, hi: str):
+    """Is each byte from `lo` to `hi`?"""
+    return (values >= ord(lo)) & (values <= ord(hi))
 
 
 def _listed(xp, head, lengths, table: np.ndarray):
@@ -69,14 +66,13 @@ def _listed(xp, head, lengths, table: np.ndarray):
 class Segments:
     """Formula words and sentences of one buffer's spec words (all arrays on the device):
 
-    `first` (bool per spec word: a formula word starts there), `numeric` and `hyphen` (bool
-    per spec word: joined to the word before by a digit separator / a hyphen), `opens` (bool
+    `numeric` and `hyphen` (bool per spec word: joined to the word before by a digit
+    separator / a hyphen), `opens` (bool
     per spec word: a formula sentence opens there; only at a formula word's first), `starts`
     (the first spec word of each formula word), `group_bound` (per text: its formula words
     are `group_bound[i]:group_bound[i+1]`)."""
 
-    __slots__ = ("first", "numeric", "hyphen", "opens", "starts", "group_bound")
-    first: Any
+    __slots__ = ("numeric", "hyphen", "opens", "starts", "group_bound")
     numeric: Any
     hyphen: Any
     opens: Any
@@ -84,7 +80,7 @@ class Segments:
     group_bound: Any
 
 
-def segments(xp, tokens: words.Tokens, word_bound, original) -> Segments:
+def segments(xp, tokens: words.Tokens, word_bound, cased) -> Segments:
     data, s, e = tokens.data, tokens.starts, tokens.ends
     W = int(s.size)
     seg = Segments()
@@ -94,24 +90,24 @@ def segments(xp, tokens: words.Tokens, word_bound, original) -> Segments:
     if W > 1:
         gap = s[1:] - e[:-1]
         g0 = data[e[:-1]]
-        digits = between(xp, data[e[:-1] - 1], "0", "9") & between(xp, data[s[1:]], "0", "9")
+        digits = between(data[e[:-1] - 1], "0", "9") & between(data[s[1:]], "0", "9")
         one = gap == 1
-        dot, comma, hyphen = g0 == _byte("."), g0 == _byte(","), g0 == _byte("-")
-        scheme = (gap == 3) & (g0 == _byte(":")) & (data[e[:-1] + 1] == _byte("/")) & (data[e[:-1] + 2] == _byte("/"))
+        dot, comma, hyphen = g0 == ord("."), g0 == ord(","), g0 == ord("-")
+        scheme = (gap == 3) & (g0 == ord(":")) & (data[e[:-1] + 1] == ord("/")) & (data[e[:-1] + 2] == ord("/"))
         seg.numeric[1:] = one & (dot | comma) & digits
         seg.hyphen[1:] = one & hyphen
-        inner = dot | (g0 == _byte("@")) | (g0 == _byte("/")) | (g0 == _byte("&"))
+        inner = dot | (g0 == ord("@")) | (g0 == ord("/")) | (g0 == ord("&"))
         joined[1:] = seg.hyphen[1:] | seg.numeric[1:] | (one & inner) | scheme
-    seg.first = ~joined
-    seg.starts = xp.flatnonzero(seg.first)
+    first = ~joined  # a formula word starts there
+    seg.starts = xp.flatnonzero(first)
     counted = xp.zeros(W + 1, dtype=xp.int64)
-    counted[1:] = xp.cumsum(seg.first, dtype=xp.int64)
+    counted[1:] = xp.cumsum(first, dtype=xp.int64)
     seg.group_bound = counted[word_bound]
-    seg.opens = _opens(xp, tokens, word_bound, original)
+    seg.opens = _opens(xp, tokens, word_bound, cased)
     return seg
 
 
-def _opens(xp, tokens: words.Tokens, word_bound, original):
+def _opens(xp, tokens: words.Tokens, word_bound, cased):
     """Where a formula sentence opens: at each text's first word, and at the first word after
     each run of terminators that ends a sentence."""
     data, flags, s, e = tokens.data, tokens.flags, tokens.starts, tokens.ends
@@ -126,22 +122,20 @@ def _opens(xp, tokens: words.Tokens, word_bound, original):
         re = at[xp.concatenate([first[1:] - 1, xp.full(1, at.size - 1, dtype=first.dtype)])] + 1
         marks = data[at]
         loud = xp.zeros(int(at.size) + 1, dtype=xp.int64)
-        loud[1:] = xp.cumsum((marks == _byte("!")) | (marks == _byte("?")), dtype=xp.int64)
+        loud[1:] = xp.cumsum((marks == ord("!")) | (marks == ord("?")), dtype=xp.int64)
         ends = xp.concatenate([first[1:], xp.full(1, at.size, dtype=first.dtype)])
-        single = (re - rs == 1) & (data[rs] == _byte("."))
+        single = (re - rs == 1) & (data[rs] == ord("."))
         ellipsis = ~single & (loud[ends] == loud[first])
         # The word that ends where the run starts, and the first word after the run.
         j = xp.minimum(xp.searchsorted(e, rs), W - 1)
         before = e[j] == rs
         k = xp.minimum(xp.searchsorted(s, re), W - 1)
         after = s[k] >= re
-        next_digit = after & between(xp, data[s[k]], "0", "9")
-        next_lower = after & between(xp, original[s[k]], "a", "z")
+        next_digit = after & between(data[s[k]], "0", "9")
+        next_lower = after & between(cased[s[k]], "a", "z")
         head, length = tokens.head[j], tokens.lengths[j]
-        letter = (length == 1) & between(xp, data[s[j]], "a", "z")
-        initial = letter & (
-            (between(xp, original[s[j]], "A", "Z") & (data[s[j]] != _byte("i"))) | (data[s[j] - 1] == _byte("."))
-        )
+        letter = (length == 1) & between(data[s[j]], "a", "z")
+        initial = letter & ((between(cased[s[j]], "A", "Z") & (data[s[j]] != ord("i"))) | (data[s[j] - 1] == ord(".")))
         abbreviation = _listed(xp, head, length, ALWAYS_HEADS) | (_listed(xp, head, length, NUMBER_HEADS) & next_digit)
         inside = ((flags[re] & charclass.WORD) != 0) | (before & (initial | abbreviation))
         keeps = (single & inside) | (ellipsis & next_lower)
@@ -151,10 +145,10 @@ def _opens(xp, tokens: words.Tokens, word_bound, original):
     return opens[:W]
 
 
-def proper(xp, tokens: words.Tokens, seg: Segments, original):
+def proper(xp, tokens: words.Tokens, seg: Segments, cased):
     """Per formula word: capitalised (ASCII) and not opening a sentence."""
     at = tokens.starts[seg.starts]
-    return between(xp, original[at], "A", "Z") & ~seg.opens[seg.starts]
+    return between(cased[at], "A", "Z") & ~seg.opens[seg.starts]
 
 
 def inflected(xp, tokens: words.Tokens, seg: Segments):
@@ -165,10 +159,10 @@ def inflected(xp, tokens: words.Tokens, seg: Segments):
     last = xp.concatenate([seg.starts[1:], xp.full(1, W, dtype=seg.starts.dtype)]) - 1
     e, data = tokens.ends[last], tokens.data
     b1, b2, b3, b4 = (data[xp.maximum(e - i, 0)] for i in (1, 2, 3, 4))
-    ed = (b1 == _byte("d")) & (b2 == _byte("e")) & ((b3 == _byte("t")) | (b3 == _byte("d")))
-    sibilant = (b3 == _byte("s")) | (b3 == _byte("x")) | (b3 == _byte("z")) | (b3 == _byte("c")) | (b3 == _byte("g"))
-    sibilant |= (b3 == _byte("h")) & ((b4 == _byte("c")) | (b4 == _byte("s")))
-    es = (b1 == _byte("s")) & (b2 == _byte("e")) & sibilant
+    ed = (b1 == ord("d")) & (b2 == ord("e")) & ((b3 == ord("t")) | (b3 == ord("d")))
+    sibilant = (b3 == ord("s")) | (b3 == ord("x")) | (b3 == ord("z")) | (b3 == ord("c")) | (b3 == ord("g"))
+    sibilant |= (b3 == ord("h")) & ((b4 == ord("c")) | (b4 == ord("s")))
+    es = (b1 == ord("s")) & (b2 == ord("e")) & sibilant
     return (ed | es) & (tokens.lengths[last] >= 4)
 
 
@@ -176,7 +170,7 @@ def latin_letters(xp, data, sep):
     """Per text: its Latin letters (ASCII letters, and U+00C0 to U+027F but for the signs
     U+00D7 and U+00F7: Latin-1's letters, Latin Extended-A and -B, IPA), counted on the
     buffer (every such letter is a word character)."""
-    ascii_letter = between(xp, data, "a", "z")  # (the buffer is lower-cased)
+    ascii_letter = between(data, "a", "z")  # (the buffer is lower-cased)
     lead = (data >= 0xC3) & (data <= 0xC9)
     lead[:-1] &= ~((data[:-1] == 0xC3) & ((data[1:] == 0x97) | (data[1:] == 0xB7)))
     total = xp.zeros(int(data.size) + 1, dtype=xp.int64)
@@ -184,8 +178,15 @@ def latin_letters(xp, data, sep):
     return xp.diff(total[sep])
 
 
-#: Closed compounds: each part at least PART_MIN bytes; words of 4 to COMPOUND_MAX bytes.
-PART_MIN, COMPOUND_MAX = 2, 24
+#: Closed compounds: each part at least PART_MIN bytes, words up to COMPOUND_MAX bytes.
+PART_MIN, COMPOUND_MAX = 3, 24
+#: Words of the familiar list that end words without making them compounds (`comfortable`,
+#: `passages`, `leadership`, `carefully`, `properties`): never a compound's second part.
+COMPOUND_SUFFIXES = frozenset(
+    {"able", "age", "ant", "ate", "fully", "hood", "ice", "ion", "less", "ship", "ten", "tie"}
+)
+#: The bits of `Formulas.packed`'s low half: can be a compound's first / second part.
+FIRST_PART, SECOND_PART = 1, 2
 
 
 def _spans(xp, ops, data, starts, lengths) -> words.Tokens:
@@ -196,10 +197,11 @@ def _spans(xp, ops, data, starts, lengths) -> words.Tokens:
     return spans
 
 
-def closed_compounds(xp, ops, tokens: words.Tokens, candidates, familiar):
-    """Per candidate spec word (indices; words of ASCII letters, 4 to COMPOUND_MAX bytes):
-    can it be cut in two familiar words of PART_MIN bytes or more (`bookkeeper`: book +
-    keeper)? `familiar(spans)` answers that for a Tokens of word parts."""
+def closed_compounds(xp, ops, tokens: words.Tokens, candidates, parts):
+    """Per candidate spec word (indices; words of ASCII letters, 2 x PART_MIN to
+    COMPOUND_MAX bytes): can it be cut in a first and a second part (`compound_parts`: `bookkeeper` =
+    book + keeper)? `parts(spans)` gives the FIRST_PART / SECOND_PART bits of a Tokens of
+    word parts (0 for other words)."""
     c = int(candidates.size)
     if c == 0:
         return xp.zeros(0, dtype=bool)
@@ -210,10 +212,10 @@ def closed_compounds(xp, ops, tokens: words.Tokens, candidates, familiar):
     owner = ops.repeat(xp.arange(c, dtype=xp.int64), cuts, total)
     k = PART_MIN + xp.arange(total, dtype=xp.int64) - offsets[owner]
     at = tokens.starts[candidates][owner]
-    # The first parts; then the second parts of the cuts whose first part is familiar.
-    easy = familiar(_spans(xp, ops, tokens.data, at, k))
+    # The first parts; then the second parts of the cuts whose first part is one.
+    easy = (parts(_spans(xp, ops, tokens.data, at, k)) & FIRST_PART) != 0
     cut = xp.flatnonzero(easy)
     if cut.size:
-        easy[cut] = familiar(_spans(xp, ops, tokens.data, at[cut] + k[cut], lengths[owner[cut]] - k[cut]))
-    both = easy.astype(xp.int64)
-    return ops.segment_sum(both, offsets) > 0
+        second = parts(_spans(xp, ops, tokens.data, at[cut] + k[cut], lengths[owner[cut]] - k[cut]))
+        easy[cut] = (second & SECOND_PART) != 0
+    return ops.segment_sum(easy.astype(xp.int64), offsets) > 0

@@ -13,11 +13,12 @@ NumPy and CuPy.
 - `fallback_syllables(words)`: the fallback syllable rule alone.
 
 The formulas' words and sentences (`formula_words.py`) are built from the spec's words
-(`words.find_words`) and the bytes around them; per formula word, the counts are its spec
-words' sums. Syllables: a word in the
-lexicon has the CMU Pronouncing Dictionary's count (vowel phonemes of its first
-pronunciation, at least 1); any other word gets the fallback rule below, array code over
-the bytes of those words only. Lookup is by the hash of each word's normal form
+(`words.find_words`) and the bytes around them; per formula word, the counts come from its
+spec words (sums; difficult when any is; a number's separators take syllables off).
+
+Syllables: a word in the lexicon has the CMU Pronouncing Dictionary's count (vowel phonemes
+of its first pronunciation, at least 1); any other word gets the fallback rule below,
+array code over the bytes of those words only. Lookup is by the hash of each word's normal form
 (`words.find_words`'s), confirmed byte for byte, so that no hash collision can change a
 count; there is no Python loop over texts or words.
 
@@ -144,6 +145,16 @@ def familiar_forms(entries, known=None) -> set[str]:
     return set(listed) | (forms if known is None else forms & set(known))
 
 
+def compound_parts(listed, known) -> tuple[set[str], set[str]]:
+    """(first parts, second parts) of Gunning's closed compounds (`formula_words.
+    closed_compounds`): the familiar list's own words (`listed`) of PART_MIN or more ASCII
+    letters; as second parts, those that are no COMPOUND_SUFFIXES and their regular
+    inflections that `known` holds (`keeper`, `papers`: `familiar_forms`)."""
+    first = {w for w in listed if len(w) >= fw.PART_MIN and w.isascii() and w.isalpha()}
+    forms = familiar_forms(sorted(first - fw.COMPOUND_SUFFIXES), known=known)
+    return first, {w for w in forms if len(w) >= fw.PART_MIN and w.isascii() and w.isalpha()}
+
+
 # ----------------------------------------------------------- the fallback syllable rule
 # Each byte of a word gets a code from it and the byte before: a-z are 1-26, 27 is a
 # Latin-1 accented vowel (C3 then one of the continuation bytes below), 0 anything else.
@@ -244,13 +255,17 @@ class Formulas:
 
     n = len(FORMULAS)
 
-    def __init__(self, syllables: dict[str, int], familiar: set[str], device=None):
+    def __init__(self, syllables: dict[str, int], familiar: set[str], listed: set[str], device=None):
+        """`familiar`: the familiar words with their inflections (`familiar_forms`); `listed`:
+        the list's own words (compounds' parts: `compound_parts`)."""
         self.entries = sorted(set(syllables) | familiar)
         count = np.array([max(syllables[w], 1) if w in syllables else -1 for w in self.entries], dtype=np.int64)
         chars = np.array([len(w) - w.count("'") for w in self.entries], dtype=np.int64)
         difficult = np.array([w not in familiar for w in self.entries], dtype=np.int64)
-        self.packed = (np.where(count < 0, -1, count + (chars << HALF)), (count >= 3) + (difficult << HALF))
-        self.familiar_words = sorted(familiar)
+        first, second = compound_parts(listed, set(self.entries))
+        parts = np.array([(w in first) * fw.FIRST_PART + (w in second) * fw.SECOND_PART for w in self.entries])
+        self.packed = (np.where(count < 0, -1, count + (chars << HALF)), parts.astype(np.int64) + (difficult << HALF))
+        self.part_words = [w for w, bits in zip(self.entries, parts.tolist()) if bits]
         self.device = as_device(device)
         self.xp = self.device.array_module()
         self.lexicons: dict[tuple, Lexicon] = {}
@@ -264,14 +279,14 @@ class Formulas:
         where = as_device(device)
         return _loaded(where, where.array_module())
 
-    def lexicon(self, xp, familiar_only: bool = False) -> Lexicon:
-        """The lexicon on `xp`'s device; `familiar_only`: the familiar words alone (a table
-        one fourteenth the size, for the compounds' many lookups)."""
-        key = (*charclass.device_key(xp), familiar_only)
+    def lexicon(self, xp, parts_only: bool = False) -> Lexicon:
+        """The lexicon on `xp`'s device; `parts_only`: the compounds' parts alone (a table of
+        about 8,400 words, for the compounds' many lookups)."""
+        key = (*charclass.device_key(xp), parts_only)
         if key not in self.lexicons:
-            if familiar_only:
-                zero = np.zeros(len(self.familiar_words), dtype=np.int64)
-                self.lexicons[key] = Lexicon(xp, self.familiar_words, zero, zero)
+            if parts_only:
+                rows = np.searchsorted(np.array(self.entries), np.array(self.part_words))
+                self.lexicons[key] = Lexicon(xp, self.part_words, self.packed[0][rows], self.packed[1][rows])
             else:
                 self.lexicons[key] = Lexicon(xp, self.entries, *self.packed)
         return self.lexicons[key]
@@ -301,10 +316,10 @@ class Formulas:
         (`charclass.buffer_pairs`)."""
         return scores(xp, self.counts_of_words(xp, ops, tokens, word_bound, original))
 
-    def familiar(self, xp, ops, spans: words.Tokens):
-        """Is each span (a Tokens with head and hashes) a familiar word?"""
-        lex = self.lexicon(xp, familiar_only=True)
-        return lex.find(xp, ops, spans) != lex.size
+    def compound_part(self, xp, ops, spans: words.Tokens):
+        """The FIRST_PART / SECOND_PART bits of each span (a Tokens with head and hashes)."""
+        lex = self.lexicon(xp, parts_only=True)
+        return lex.columns(xp, lex.find(xp, ops, spans))[1] & LOW  # (not there: MISS_B, no bits)
 
     def counts_of_words(self, xp, ops, tokens: words.Tokens, word_bound, original: bytes):
         lex = self.lexicon(xp)
@@ -335,7 +350,7 @@ class Formulas:
         difficult = (ops.segment_sum(b >> HALF, at) > 0).astype(xp.int64)
         poly = syllables >= 3
         # Gunning's complex words: no proper noun, no -ed/-es made syllable, no compound of
-        # familiar words (hyphenated: every part familiar; closed: two familiar parts).
+        # familiar words (hyphenated: every part familiar; closed: `compound_parts`).
         single = xp.diff(xp.concatenate([at, xp.full(1, W, dtype=at.dtype)])) == 1
         hyphenated = (ops.segment_sum(seg.hyphen.astype(xp.int64), at) > 0) & (difficult == 0)
         inflected = fw.inflected(xp, tokens, seg) & (syllables == 3)  # (made three syllables by it)
@@ -343,11 +358,16 @@ class Formulas:
         length = tokens.lengths[at]
         letters = ops.segment_sum(letters, at)
         closed = (
-            complex_ & single & (length >= 4) & (length <= fw.COMPOUND_MAX) & (chars == length) & (letters == chars)
+            complex_
+            & single
+            & (length >= 2 * fw.PART_MIN)
+            & (length <= fw.COMPOUND_MAX)
+            & (chars == length)
+            & (letters == chars)
         )
         maybe = xp.flatnonzero(closed)
         if maybe.size:
-            easy = fw.closed_compounds(xp, ops, tokens, at[maybe], lambda spans: self.familiar(xp, ops, spans))
+            easy = fw.closed_compounds(xp, ops, tokens, at[maybe], lambda spans: self.compound_part(xp, ops, spans))
             complex_[maybe[easy]] = False
         per_group = [xp.ones_like(syllables), syllables, poly, letters, chars, difficult, complex_]
         bound = seg.group_bound
@@ -364,7 +384,8 @@ class Formulas:
 @functools.lru_cache(maxsize=None)
 def _loaded(device: Device, module) -> Formulas:  # keyed by the module too: tests swap it
     syllables = read_syllables()
-    return Formulas(syllables, familiar_forms(read_familiar(), known=syllables), device)
+    listed = read_familiar()
+    return Formulas(syllables, familiar_forms(listed, known=syllables), set(spec_words(listed)), device)
 
 
 def scores(xp, counts):

@@ -16,8 +16,9 @@ def on(xp, name: str, host: np.ndarray):
     return charclass.on_device(xp, name, host)
 
 
-#: Per word, two packed int64 columns summed per text: `syllables | characters << 32` (-1:
-#: the fallback rule decides) and `polysyllabic (3+) | difficult (not familiar) << 32`.
+#: Per word, two packed int64 columns (summed per formula word, then per text):
+#: `syllables | characters << 32` (-1: the fallback rule decides) and `compound part bits
+#: (formula_words.FIRST_PART, SECOND_PART) | difficult (not familiar) << 32`.
 #: Each half stays below 2**32 for any buffer under 300 MB (syllables <= 13 per byte).
 MISS_B = 1 << HALF  # a word not in the lexicon is difficult (unless a numeral: the rule says)
 

@@ -56,16 +56,19 @@ typedef unsigned long long u64;
 #define C_COMPLEX 12     // Gunning's complex words
 #define C_LATIN 13       // Latin letters
 #define N_COUNTERS 14
-// formula_words.PART_MIN and COMPOUND_MAX (tests/test_kernels.py reads them here).
-#define PART_MIN 2
+// formula_words.PART_MIN, COMPOUND_MAX, FIRST_PART and SECOND_PART (tests/test_kernels.py
+// reads them here).
+#define PART_MIN 3
 #define COMPOUND_MAX 24
+#define FIRST_PART 1
+#define SECOND_PART 2
 
 // Per entry, N_PAYLOAD i32 (syllables .. difficult: of the formulas' lexicon).
 #define P_COLUMN 0     // vocabulary column (0 .. columns-1) or -1
 #define P_STOP 1       // 1: a stop word
 #define P_SYLLABLES 2  // the lexicon's syllables, or -1: the fallback rule decides
 #define P_CHARS 3      // characters (code points less apostrophes)
-#define P_POLY 4       // 1: three syllables or more
+#define P_PARTS 4      // a closed compound's FIRST_PART / SECOND_PART (bits)
 #define P_DIFFICULT 5  // 1: not a familiar word
 #define N_PAYLOAD 6
 
@@ -533,17 +536,17 @@ extern "C" __global__ void scan_words(const u8* data, const i32* sep, i32 n, con
   bool poly = syllables >= 3;
   bool hard = poly && !(data[s] >= 'A' && data[s] <= 'Z' && !opens) && !(syllables == 3 && inflected(data, last_e, last_length)) &&
                  !(hyphenated && difficult == 0);
-  if (hard && parts == 1 && normal_length >= 4 && normal_length <= COMPOUND_MAX && e - s == normal_length) {
-    bool letters_only = true;  // a closed compound of two familiar words (`bookkeeper`)?
+  if (hard && parts == 1 && normal_length >= 2 * PART_MIN && normal_length <= COMPOUND_MAX && e - s == normal_length) {
+    bool letters_only = true;  // a closed compound of familiar words (`bookkeeper`)?
     for (i64 k = s; k < e; ++k) letters_only &= lower(data[k]) >= 'a' && lower(data[k]) <= 'z';
     for (i64 k = PART_MIN; letters_only && hard && k <= normal_length - PART_MIN; ++k) {
       i64 l1, l2;
       u64 h1 = hash_word(data, s, s + k, hash_mask, &l1);
       i32 e1 = find_entry(data, s, s + k, l1, h1, slots, slot_mask, entry_bytes, entry_at, entry_length, entry_hash);
-      if (e1 < 0 || payload[(i64)e1 * N_PAYLOAD + P_DIFFICULT]) continue;
+      if (e1 < 0 || !(payload[(i64)e1 * N_PAYLOAD + P_PARTS] & FIRST_PART)) continue;
       u64 h2 = hash_word(data, s + k, e, hash_mask, &l2);
       i32 e2 = find_entry(data, s + k, e, l2, h2, slots, slot_mask, entry_bytes, entry_at, entry_length, entry_hash);
-      if (e2 >= 0 && !payload[(i64)e2 * N_PAYLOAD + P_DIFFICULT]) hard = false;
+      if (e2 >= 0 && (payload[(i64)e2 * N_PAYLOAD + P_PARTS] & SECOND_PART)) hard = false;
     }
   }
   atomicAdd(&mine[C_FWORDS], 1u);
