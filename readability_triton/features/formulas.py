@@ -270,6 +270,7 @@ class Formulas:
         self.xp = self.device.array_module()
         self.lexicons: dict[tuple, Lexicon] = {}
         self.lexicon(self.xp)
+        self.lexicon(self.xp, parts_only=True)  # (both now: not at the first text with a compound)
 
     @classmethod
     def load(cls, device=None) -> "Formulas":
