@@ -38,6 +38,7 @@ import numpy as np
 
 from readability_triton.data import COMMONLIT_CSV, read_table
 from readability_triton.features.formulas import COUNTS, FORMULAS, Formulas
+from readability_triton.metrics import spearman
 from readability_triton.progress import no_progress
 
 NAMES = {  # what each peer calls the formulas, in FORMULAS order
@@ -51,17 +52,6 @@ NAMES = {  # what each peer calls the formulas, in FORMULAS order
 
 class Skip(Exception):
     """A peer that cannot run here; the message says why."""
-
-
-def ranks(values: np.ndarray) -> np.ndarray:
-    """Ranks from 1, ties given their average rank."""
-    order = np.argsort(values, kind="mergesort")
-    ordered = values[order]
-    first = np.flatnonzero(np.r_[True, ordered[1:] != ordered[:-1]])
-    last = np.r_[first[1:], ordered.size]
-    out = np.empty(values.size)
-    out[order] = np.repeat((first + last + 1) / 2.0, last - first)
-    return out
 
 
 @functools.cache
@@ -173,7 +163,7 @@ def compare(ours, our_sentences, values, sentences) -> dict:
     for column, name in enumerate(FORMULAS):
         ok = np.isfinite(ours[:, column]) & np.isfinite(values[:, column])
         a, b = ours[ok, column], values[ok, column]
-        rho = float(np.corrcoef(ranks(a), ranks(b))[0, 1]) if ok.sum() > 1 else None
+        rho = spearman(a, b) if ok.sum() > 1 else None
         difference = float(np.median(np.abs(a - b))) if ok.any() else None
         out["formulas"][name] = {"texts": int(ok.sum()), "spearman": rho, "median_abs_difference": difference}
     ratio = our_sentences[sentences > 0] / sentences[sentences > 0]

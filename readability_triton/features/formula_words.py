@@ -145,7 +145,7 @@ def _opens(xp, tokens: words.Tokens, word_bound, cased):
     return opens[:W]
 
 
-def proper(xp, tokens: words.Tokens, seg: Segments, cased):
+def proper(tokens: words.Tokens, seg: Segments, cased):
     """Per formula word: capitalised (ASCII) and not opening a sentence."""
     at = tokens.starts[seg.starts]
     return between(cased[at], "A", "Z") & ~seg.opens[seg.starts]

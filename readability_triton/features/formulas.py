@@ -355,7 +355,7 @@ class Formulas:
         single = xp.diff(xp.concatenate([at, xp.full(1, W, dtype=at.dtype)])) == 1
         hyphenated = (ops.segment_sum(seg.hyphen.astype(xp.int64), at) > 0) & (difficult == 0)
         inflected = fw.inflected(xp, tokens, seg) & (syllables == 3)  # (made three syllables by it)
-        complex_ = poly & ~fw.proper(xp, tokens, seg, cased) & ~inflected & ~hyphenated
+        complex_ = poly & ~fw.proper(tokens, seg, cased) & ~inflected & ~hyphenated
         length = tokens.lengths[at]
         letters = ops.segment_sum(letters, at)
         closed = (
