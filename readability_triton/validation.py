@@ -17,16 +17,19 @@ import numpy as np
 from .errors import RequestError
 from .features import count_words
 from .texts import as_utf8, first_invalid_utf8
+from .triton_messages import IN_REQUEST
 
 #: Why a text without words is refused.
 NO_WORDS = "holds no words (it is empty, or only spaces, punctuation or control characters): there is nothing to score"
-#: The same, for row {row} of a request (the first step's answer).
-NO_WORDS_AT = "text {row} of the request " + NO_WORDS
+#: The same, for row {row} of a request (the first step's answer; the client reads its
+#: place back, `triton_messages.refused_text`).
+NO_WORDS_AT = "text {row}" + IN_REQUEST + " " + NO_WORDS
 
 
 def size_and_encoding(rows: Sequence[bytes], max_text_bytes: int, where: str = "") -> str | None:
     """What is wrong with the first text of `rows` over `max_text_bytes` bytes or not valid
-    UTF-8 (`where` follows "text N" in the message: " of the request"), or None."""
+    UTF-8 (`where` follows "text N" in the message: a step's `triton_messages.IN_REQUEST`),
+    or None."""
     if max(map(len, rows), default=0) > max_text_bytes:
         at = next(i for i, row in enumerate(rows) if len(row) > max_text_bytes)
         return (

@@ -297,14 +297,14 @@ def test_a_network_that_changes_address_for_every_request_gets_one_networks_turn
 def test_the_memory_of_places_on_the_timeline_is_bounded_and_cheap(monkeypatch):
     import time as clock
 
-    from readability_triton.frontdoor import gate as G
+    from readability_triton.frontdoor import fairness as F
 
-    monkeypatch.setattr(G, "MAX_REMEMBERED", 2048)
+    monkeypatch.setattr(F, "MAX_REMEMBERED", 2048)
     gate = Gate(max_wait=1e9, rate=1e6, max_inside_requests=10**6)
     started = clock.perf_counter()
     for n in range(20_000):
         gate.drop(gate.offer(f"c{n}", 1.0))  # each leaves a place ahead of the present
-    assert len(gate._finishes) <= 2048
+    assert len(gate.ledger.finishes) <= 2048
     assert clock.perf_counter() - started < 2.0  # not a rebuild of the whole memory per request
 
 

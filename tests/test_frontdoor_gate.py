@@ -623,7 +623,7 @@ def test_a_client_that_comes_back_at_once_keeps_its_place_and_the_memory_of_plac
     """A closed loop of one request at a time has no work between its requests; it comes
     back at the end of its last request on the fair timeline, not at the present (where
     every such client would tie, and 50 addresses would win 50 turns)."""
-    from readability_triton.frontdoor import gate as G
+    from readability_triton.frontdoor import fairness as F
 
     gate, clock = _gate()
     gate.offer("a", 4)
@@ -632,11 +632,11 @@ def test_a_client_that_comes_back_at_once_keeps_its_place_and_the_memory_of_plac
     newcomer = gate.offer("b", 1)
     assert isinstance(back, Ticket) and back.start == 4000.0 and newcomer.start == 0.0
     assert gate.next() is newcomer
-    monkeypatch.setattr(G, "MAX_REMEMBERED", 8)
+    monkeypatch.setattr(F, "MAX_REMEMBERED", 8)
     for n in range(50):
         ticket = gate.offer(f"c{n}", 1)
         gate.drop(ticket)
-    assert len(gate._finishes) <= 8
+    assert len(gate.ledger.finishes) <= 8
 
 
 def test_a_newcomer_behind_nothing_but_the_work_inside_is_accepted_while_the_whole_wait_holds_it():

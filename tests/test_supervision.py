@@ -97,8 +97,8 @@ def test_a_slow_or_shed_canary_under_load_is_not_evidence(world):
     server, supervisor, state = world
     state["answers"] = [
         H.Probe("busy", "in ensemble 'readability', Request timeout expired", 60.0),
-        H.Probe(M.classify("busy: 9 requests are waiting"), "busy: 9 requests are waiting", 0.01),
-        H.Probe(M.classify("[StatusCode.DEADLINE_EXCEEDED] Deadline Exceeded"), "deadline", 60.0),
+        H.Probe(M.canary_kind("busy: 9 requests are waiting"), "busy: 9 requests are waiting", 0.01),
+        H.Probe(M.canary_kind("[StatusCode.DEADLINE_EXCEEDED] Deadline Exceeded"), "deadline", 60.0),
     ]
     server.pending = {"bert": 40}
     for _ in range(3):
@@ -254,7 +254,7 @@ def test_the_liveness_thread_notes_each_answer(world):
     ],
 )
 def test_what_a_failed_canary_means(message, kind):
-    assert M.classify(message) == kind
+    assert M.canary_kind(message) == kind
     assert H.Probe(kind, message, 0.0).evidence == (kind in ("dead", "missing"))
 
 

@@ -16,7 +16,7 @@ clients do:
 `front.FrontDoor` runs in a thread of `serve`; from serve's thread, `pause`/`resume` hold
 the queue during a repair and `drain` refuses new requests and lets the accepted ones
 finish. When an answer says a python-backend stub died (an internal error naming an
-instance of a model this repository serves: `triton_messages.dead_stub`), the door holds its
+instance of a model this repository serves: `triton_messages.classify`), the door holds its
 queue at once, tells the supervisor (`on_dead_stub`), and sends the requests that met the
 dead stub once more after the repair: a killed stub costs latency, not answers. The answer
 is a suspicion, not a verdict: the supervisor repairs only on its own evidence (the stubs'
@@ -37,6 +37,7 @@ import math
 from typing import Any, Awaitable, Callable, TypedDict
 
 from .. import contracts as C
+from .. import triton_messages as M
 from .clients import V4_PREFIX, V6_PREFIX, group_of
 from .connections import DEFAULT_MAX_CONNECTIONS, PER_GROUP_SHARE, Guard
 from .gate import RECHECK, UNIT, Gate, Refusal, Ticket
@@ -168,7 +169,7 @@ class Door:
                     return ticket.refusal  # refused by the gate in the same turn
                 self.gate.drop(ticket, expired=True)
                 return Refusal(
-                    f"busy: the request waited {EXPIRE_FACTOR * self.gate.max_wait:g} s without being "
+                    f"{M.BUSY} the request waited {EXPIRE_FACTOR * self.gate.max_wait:g} s without being "
                     "sent on (the server is being repaired or is much slower than measured); retry",
                     1.0,
                 )

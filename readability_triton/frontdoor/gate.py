@@ -1,42 +1,49 @@
 """Admission by work and fair dispatch: what the front door lets into tritonserver, and when.
 
-Work is counted in texts weighed by their length (`wire.Weigher.work_of`), not in requests.
-"Texts" below means such work. The gate keeps these promises:
+Work is counted in texts weighed by their length (`wire.Weigher.work_of`: a text that fills
+BERT's 256 tokens counts 1, a shorter one in proportion, a longer one more for what featurize
+and the formulas still read past BERT's window), not in requests: a request of 64 long texts
+is 64 times the work of a request of one. "Texts" below means such work. The gate keeps
+these promises:
 
 - **A stated wait.** A request is accepted only while the work ahead of it in the fair order
   (below: what is inside, and the queued requests that start before it), at the rate the
   pipeline has lately finished texts, fits within `AIM` of `max_wait` seconds; else it is
-  refused at once ("busy: ...", retry after a moment); one with nothing queued ahead of it
-  waits only for what is inside, and the whole wait counts. The headroom is for a rate
-  that lags a pipeline slowed by other work on its CPUs (a flood of score jobs on 2 cores
-  was answered at p99 3.2 s against a stated 2 s while admission filled the whole wait).
-  So a client that sends one text at a time is not refused as busy because another filled
-  the queue: its text would not wait for that queue. The rate is
-  measured, not configured (`rate.Meter`): texts computed per second while the pipeline
-  was full, believed at once when it slows down; answers paced by the clients may raise
-  it, never lower it.
-- **The wait is checked again as the rate falls** (`recheck`): where the pipeline slows
-  down more than admission's headroom covers after a request was accepted (score jobs
-  starting on the same 2 cores halved the rate within a second: 1.5 s waits took 3.5-3.7 s),
-  a waiting request the rate now cannot answer within the stated wait is refused then,
-  uncomputed (kind `slowed`). What is inside tritonserver runs to its end.
-- **Fair shares.** Each client group (a network of addresses, `clients`) may hold at most
-  its share of the work the wait allows (that work divided among the groups that have work
-  waiting) once the pipeline is full, and each client (an address, or the value of a header
-  the operator trusts) its share of its group's; while there is room, one client may use
-  all of it. Accepted requests are sent on in start-time fair order (each network's texts
-  form one virtual timeline; the smallest start goes first, among equal starts the sooner
-  end), so a client that sends one text at a time is not stuck behind another's backlog, and
-  50 addresses of one network get one network's turns, not 50 networks'.
+  refused at once ("busy: ...", retry after a moment). One that finds nothing waiting here
+  and room inside goes straight in; one with nothing queued ahead of it waits only for
+  what is inside, and the whole wait counts. The headroom is for the rate, which lags a
+  pipeline that slows down when its machine's CPUs are taken by other work: a flood of
+  score jobs, each a Python process starting, on 2 shared cores, was answered at p99 3.2 s
+  against a stated 2 s while admission filled the whole wait. So a client that sends one
+  text at a time is not refused as busy because another filled the queue: its text would
+  not wait for that queue. The rate is measured, not configured (`rate.Meter`): texts
+  computed per second while the pipeline was full, believed at once when it slows down;
+  answers paced by the clients may raise it, never lower it.
+- **The wait is checked again as the rate falls** (`recheck`). Admission's headroom covers
+  a pipeline up to 1/`AIM` slower than measured; where it slows down more after a request
+  was accepted (score jobs' processes starting on the same 2 cores halved the rate within
+  a second, and waits promised as 1.5 s took 3.5-3.7 s), a request still waiting here that
+  the rate now cannot answer within the stated wait (counting only what is left of the
+  work inside) is refused at once ("busy: ... slowed ...", kind `slowed`), uncomputed:
+  answered within the stated wait or refused within it. What is inside tritonserver runs
+  to its end.
+- **Fair shares and fair order** (`fairness`): once the pipeline is full, each network of
+  addresses, and each client within it, may hold at most its share of the work the wait
+  allows; accepted requests are sent on in start-time fair order, one virtual timeline per
+  network, so that a client that sends one text at a time is not stuck behind another's
+  backlog, and 50 addresses of one network get one network's turns, not 50 networks'.
 - **Abandoned work gives up its place.** A request whose client leaves (a closed
   connection, a cancelled or expired gRPC call) while it waits here is dropped before any
   step computes it. Once sent on, a request runs to its end inside tritonserver and its
-  answer is dropped: tritonserver never sees a cancellation (server#7368).
+  answer is dropped: tritonserver never sees a cancellation (Triton 2.51's gRPC frontend
+  crashes when a cancellation races an answer, server#7368).
 
 Only a bounded amount of work is inside tritonserver at once (`inside` seconds of it at the
-measured rate, a second request beside a short first so that its steps overlap, at most
-`max_inside_requests`, below `stub.admission`'s shedding bound of 64): the rest waits here,
-where it can still be dropped and reordered. Synchronous, with a clock; `door` calls it.
+measured rate; a second request beside the first so that its steps overlap, but only beside
+one under `ALONE` of the stated wait of work; and at most `max_inside_requests`, below the
+entrance's own shedding bound of 64 requests waiting in the pipeline, `stub.admission`):
+the rest waits here, where it can still be dropped and reordered. The class is synchronous
+and takes a clock: the asyncio front (`door`) calls it from one thread.
 """
 
 from __future__ import annotations
@@ -48,21 +55,23 @@ import math
 import time
 from typing import Any, Callable
 
+from .. import triton_messages as M
+from .fairness import Ledger
 from .rate import UNIT, WARMUP_ANSWERS, Meter
-from .tickets import ClientState, GroupState, Refusal, Stats, Ticket, percentiles
+from .tickets import Refusal, Stats, Ticket, percentiles
 
-#: The share of the stated wait that admission fills at the measured rate: the rest is
-#: headroom for a pipeline slower than lately measured (only the refusals come sooner).
+#: The share of the stated wait that admission fills at the measured rate (`Gate`): the rest
+#: is headroom for a pipeline slower than lately measured. Where more arrives than fits, the
+#: pipeline stays as full either way: only the refusals come sooner.
 AIM = 0.75
 #: `Gate.recheck` looks once the rate fell by `RECHECK_FALL` below the highest since its last
 #: look (at a steady rate a wait so far grows as the work ahead shrinks), at most every `RECHECK` s.
 RECHECK = 0.05
 RECHECK_FALL = 0.05
-#: A second request goes inside only beside one under this share of the stated wait of work
-#: (two of 64 full texts on a slowed MiniLM were 8.4 s inside: every newcomer was refused).
+#: A second request goes inside only while the one there is less than this share of the
+#: stated wait of work: two requests of 64 full texts on MiniLM slowed to 15 texts/s were
+#: 8.4 s inside, past the 7.5 s admitted, and every newcomer was refused behind them.
 ALONE = 0.25
-#: Networks without work whose place on the fair timeline is remembered, at most.
-MAX_REMEMBERED = 65536
 
 
 class Gate:
@@ -87,13 +96,10 @@ class Gate:
         self.max_inside_requests = max_inside_requests
         self._clock = clock
         self.meter = Meter(rate, inside, max_inside_requests, clock, warmup, ALONE * max_wait)
-        self._clients: dict[str, ClientState] = {}
-        self._groups: dict[str, GroupState] = {}
+        self.ledger = Ledger()  # each client's and network's work, and the fair timeline
         self._heap: list[Ticket] = []
         self._serial = itertools.count()
-        self._now_start = 0.0  # the fair timeline's present: the start of the last ticket sent
         self._sent: dict[Ticket, None] = {}  # the tickets inside
-        self._finishes: dict[str, float] = {}  # the ends of networks without work, while ahead of the present
         self.queued = 0  # work waiting here (thousandths of a text)
         self.inside = 0  # work inside tritonserver
         self.inside_requests = 0
@@ -157,19 +163,16 @@ class Gate:
             )
         now = self._clock()
         group = group or client
-        state = self._clients.get(client) or ClientState(group)
+        state = self.ledger.client(client, group)
         total = self.queued + self.inside
         capacity = self._capacity_units()
         rate = self.meter.last()
-        mine = self._groups.get(group) or GroupState()
-        groups = sum(1 for name, g in self._groups.items() if g.work and name != group) + 1
+        mine = self.ledger.group(group)
+        groups = self.ledger.others(group) + 1
         group_share = capacity / groups
         members = mine.clients + (0 if state.work else 1)  # its group's clients with work, itself included
         share = group_share / members
-        # its place in the fair order: on its network's timeline (a network that comes back at
-        # once after its last answer keeps the end of its last request, where still ahead)
-        start = max(self._now_start, mine.finish or self._finishes.get(group, 0.0))
-        finish = start + texts
+        start, finish = self.ledger.place(group, texts)  # its place in the fair order
         if total == 0 or total + texts <= capacity or (self.queued == 0 and self.room()):
             pass  # room for anyone (or nothing waits here and it goes straight in)
         elif (ahead := self._ahead((start, finish))) + texts > capacity and (
@@ -177,7 +180,7 @@ class Gate:
         ):  # (with nothing queued ahead, it waits only for the work inside: the whole wait counts)
             return self._refuse(
                 "busy",
-                f"busy: {ahead / UNIT:.0f} texts are waiting or in the pipeline ahead of this request, "
+                f"{M.BUSY} {ahead / UNIT:.0f} texts are waiting or in the pipeline ahead of this request, "
                 f"about {ahead / rate:.1f} s of work at {rate / UNIT:.1f} texts/s; the stated wait is "
                 f"{self.max_wait:g} s, of which {self.admitted_wait():g} s is admitted",
                 (ahead + texts - capacity) / rate,
@@ -185,14 +188,14 @@ class Gate:
         elif members > 1 and mine.work + texts > group_share:  # (alone in its network, the client's own rule)
             return self._refuse(
                 "share",
-                f"busy: the clients of this network ({group}) already have {mine.work / UNIT:.0f} texts waiting "
+                f"{M.BUSY} the clients of this network ({group}) already have {mine.work / UNIT:.0f} texts waiting "
                 f"or in the pipeline, its share while {groups} networks wait is {group_share / UNIT:.0f}",
                 (mine.work + texts - group_share) / rate,
             )
         elif state.work and state.work + texts > share:
             return self._refuse(
                 "share",
-                f"busy: this client already has {state.work / UNIT:.0f} texts waiting or in the pipeline, its "
+                f"{M.BUSY} this client already has {state.work / UNIT:.0f} texts waiting or in the pipeline, its "
                 + (
                     f"share while {groups} clients wait"
                     if members == 1
@@ -201,19 +204,17 @@ class Gate:
                 + f" is {share / UNIT:.0f}",
                 (state.work + texts - share) / rate,
             )
-        self._clients[client] = state
-        self._finishes.pop(group, None)
         ticket = Ticket(client, texts, now, start, next(self._serial), deadline=now + patience, finish=finish)
-        self._add(state, queued=texts)
-        self._groups[group].finish = finish
+        self.ledger.accept(client, state, group, texts, finish)
         self.queued += texts
         heapq.heappush(self._heap, ticket)
         self.stats.accepted += 1
         return ticket
 
     def _ahead(self, place: tuple[float, float]) -> int:
-        """The work a new ticket at `place` (start, finish) would wait for: what is inside, and
-        the queued tickets before it (the heap from its root, leaving subtrees that come later)."""
+        """The work a new ticket at `place` (start, finish) would wait for: what is inside,
+        and the queued tickets before it in the fair order (the heap's tickets in order, from
+        its root, leaving each subtree whose root comes later: all of it does)."""
         ahead, todo = self.inside, [0] if self._heap else []
         while todo:
             i = todo.pop()
@@ -243,11 +244,13 @@ class Gate:
         return self.inside < self.inside_seconds * units
 
     def recheck(self) -> int:
-        """Refuse, as 'slowed' (to `late`), each waiting ticket whose wait so far plus the work
-        ahead of it (what is left inside, the tickets kept before it) and its own passes `max_wait`
-        at the rate now; but the first where there is room, and those a repair held (the door's
-        expiry bounds them). Only after the rate fell RECHECK_FALL below the highest since the
-        last look, at most every RECHECK s, never paused. How many."""
+        """Refuse, in state 'slowed' (to `late`), each waiting ticket whose wait so far plus
+        the work ahead of it in the fair order (what is left of the work inside, and the tickets
+        kept before it) and its own passes `max_wait` at the rate now. Kept: the first where
+        there is room (it goes now, also one larger than the wait allows), and those a repair
+        held (accepted before the last `resume`: the door's expiry bounds them). Only once the
+        rate fell `RECHECK_FALL` below the highest since the last look, at most every
+        `RECHECK` s, never paused. How many."""
         if not self.queued or self.paused:
             self._basis = 0.0  # a hold's answerless seconds lower the rate: start again after it
             return 0
@@ -272,7 +275,7 @@ class Gate:
             ticket.state = "slowed"
             ticket.refusal = self._refuse(
                 "slowed",
-                f"busy: the pipeline slowed to {rate / UNIT:.1f} texts/s after this request was accepted: "
+                f"{M.BUSY} the pipeline slowed to {rate / UNIT:.1f} texts/s after this request was accepted: "
                 f"with {ahead / UNIT:.0f} texts ahead of it, it could no longer be answered within the stated "
                 f"wait of {self.max_wait:g} s (it waited {waited:.1f} s here and was not computed)",
                 (ahead + ticket.work) / rate - self.admitted_wait(),  # until its work would be admitted again
@@ -298,13 +301,11 @@ class Gate:
                 )
                 self.late.append(ticket)
                 continue
-            state = self._clients[ticket.client]
-            self._add(state, queued=-ticket.work, inside=ticket.work)
+            self.ledger.sent(ticket)
             self.queued -= ticket.work
             self.inside += ticket.work
             self.inside_requests += 1
             self._sent[ticket] = None
-            self._now_start = max(self._now_start, ticket.start)
             ticket.state, ticket.sent_at = "sent", now
             self.meter.changed(self.inside, self.inside_requests, now)
             ticket.full_at_send = self.meter.sent(now)
@@ -318,8 +319,7 @@ class Gate:
             return
         now = self._clock()
         ticket.state = "done"
-        state = self._clients[ticket.client]
-        self._add(state, inside=-ticket.work)
+        self.ledger.leave(ticket, inside=-ticket.work)
         self.inside -= ticket.work
         self.inside_requests -= 1
         self._sent.pop(ticket, None)
@@ -332,7 +332,6 @@ class Gate:
         self.stats.answered += 1
         if client_gone:
             self.stats.abandoned_inside += 1
-        self._forget(ticket.client, state)
 
     def resend(self, ticket: Ticket) -> None:
         """A ticket inside is sent once more (after a repair, or a refusal by the pipeline's
@@ -348,14 +347,12 @@ class Gate:
         if ticket.state != "sent":
             return
         ticket.state = "dropped"
-        state = self._clients[ticket.client]
-        self._add(state, inside=-ticket.work)
+        self.ledger.leave(ticket, inside=-ticket.work)
         self.inside -= ticket.work
         self.inside_requests -= 1
         self._sent.pop(ticket, None)
         self.meter.changed(self.inside, self.inside_requests, self._clock())
         self.stats.dropped += 1
-        self._forget(ticket.client, state)
 
     def drop(self, ticket: Ticket, expired: bool = False, counted: bool = True) -> None:
         """The client gave up on a ticket that still waits here (or it waited too long):
@@ -364,47 +361,14 @@ class Gate:
         if ticket.state != "queued":
             return
         ticket.state = "dropped"
-        state = self._clients[ticket.client]
-        self._add(state, queued=-ticket.work)
+        self.ledger.leave(ticket, queued=-ticket.work)
         self.queued -= ticket.work
         if expired:
             self.stats.expired += 1
         elif counted:
             self.stats.dropped += 1
-        self._forget(ticket.client, state)
         if not self.queued:
             self._heap.clear()  # only dropped tickets were left in it
-
-    def _add(self, state: ClientState, queued: int = 0, inside: int = 0) -> None:
-        """Move a client's work, and its group's with it."""
-        before = state.work
-        state.queued += queued
-        state.inside += inside
-        group = self._groups.setdefault(state.group, GroupState())
-        group.work += queued + inside
-        group.clients += (state.work > 0) - (before > 0)
-        if not group.work and not group.clients:
-            del self._groups[state.group]
-            self._remember(state.group, group.finish)
-
-    def _remember(self, group: str, finish: float) -> None:
-        """Keep a network's end on the timeline while ahead of the present, so that one that
-        comes back at once does not start again from the present (a closed loop would always
-        tie with everyone). At most MAX_REMEMBERED: past it, the places behind the present
-        go, then all but the half furthest ahead."""
-        if finish <= self._now_start:
-            self._finishes.pop(group, None)
-            return
-        if len(self._finishes) >= MAX_REMEMBERED:
-            ahead = [(f, g) for g, f in self._finishes.items() if f > self._now_start]
-            if len(ahead) > MAX_REMEMBERED * 3 // 4:
-                ahead = sorted(ahead, reverse=True)[: MAX_REMEMBERED // 2]
-            self._finishes = {g: f for f, g in ahead}
-        self._finishes[group] = finish
-
-    def _forget(self, name: str, state: ClientState) -> None:
-        if not state.work:
-            self._clients.pop(name, None)
 
     # -- lifecycle ------------------------------------------------------------------
     def pause(self) -> None:
@@ -429,6 +393,7 @@ class Gate:
 
     def snapshot(self) -> dict[str, Any]:
         """What the health endpoint shows."""
+        clients, networks = self.ledger.with_work()
         return {
             "answer_seconds": self.answer_times(),
             "rate_texts_per_s": round(self.rate(), 2),
@@ -437,8 +402,8 @@ class Gate:
             "texts_waiting": self.queued / UNIT,
             "texts_inside": self.inside / UNIT,
             "requests_inside": self.inside_requests,
-            "clients_with_work": sum(1 for c in self._clients.values() if c.work),
-            "networks_with_work": sum(1 for g in self._groups.values() if g.work),
+            "clients_with_work": clients,
+            "networks_with_work": networks,
             "paused": self.paused,
             "accepted": self.stats.accepted,
             "refused": dict(self.stats.refused),

@@ -183,27 +183,27 @@ async def open_grpc(
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(err))
             raise AssertionError("abort raises") from None  # pragma: no cover
         if door.served and weighed.model not in door.served:
-            await context.abort(
-                grpc.StatusCode.NOT_FOUND, f"Request for unknown model: '{weighed.model}' is not served here"
-            )
+            await context.abort(grpc.StatusCode.NOT_FOUND, M.not_served(weighed.model))
         outcome = await door.admit(client, weighed.work, context.time_remaining())
         if isinstance(outcome, Refusal):
             code = grpc.StatusCode.DEADLINE_EXCEEDED if outcome.kind == "deadline" else grpc.StatusCode.UNAVAILABLE
             await context.abort(code, outcome.reason)
             raise AssertionError("abort raises")  # pragma: no cover
         metadata = _passed_on(context.invocation_metadata())
+
+        def failed(reply: bytes | grpc.aio.AioRpcError) -> M.Reading | None:
+            """What a failed answer means (`triton_messages.classify`); None for an answer."""
+            if isinstance(reply, grpc.aio.AioRpcError):
+                return M.classify(reply.code(), reply.details(), door.served)
+            return None
+
         try:
             reply = await door.run(
                 outcome,
                 lambda: forward(INFER, request, metadata),
                 ok=lambda r: not isinstance(r, grpc.aio.AioRpcError),
-                dead_stub=lambda r: (
-                    isinstance(r, grpc.aio.AioRpcError) and bool(M.dead_stub(r.code(), r.details(), door.served))
-                ),
-                uncomputed=lambda r: (
-                    isinstance(r, grpc.aio.AioRpcError)
-                    and (M.is_shed(r.code(), r.details()) or M.is_no_connection(r.code(), r.details()))
-                ),
+                dead_stub=lambda r: (f := failed(r)) is not None and f.kind is M.Kind.DEAD_STUB,
+                uncomputed=lambda r: (f := failed(r)) is not None and f.uncomputed,
                 client_gone=lambda: _late(context),
             )
         except ClientLeft:

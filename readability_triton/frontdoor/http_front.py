@@ -236,7 +236,7 @@ async def open_http(
                 return _error(503, f"the server is not answering ({type(err).__name__}); retry in a moment")
         assert model is not None
         if door.served and model.group(1) not in door.served:
-            return _error(404, f"Request for unknown model: '{model.group(1)}' is not served here")
+            return _error(404, M.not_served(model.group(1)))
         try:
             header_length = request.headers.get("Inference-Header-Content-Length")
             weigh = (
@@ -257,17 +257,22 @@ async def open_http(
             try:
                 return await forward(request, body)
             except ClientConnectorError as err:  # never reached tritonserver: may be sent again
-                return _error(503, f"{M.NO_CONNECTION_SIGNS[1]} ({type(err).__name__}); retry in a moment")
+                return _error(503, f"{M.REFUSED_CONNECTION} ({type(err).__name__}); retry in a moment")
+
+        def failed(reply: web.Response) -> M.Reading | None:
+            """What a failed answer means (`triton_messages.classify`); None for an answer."""
+            if reply.status == 200:
+                return None
+            body = reply.body  # the bytes `forward` read (never a streamed payload)
+            return M.classify(reply.status, body if isinstance(body, (bytes, bytearray)) else None, door.served)
 
         try:
             return await door.run(
                 outcome,
                 forward_infer,
                 ok=lambda reply: reply.status == 200,
-                dead_stub=lambda reply: bool(M.dead_stub(reply.status, reply.body, door.served)),
-                uncomputed=lambda reply: (
-                    M.is_shed(reply.status, reply.body) or M.is_no_connection(reply.status, reply.body)
-                ),
+                dead_stub=lambda reply: (f := failed(reply)) is not None and f.kind is M.Kind.DEAD_STUB,
+                uncomputed=lambda reply: (f := failed(reply)) is not None and f.uncomputed,
                 client_gone=lambda: request.transport is None or request.transport.is_closing(),
             )
         except ClientLeft:

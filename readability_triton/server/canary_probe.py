@@ -12,7 +12,7 @@ from .. import contracts as C
 from ..client.readability import ReadabilityClient
 from ..errors import ClientError
 from ..repository.canary import CANARY, Canary
-from ..triton_messages import classify, dead_stub_models
+from ..triton_messages import canary_kind, dead_stub_models
 
 _probes = itertools.count(int(time.time()))
 
@@ -20,7 +20,8 @@ _probes = itertools.count(int(time.time()))
 @dataclass
 class Probe:
     """One canary inference and what it shows: "ok", "wrong", "dead" (a stub),
-    "missing" (a model), "busy" (slow or shed: not evidence) or "down" (no answer)."""
+    "missing" (a model), "busy" (slow or shed: not evidence) or "down" (no answer); the
+    error's kind as `triton_messages.canary_kind` reads it."""
 
     kind: str
     message: str
@@ -55,7 +56,7 @@ def check(
             got, _ = client.infer_batch(texts, names)
     except ClientError as err:
         message = str(err)
-        return Probe(classify(message), message, time.perf_counter() - started, dead_stubs=dead_stub_models(message))
+        return Probe(canary_kind(message), message, time.perf_counter() - started, dead_stubs=dead_stub_models(message))
     seconds = time.perf_counter() - started
     outputs = {name: float(values[0]) for name, values in got.items()}
     problem = (

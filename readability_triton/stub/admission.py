@@ -11,8 +11,8 @@ step (`featurize` in the serial wiring, `validate` in the parallel one) reads ho
 requests wait in the queues of the steps after it (Triton's
 `nv_inference_pending_request_count` gauge, from the server's own metrics endpoint) and
 refuses the requests of an execute with UNAVAILABLE while that number is at
-`MAX_PENDING_REQUESTS` or more. A refusal by the first step is answered and released like
-any other error of a request with one step in flight.
+`MAX_PENDING_REQUESTS` or more, in words `triton_messages` reads (`BUSY`, `SHED_SIGNS`:
+the front door sends such a refusal again, since nothing computed it).
 
 Two readings of Triton's own metrics, from the server's metrics endpoint, decide it:
 
@@ -43,6 +43,8 @@ import threading
 import time
 import urllib.request
 from typing import Callable, Iterable
+
+from ..triton_messages import BUSY, SHED_PENDING, SHED_QUEUE
 
 #: Where the python-backend stubs find the server's metrics (`serve` sets it).
 METRICS_URL_ENV = "READABILITY_TRITON_METRICS_URL"
@@ -127,8 +129,8 @@ class Admission:
         waiting = int(sum(metrics.get(m, {}).get("pending", 0) for m in self.models))
         if self.max_pending and waiting >= self.max_pending:
             return (
-                f"busy: {waiting} requests are waiting inside the pipeline (the limit is {self.max_pending}, "
-                "parameter MAX_PENDING_REQUESTS); retry in a moment"
+                f"{BUSY} {waiting} requests are waiting inside the pipeline (the limit is {self.max_pending}, "
+                f"{SHED_PENDING}); retry in a moment"
             )
         worst, where = 0.0, ""
         for model in self.models:
@@ -154,8 +156,8 @@ class Admission:
                 worst, where = wait, model
         if self.max_queue_s and worst >= self.max_queue_s:
             return (
-                f"busy: requests wait {worst:.1f} s in the queue of {where} (the limit is {self.max_queue_s:g} s, "
-                "parameter MAX_QUEUE_SECONDS); retry in a moment"
+                f"{BUSY} requests wait {worst:.1f} s in the queue of {where} (the limit is {self.max_queue_s:g} s, "
+                f"{SHED_QUEUE}); retry in a moment"
             )
         return None
 

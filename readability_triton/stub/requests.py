@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import contracts, validation
 from ..device import host
+from ..triton_messages import IN_REQUEST
 
 
 @dataclass
@@ -85,13 +86,13 @@ def read_text_requests(
             )
             continue
         rows = [row if isinstance(row, bytes) else str(row).encode("utf-8") for row in array[:, 0]]
-        problem = validation.size_and_encoding(rows, max_text_bytes, where=" of the request")
+        problem = validation.size_and_encoding(rows, max_text_bytes, where=IN_REQUEST)
         if problem is not None:
             batch.fail(index, problem)
             continue
         accepted.append((index, rows))
     if require_words and accepted:
-        problems = validation.without_words([rows for _, rows in accepted], where=" of the request")
+        problems = validation.without_words([rows for _, rows in accepted], where=IN_REQUEST)
         for (index, _), problem in zip(accepted, problems):
             if problem is not None:
                 batch.fail(index, problem)
