@@ -1,7 +1,7 @@
 """The abuse suite: every attack production clients mount, each beside honest clients,
 against the default `readability-triton serve` of a repository (a fresh serve per attack,
 so that restarts and memory are each attack's own). The first round's attacks are
-`readability_triton.client.abuse`'s, the second round's `attacks.py`'s (beside this file).
+`readability_triton.measure.abuse`'s, the second round's `attacks.py`'s (beside this file).
 
     python benchmarks/abuse.py --repository .cache/demo-repository            # the table in docs/operations.md
     python benchmarks/abuse.py --repository REPO --short --json out.json      # what `make test` runs
@@ -27,8 +27,8 @@ from dataclasses import asdict
 
 import attacks as second_round
 
-from readability_triton.client import abuse, honest
-from readability_triton.server.tritonserver import free_ports
+from readability_triton.measure import abuse
+from readability_triton.measure.launch import launch_serve
 
 ATTACKS = (
     "deadlines",
@@ -79,68 +79,6 @@ LONG = {
 }
 
 
-def start_serve(
-    repository: str, folder: str, key: str, key_file: bool = False, max_wait: float = 10.0, extra: tuple[str, ...] = ()
-) -> honest.Target:
-    """`readability-triton serve` on free ports, with its health port, the admin key from
-    the environment or (key_file) from a file only its user can read."""
-    ports = dict(zip(("http", "grpc", "metrics", "health"), free_ports(4)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("READABILITY_TRITON_ADMIN_KEY")}
-    if key_file:
-        path = os.path.join(folder, "admin-key")
-        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
-            handle.write(key)
-        env["READABILITY_TRITON_ADMIN_KEY_FILE"] = path
-    else:
-        env["READABILITY_TRITON_ADMIN_KEY"] = key
-    log = open(os.path.join(folder, "serve.log"), "ab")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "readability_triton.cli",
-            "serve",
-            "--repository",
-            repository,
-            "--http-port",
-            str(ports["http"]),
-            "--grpc-port",
-            str(ports["grpc"]),
-            "--metrics-port",
-            str(ports["metrics"]),
-            "--health-port",
-            str(ports["health"]),
-            "--log-file",
-            os.path.join(folder, "tritonserver.log"),
-            "--max-wait",
-            str(max_wait),
-            *extra,
-        ],
-        env=env,
-        stdout=log,
-        stderr=log,
-        start_new_session=True,
-    )
-    target = honest.Target(
-        f"127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['grpc']}", f"127.0.0.1:{ports['health']}", key, process
-    )
-    target.wait_ready()
-    return target
-
-
-def stop_serve(target: honest.Target) -> int | None:
-    process = target.process
-    if process is None:
-        return None
-    if process.poll() is None:
-        process.terminate()
-        try:
-            return process.wait(timeout=90)
-        except subprocess.TimeoutExpired:
-            process.kill()
-    return process.wait()
-
-
 def key_leaks(key: str, folder: str) -> list[str]:
     """Where another local user can read `key`: every process's command line (`ps` and
     /proc/*/cmdline), /proc/*/environ, the logs and /dev/shm, read as `nobody` when this
@@ -183,8 +121,8 @@ def run(
         for name in attacks:
             key = secrets.token_urlsafe(24)
             key_file = name == "disconnects"  # one run with the key in a file, the others from the environment
-            target = start_serve(repository, folder, key, key_file=key_file, max_wait=max_wait)
-            try:
+            launched = launch_serve(repository, folder, args=["--max-wait", str(max_wait)], key=key, key_file=key_file)
+            with launched as target:
                 print(f"abuse: {name} ...", file=sys.stderr, flush=True)
                 if name == "deadlines":
                     report = abuse.deadlines(target, durations[name])
@@ -222,8 +160,7 @@ def run(
                     f"admin key from {'a file' if key_file else 'the environment'}; readable by "
                     f"another user: {key_leaks(key, folder) or 'nowhere'}"
                 )
-            finally:
-                code = stop_serve(target)
+                code = target.stop()
             row = asdict(report)
             row["serve_exit"] = code
             rows.append(row)

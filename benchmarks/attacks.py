@@ -35,7 +35,9 @@ import time
 import urllib.request
 
 from readability_triton import contracts as C
-from readability_triton.client.honest import (
+from readability_triton.client.readability import text_input, triton_client
+from readability_triton.frontdoor.wire import Weigher
+from readability_triton.measure.honest import (
     HONEST_SOURCE,
     HONEST_TEXTS,
     Report,
@@ -48,9 +50,7 @@ from readability_triton.client.honest import (
     run_all,
     tally,
 )
-from readability_triton.client.load import Outcome
-from readability_triton.client.readability import text_input, triton_client
-from readability_triton.frontdoor.wire import Weigher
+from readability_triton.measure.load import Outcome
 
 
 def _rss_mb(pid: int) -> float:

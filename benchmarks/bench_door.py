@@ -22,20 +22,17 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import secrets
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 from readability_triton import contracts as C
 from readability_triton.artifacts.corpus import default_texts
-from readability_triton.client.load import Outcome, closed_loop, percentiles
 from readability_triton.client.readability import ThreadClients, text_input
+from readability_triton.measure.launch import launch_serve
+from readability_triton.measure.load import Outcome, closed_loop, percentiles
 from readability_triton.repository import assemble as repository
-from readability_triton.server.tritonserver import free_ports
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -52,37 +49,6 @@ def server_ports(pid: int) -> dict[str, int]:
     with open(f"/proc/{pid}/cmdline", "rb") as handle:
         args = handle.read().decode().split("\0")
     return {name: int(args[args.index(f"--{name}-port") + 1]) for name in ("http", "grpc")}
-
-
-def health(port: int) -> dict:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as reply:
-        return json.loads(reply.read())
-
-
-def start_serve(repo: str, folder: str) -> tuple[subprocess.Popen, dict[str, int]]:
-    ports = dict(zip(("http", "grpc", "metrics", "health"), free_ports(4)))
-    env = {**os.environ, "READABILITY_TRITON_ADMIN_KEY": secrets.token_urlsafe(24)}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "readability_triton.cli", "serve", "--repository", repo]
-        + [f"--{name}-port={port}" for name, port in ports.items()]
-        + ["--log-file", os.path.join(folder, "tritonserver.log")],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=open(os.path.join(folder, "serve.log"), "wb"),
-        start_new_session=True,
-    )
-    deadline = time.monotonic() + 300
-    while True:
-        if process.poll() is not None:
-            raise SystemExit(f"serve exited with status {process.returncode}: see {folder}/serve.log")
-        try:
-            if health(ports["health"]).get("ready"):
-                return process, ports
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            raise SystemExit("serve was not ready in 300 s")
-        time.sleep(0.5)
 
 
 def measure(url: str, protocol: str, texts: list[str], clients: int, seconds: float, pids: dict[str, int]) -> dict:
@@ -129,9 +95,9 @@ def main(argv=None) -> int:
         repo = args.repository or os.path.join(tmp, "repository")
         if not args.repository:
             repository.assemble(args.artifacts, repo, "portable")
-        serve, ports = start_serve(repo, tmp)
-        try:
-            server_pid = int(health(ports["health"])["pid"])
+        with launch_serve(repo, tmp, stop_timeout=120) as serve:
+            ports = serve.ports
+            server_pid = int(serve.status(timeout=10)["pid"])
             direct = server_ports(server_pid)
             pids = {"serve": serve.pid, "tritonserver": server_pid}
             cells = [(p, c, way) for p in protocols for c in clients for way in ("door", "direct")]
@@ -148,9 +114,6 @@ def main(argv=None) -> int:
                         file=sys.stderr,
                         flush=True,
                     )
-        finally:
-            serve.terminate()
-            serve.wait(timeout=120)
     table = []
     for protocol in protocols:
         for n in clients:

@@ -28,8 +28,8 @@ import time
 
 from readability_triton import contracts as C
 from readability_triton.artifacts.corpus import default_texts
-from readability_triton.client.load import Outcome, closed_loop, percentiles
 from readability_triton.client.readability import ThreadClients, text_input
+from readability_triton.measure.load import Outcome, closed_loop, percentiles
 from readability_triton.repository import assemble as repository
 from readability_triton.server.tritonserver import TritonServer
 

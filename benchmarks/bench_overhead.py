@@ -58,10 +58,10 @@ import numpy as np
 
 from readability_triton import contracts as C
 from readability_triton.artifacts.corpus import default_texts
-from readability_triton.client.bench import STEPS as GRAPH_STEPS
-from readability_triton.client.bench import breakdown, compute_ms, settled_statistics
-from readability_triton.client.load import closed_loop, percentiles
 from readability_triton.client.readability import ThreadClients, text_input
+from readability_triton.measure.bench import STEPS as GRAPH_STEPS
+from readability_triton.measure.bench import breakdown, compute_ms, settled_statistics
+from readability_triton.measure.load import closed_loop, percentiles
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs
 from readability_triton.server.tritonserver import TritonServer
@@ -326,7 +326,7 @@ def served_row(url: str, model: str, texts: list[str], clients: int, seconds: fl
     pool = ThreadClients(url, "grpc")
 
     def work(client: int, i: int):
-        from readability_triton.client.load import Outcome
+        from readability_triton.measure.load import Outcome
 
         module, triton = pool.get()
         text = texts[(client * 7919 + i) % len(texts)]

@@ -48,9 +48,9 @@ import numpy as np
 from readability_triton import contracts as C
 from readability_triton.artifacts.corpus import default_texts, first_sentences
 from readability_triton.buckets import bucket_widths, real_lengths
-from readability_triton.client import bench
 from readability_triton.client.readability import ReadabilityClient
 from readability_triton.layout import load_manifest
+from readability_triton.measure import bench
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs
 from readability_triton.server.backends import check_servable

@@ -22,15 +22,15 @@ import argparse
 import collections
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-from bench_door import measure, start_serve
+from bench_door import measure
 
 from readability_triton.artifacts.corpus import default_texts
+from readability_triton.measure.launch import launch_serve
 from readability_triton.repository import assemble as repository
 
 
@@ -78,8 +78,8 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="profile-door-") as tmp:
         repo = os.path.join(tmp, "repository")
         repository.assemble(args.artifacts, repo, "portable")
-        process, ports = start_serve(repo, tmp)
-        try:
+        with launch_serve(repo, tmp, stop_timeout=60) as serve:
+            process, ports = serve.running, serve.ports
             for protocol in args.protocols.split(","):
                 raw = os.path.join(args.out, f"{protocol}.txt")
                 spy = subprocess.Popen(
@@ -105,9 +105,6 @@ def main(argv=None) -> int:
                     print(f"  {kind}:")
                     for name, share in report[kind]:
                         print(f"    {share:6.1%}  {name}")
-        finally:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout=60)
     return 0
 
 

@@ -18,25 +18,22 @@ Without --artifacts it builds the small test artifact set (random 2-layer BERT).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import urllib.error
-import urllib.request
 
 import numpy as np
 
 from readability_triton import contracts as C
-from readability_triton.client import load
 from readability_triton.client.readability import ReadabilityClient
 from readability_triton.data import COMMONLIT_CSV, read_table
+from readability_triton.measure import load
+from readability_triton.measure.launch import launch_serve
 from readability_triton.repository import assemble as repository
-from readability_triton.server.tritonserver import free_ports
 
 BAD = [b"broken \xff\xfe utf-8", b"", b"   \t  ", b"\xed\xa0\x80 surrogate", b"\xc3"]
 
@@ -47,16 +44,6 @@ def good_texts(n: int = 200) -> list[str]:
     from readability_triton.artifacts.corpus import generate_corpus
 
     return generate_corpus(n)[0]
-
-
-def _health(port: int) -> dict:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=10) as reply:
-            return json.loads(reply.read())
-    except urllib.error.HTTPError as err:
-        return json.loads(err.read())
-    except OSError:
-        return {}
 
 
 def main(argv=None) -> int:
@@ -79,7 +66,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="also write the report here")
     args = parser.parse_args(argv)
 
-    with tempfile.TemporaryDirectory(prefix="soak-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="soak-") as tmp, contextlib.ExitStack() as stack:
         artifacts = args.artifacts
         if artifacts is None:
             from readability_triton.artifacts.demo import build_demo
@@ -98,45 +85,19 @@ def main(argv=None) -> int:
         repository.assemble(artifacts, repo, "portable")
         low, _, high = args.texts_per_request.partition("-")
         sizes = (int(low), int(high or low))
-        ports = free_ports(4)
-        serve_log = open(os.path.join(tmp, "serve.log"), "w+", encoding="utf-8")
-        serve = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "readability_triton.cli",
-                "serve",
-                "--repository",
-                repo,
-                "--http-port",
-                str(ports[0]),
-                "--grpc-port",
-                str(ports[1]),
-                "--metrics-port",
-                str(ports[2]),
-                "--health-port",
-                str(ports[3]),
-                "--health-interval",
-                str(args.health_interval),
-                "--log-file",
-                os.path.join(tmp, "tritonserver.log"),
-            ],
-            stdout=serve_log,
-            stderr=subprocess.STDOUT,
-        )
-        deadline = time.monotonic() + 300
-        while not _health(ports[3]).get("ready"):
-            if serve.poll() is not None or time.monotonic() > deadline:
-                serve_log.seek(0)
-                raise SystemExit(f"serve did not become ready:\n{serve_log.read()[-3000:]}")
-            time.sleep(0.5)
-        grpc_url, http_url = f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[0]}"
+        try:
+            serve = stack.enter_context(
+                launch_serve(repo, tmp, args=["--health-interval", str(args.health_interval)], stop_timeout=300)
+            )
+        except RuntimeError as err:  # not ready: the end of its log
+            raise SystemExit(str(err)) from None
+        grpc_url, http_url = serve.grpc, serve.http
         texts = good_texts()
         with ReadabilityClient(grpc_url, "grpc") as client:
             expected = np.array([s.score for s in client.score(texts, outputs=(C.SCORE,))])
 
         def server_pid() -> int:
-            return _health(ports[3]).get("pid") or 0
+            return serve.status(timeout=10).get("pid") or 0
 
         rss = {"start": load.rss_by_process(server_pid())}
         series: list[tuple[float, dict]] = []
@@ -179,9 +140,9 @@ def main(argv=None) -> int:
         for sampler in samplers:
             sampler.join()
         rss["end"] = load.rss_by_process(server_pid())
-        health = _health(ports[3])
-        alive = serve.poll() is None and bool(health.get("live"))
-        with open(os.path.join(tmp, "tritonserver.log"), encoding="utf-8", errors="replace") as handle:
+        health = serve.status(timeout=10)
+        alive = serve.returncode is None and bool(health.get("live"))
+        with open(serve.server_log, encoding="utf-8", errors="replace") as handle:
             log = handle.read()
         crashes = [
             s
@@ -189,10 +150,8 @@ def main(argv=None) -> int:
             if s in log
         ]
         stopped = time.monotonic()
-        serve.send_signal(signal.SIGTERM)
-        code = serve.wait(timeout=300)
-        serve_log.seek(0)
-        serve_said = serve_log.read()
+        code = serve.stop(timeout=300)  # SIGTERM: drain, stop
+        serve_said = serve.said()
         report = {
             "clients": args.clients,
             "seconds": args.seconds,

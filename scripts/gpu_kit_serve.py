@@ -243,7 +243,7 @@ def _infer(http: str, texts, timeout: float = 60.0) -> dict:
 def _throughput(http: str, clients: int, seconds: float) -> dict:
     """`clients` closed loops of one-text KServe JSON requests (urllib: nothing to install on
     the GPU machine) on the package's one closed loop."""
-    from readability_triton.client import load
+    from readability_triton.measure import load
 
     def work(client: int, i: int):
         began = time.perf_counter()
@@ -273,7 +273,7 @@ def step_costs(before: dict[str, dict], after: dict[str, dict]) -> dict:
     row: per step, the compute (input + infer + output) and queue ms a request was charged,
     and the average batch; and the share of the steps' compute that is not BERT's (the goal:
     at most 10 % on a GPU)."""
-    from readability_triton.client.bench import breakdown, compute_ms
+    from readability_triton.measure.bench import breakdown, compute_ms
 
     rows = breakdown(before, after)
     compute = {model: compute_ms(row) for model, row in rows.items()}
@@ -301,7 +301,7 @@ PYTHON_STEPS = ("validate", "preprocess", "featurize", "postprocess")
 def _rows(server, seconds: float) -> list[dict]:
     """Throughput at 1, 8 and 32 clients, a third of `seconds` each (at most 5 s; none under
     1 s), with each step's compute."""
-    from readability_triton.client.bench import settled_statistics
+    from readability_triton.measure.bench import settled_statistics
 
     each = min(5.0, seconds / 3)
     rows = []

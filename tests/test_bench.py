@@ -22,7 +22,7 @@ from served import assemble_portable, start_server
 from readability_triton import contracts as C
 from readability_triton.artifacts.corpus import generate_corpus
 from readability_triton.cli import main
-from readability_triton.client import bench, perf
+from readability_triton.measure import bench, perf
 from readability_triton.repository import configs
 
 

@@ -18,7 +18,7 @@ from served import Failure, infer, score_texts, side_by_side, start_server
 
 from readability_triton import contracts as C
 from readability_triton.artifacts.corpus import first_sentences
-from readability_triton.client.bench import breakdown, settled_statistics
+from readability_triton.measure.bench import breakdown, settled_statistics
 from readability_triton.repository import assemble as repository
 from readability_triton.repository.configs import read_config
 from readability_triton.server.installation import native_backends

@@ -32,6 +32,7 @@ from readability_triton import __version__
 from readability_triton import contracts as C
 from readability_triton.artifacts.corpus import default_texts
 from readability_triton.client.readability import ReadabilityClient
+from readability_triton.measure.launch import launch_serve
 from readability_triton.repository import assemble as repository
 from readability_triton.server.tritonserver import TritonServer, free_ports
 
@@ -127,7 +128,7 @@ def test_the_wheel_in_a_fresh_venv_serves_on_a_plain_tritonserver_as_serve_does(
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
-    serve = None
+    serve_code = 0
     try:
         _ready(f"127.0.0.1:{http}", plain)
         with open(f"/proc/{plain.pid}/cmdline", "rb") as handle:
@@ -142,31 +143,21 @@ def test_the_wheel_in_a_fresh_venv_serves_on_a_plain_tritonserver_as_serve_does(
         with urllib.request.urlopen(urllib.request.Request(index, method="POST", headers={"admin-key": KEY})) as reply:
             assert reply.status == 200
 
-        ports = free_ports(4)
-        serve = subprocess.Popen(
-            [sys.executable, "-m", "readability_triton.cli", "serve", "--repository", repo]
-            + [f"--{p}-port={port}" for p, port in zip(("http", "grpc", "metrics", "health"), ports)],
-            env={**os.environ, "READABILITY_TRITON_ADMIN_KEY": KEY},
-            stdout=subprocess.DEVNULL,
-            stderr=open(home / "serve.log", "wb"),
-            start_new_session=True,
-        )
-        _ready(f"127.0.0.1:{ports[0]}", serve)
-        plain_urls = types.SimpleNamespace(http_url=f"127.0.0.1:{http}", grpc_url=f"127.0.0.1:{grpc}")
-        serve_urls = types.SimpleNamespace(http_url=f"127.0.0.1:{ports[0]}", grpc_url=f"127.0.0.1:{ports[1]}")
-        for protocol in ("http", "grpc"):
-            for outputs in output_selections():
-                got = score_texts(plain_urls, protocol, TEXTS, outputs)
-                want = score_texts(serve_urls, protocol, TEXTS, outputs)
-                assert set(got) == set(want) == set(outputs or C.OUTPUTS)
-                for name in want:
-                    np.testing.assert_array_equal(got[name], want[name], err_msg=f"{protocol} {outputs} {name}")
+        with launch_serve(repo, home, key=KEY, ready_timeout=180) as serve:
+            plain_urls = types.SimpleNamespace(http_url=f"127.0.0.1:{http}", grpc_url=f"127.0.0.1:{grpc}")
+            serve_urls = types.SimpleNamespace(http_url=serve.http, grpc_url=serve.grpc)
+            for protocol in ("http", "grpc"):
+                for outputs in output_selections():
+                    got = score_texts(plain_urls, protocol, TEXTS, outputs)
+                    want = score_texts(serve_urls, protocol, TEXTS, outputs)
+                    assert set(got) == set(want) == set(outputs or C.OUTPUTS)
+                    for name in want:
+                        np.testing.assert_array_equal(got[name], want[name], err_msg=f"{protocol} {outputs} {name}")
+            serve_code = serve.stop(timeout=60)
     finally:
-        codes = {"plain": _stop(plain)}
-        if serve is not None:
-            codes["serve"] = _stop(serve)
+        codes = {"plain": _stop(plain), "serve": serve_code}
         log.close()
-    assert codes["plain"] == 0 and codes.get("serve", 0) == 0, (codes, open(home / "plain.log").read()[-3000:])
+    assert codes["plain"] == 0 and codes["serve"] == 0, (codes, open(home / "plain.log").read()[-3000:])
 
 
 def _first_and_warm(repo: str, log: str) -> tuple[float, float, float]:

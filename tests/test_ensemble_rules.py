@@ -24,7 +24,7 @@ import numpy as np
 import pytest
 from served import start_server
 
-from readability_triton.client.load import Outcome, closed_loop
+from readability_triton.measure.load import Outcome, closed_loop
 from readability_triton.server.tritonserver import TritonServer
 
 pytestmark = pytest.mark.integration

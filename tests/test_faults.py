@@ -18,8 +18,9 @@ import pytest
 from served import assemble_portable, score_texts, start_server
 
 from readability_triton import contracts as C
-from readability_triton.client import load
-from readability_triton.server.tritonserver import CORE_STOPPED, TritonServer, free_ports
+from readability_triton.measure import load
+from readability_triton.measure.launch import launch_serve
+from readability_triton.server.tritonserver import CORE_STOPPED, TritonServer
 
 pytestmark = pytest.mark.integration
 
@@ -168,36 +169,11 @@ def test_a_killed_stub_is_detected_and_healed_by_serve(repo, tmp_path):
     process tree), restarts tritonserver after a drain within its check interval plus a few
     seconds, and no process of the old server is left (not even the dead stub's zombie);
     its log says what happened."""
-    ports = free_ports(3)
-    log_file = tmp_path / "serve.log"
-    serve = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "readability_triton.cli",
-            "serve",
-            "--repository",
-            repo,
-            "--http-port",
-            str(ports[0]),
-            "--grpc-port",
-            str(ports[1]),
-            "--metrics-port",
-            str(ports[2]),
-            "--log-file",
-            str(log_file),
-            "--health-interval",
-            "1",
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    url = f"127.0.0.1:{ports[0]}"
-    try:
-        deadline = time.monotonic() + 240
+    with launch_serve(repo, tmp_path, args=["--health-interval", "1"], ready_timeout=240) as serve:
+        url = serve.http
+        deadline = time.monotonic() + 60
         while _cli("health", "--url", url, "--repository", repo).returncode != 0:
-            assert serve.poll() is None and time.monotonic() < deadline, "serve did not become healthy"
+            assert serve.returncode is None and time.monotonic() < deadline, "serve did not become healthy"
             time.sleep(0.5)
         old = [p for p in load.process_tree(serve.pid) if load.process_name(p) != "python"]
         stubs = [p for p in old if load.process_name(p) == "stub:featurize"]
@@ -215,14 +191,9 @@ def test_a_killed_stub_is_detected_and_healed_by_serve(repo, tmp_path):
         assert not [p for p in old if p != serve.pid and os.path.exists(f"/proc/{p}")], "the old server left a process"
         result = _cli("score", "A text to score.", "--url", url)
         assert result.returncode == 0, result.stderr
-    finally:
-        serve.send_signal(signal.SIGTERM)
-        try:
-            out, err = serve.communicate(timeout=120)
-        except subprocess.TimeoutExpired:
-            serve.kill()
-            out, err = serve.communicate()
-    assert serve.returncode == 0, err
+        code = serve.stop(timeout=120)  # SIGTERM
+    err = serve.said()
+    assert code == 0, err[-3000:]
     # The evidence that wins the race: the process watch ("the python-backend stub of
     # featurize_0_0 is gone") or the canary's failed answer naming the dead stub; either way
     # the restart's reason names it.

@@ -6,6 +6,7 @@ admin key no other local user can read."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
@@ -24,7 +25,8 @@ from harness import output_selections
 from served import CLIENTS, Failure, assemble_portable, score_texts, start_server
 
 from readability_triton import contracts as C
-from readability_triton.client.honest import Target
+from readability_triton.measure.honest import Target
+from readability_triton.measure.launch import launch_serve
 from readability_triton.repository import configs
 from readability_triton.server.tritonserver import free_ports
 from readability_triton.server.warmup import warm_up
@@ -39,59 +41,11 @@ TEXTS = [
 LIMIT = 1 << 20  # serve --max-request-bytes in these tests
 
 
-def _serve(repository: str, folder, key: str, key_file: bool = False, extra=()) -> Target:
-    ports = dict(zip(("http", "grpc", "metrics", "health"), free_ports(4)))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("READABILITY_TRITON_ADMIN_KEY")}
-    if key_file:
-        path = str(folder / "admin-key")
-        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as handle:
-            handle.write(key + "\n")
-        env["READABILITY_TRITON_ADMIN_KEY_FILE"] = path
-    else:
-        env["READABILITY_TRITON_ADMIN_KEY"] = key
-    log = open(folder / "serve.log", "ab")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "readability_triton.cli",
-            "serve",
-            "--repository",
-            repository,
-            "--http-port",
-            str(ports["http"]),
-            "--grpc-port",
-            str(ports["grpc"]),
-            "--metrics-port",
-            str(ports["metrics"]),
-            "--health-port",
-            str(ports["health"]),
-            "--log-file",
-            str(folder / "tritonserver.log"),
-            "--max-request-bytes",
-            str(LIMIT),
-            *extra,
-        ],
-        env=env,
-        stdout=log,
-        stderr=log,
-        start_new_session=True,
+def _serve(repository: str, folder, key_file: bool = False, extra=()):
+    """`serve` on free ports (`launch_serve`), with this file's request limit."""
+    return launch_serve(
+        repository, folder, args=["--max-request-bytes", str(LIMIT), *extra], key_file=key_file, ready_timeout=240
     )
-    target = Target(
-        f"127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['grpc']}", f"127.0.0.1:{ports['health']}", key, process
-    )
-    try:
-        target.wait_ready(240)
-    except RuntimeError:
-        process.kill()
-        print((folder / "serve.log").read_text()[-3000:])
-        raise
-    return target
-
-
-def _stop(target: Target) -> int:
-    target.process.terminate()
-    return target.process.wait(timeout=90)
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +56,9 @@ def repo(tiny_artifacts, tmp_path_factory):
 @pytest.fixture(scope="module")
 def served(repo, tmp_path_factory):
     folder = tmp_path_factory.mktemp("serve")
-    target = _serve(repo, folder, secrets.token_urlsafe(24))
-    yield target, folder
-    assert _stop(target) == 0
+    with _serve(repo, folder) as target:
+        yield target, folder
+        assert target.stop() == 0
 
 
 @pytest.fixture(scope="module")
@@ -213,12 +167,12 @@ def test_no_other_local_user_can_read_the_admin_key(served, repo, tmp_path, sour
     finally:
         visible.kill()
         visible.wait()
-    if source == "environment":
-        target, folder = served
-    else:
-        folder = tmp_path
-        target = _serve(repo, folder, secrets.token_urlsafe(24), key_file=True)
-    try:
+    with contextlib.ExitStack() as stack:
+        if source == "environment":
+            target, folder = served
+        else:
+            folder = tmp_path
+            target = stack.enter_context(_serve(repo, folder, key_file=True))
         assert _leaks(target.key, str(folder)) == b""
         assert target.key.encode() not in (folder / "tritonserver.log").read_bytes()
         request = urllib.request.Request(
@@ -226,9 +180,8 @@ def test_no_other_local_user_can_read_the_admin_key(served, repo, tmp_path, sour
         )
         with urllib.request.urlopen(request) as reply:  # the key still opens the APIs
             assert reply.status == 200
-    finally:
         if source == "file":
-            assert _stop(target) == 0
+            assert target.stop() == 0
 
 
 def _raw_http(target: Target, head: bytes, body_chunks) -> tuple[int, bytes]:
@@ -312,8 +265,8 @@ def test_requests_whose_client_sent_and_closed_at_once_are_not_computed(served):
     client that stays is answered as before."""
     import socket
 
-    from readability_triton.client.abuse import _connect
-    from readability_triton.client.honest import infer_body
+    from readability_triton.measure.abuse import _connect
+    from readability_triton.measure.honest import infer_body
 
     target, _ = served
     before = target.status()["front"]
@@ -385,8 +338,7 @@ def test_what_the_pipelines_entrance_sheds_the_front_door_sends_again(tiny_artif
         config.parameters[C.MAX_PENDING_REQUESTS].string_value = "1"
 
     configs.edit_config(os.path.join(repository, C.entrance(parallel=False), "config.pbtxt"), strict)
-    target = _serve(repository, tmp_path, secrets.token_urlsafe(24))
-    try:
+    with _serve(repository, tmp_path) as target:
         front = _front(target)
 
         def client(protocol: str):
@@ -418,8 +370,7 @@ def test_what_the_pipelines_entrance_sheds_the_front_door_sends_again(tiny_artif
         assert status["resent"] > 0, (status, shedding[-3:])
         with urllib.request.urlopen(f"http://{target.health}/metrics") as reply:
             assert f"readability_front_resent_total {status['resent']}" in reply.read().decode()
-    finally:
-        assert _stop(target) == 0
+        assert target.stop() == 0
 
 
 def test_sigterm_turns_readiness_false_everywhere_and_answers_requests_during_the_grace(repo, tmp_path):
@@ -429,32 +380,32 @@ def test_sigterm_turns_readiness_false_everywhere_and_answers_requests_during_th
     from readability_triton.client.readability import triton_client
 
     grace = 4.0
-    target = _serve(repo, tmp_path, secrets.token_urlsafe(24), extra=["--drain-grace", str(grace)])
-    front = _front(target)
-    urls = {"http": front.http_url, "grpc": front.grpc_url}
-    clients = {protocol: triton_client(url, protocol) for protocol, url in urls.items()}
-    try:
-        assert all(client.is_server_ready() for _, client in clients.values())
-        target.process.terminate()
-        signalled = time.monotonic()
-        time.sleep(0.3)
-        assert not target.ready()
-        assert not any(client.is_server_ready() for _, client in clients.values())
-        during = {p: score_texts(front, p, TEXTS, [C.SCORE])[C.SCORE] for p in CLIENTS}
-        assert time.monotonic() - signalled < grace - 0.5, "the requests were too slow to test the grace"
-        assert all(scores.shape == (len(TEXTS), 1) and np.isfinite(scores).all() for scores in during.values())
-        time.sleep(max(0.0, signalled + grace + 0.3 - time.monotonic()))
-        refused = []
-        for protocol in CLIENTS:
-            with pytest.raises(Failure) as failure:
-                score_texts(front, protocol, TEXTS, [C.SCORE])
-            refused.append(failure.value)
-        assert all("shutting down" in f.message for f in refused), refused
-        assert {str(f.status) for f in refused} >= {"503", "StatusCode.UNAVAILABLE"}, refused
-    finally:
-        for _, client in clients.values():
-            client.close()
-        code = target.process.wait(timeout=90)
+    with _serve(repo, tmp_path, extra=["--drain-grace", str(grace)]) as target:
+        front = _front(target)
+        urls = {"http": front.http_url, "grpc": front.grpc_url}
+        clients = {protocol: triton_client(url, protocol) for protocol, url in urls.items()}
+        try:
+            assert all(client.is_server_ready() for _, client in clients.values())
+            target.process.terminate()
+            signalled = time.monotonic()
+            time.sleep(0.3)
+            assert not target.ready()
+            assert not any(client.is_server_ready() for _, client in clients.values())
+            during = {p: score_texts(front, p, TEXTS, [C.SCORE])[C.SCORE] for p in CLIENTS}
+            assert time.monotonic() - signalled < grace - 0.5, "the requests were too slow to test the grace"
+            assert all(scores.shape == (len(TEXTS), 1) and np.isfinite(scores).all() for scores in during.values())
+            time.sleep(max(0.0, signalled + grace + 0.3 - time.monotonic()))
+            refused = []
+            for protocol in CLIENTS:
+                with pytest.raises(Failure) as failure:
+                    score_texts(front, protocol, TEXTS, [C.SCORE])
+                refused.append(failure.value)
+            assert all("shutting down" in f.message for f in refused), refused
+            assert {str(f.status) for f in refused} >= {"503", "StatusCode.UNAVAILABLE"}, refused
+        finally:
+            for _, client in clients.values():
+                client.close()
+            code = target.process.wait(timeout=90)
     assert code == 0
     log = (tmp_path / "serve.log").read_text()
     assert f"still taking requests for {grace:g} s" in log

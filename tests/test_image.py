@@ -34,7 +34,7 @@ import pytest
 from served import text_rows
 
 from readability_triton import contracts as C
-from readability_triton.client import abuse, honest, load
+from readability_triton.measure import abuse, honest, load
 from readability_triton.repository import assemble as repository
 from readability_triton.server.processes import alive
 from readability_triton.server.tritonserver import free_ports

@@ -1,6 +1,8 @@
 """The shape of the code: layering that runs one way, and no import cycles.
 
 - nothing outside `readability_triton.cli` imports the CLI;
+- nothing outside `readability_triton.measure` and the CLI imports `measure` (the tools of
+  people measuring and testing: the serving side never needs them);
 - the serving side (the adapters in backends/ and everything they import) imports no
   training code, and runs with torch, scikit-learn and transformers absent;
 - no two modules import each other, directly or through others (imports inside
@@ -105,6 +107,24 @@ def test_nothing_outside_the_cli_imports_the_cli():
     assert not {m: i for m, i in offenders.items() if i}
 
 
+def test_nothing_but_the_cli_imports_the_measuring_tools():
+    """`measure` (load, bench, perf_analyzer, the abusive and honest clients, `launch_serve`)
+    is for people measuring and testing a served pipeline: the serving side (the adapters,
+    stub, server, front door, repository, client, ...) never imports it; of the library,
+    only the CLI (`bench`) does."""
+
+    def inside(module: str, package: str) -> bool:
+        return module == f"{PACKAGE}.{package}" or module.startswith(f"{PACKAGE}.{package}.")
+
+    offenders = {
+        m: sorted(i for i in imports if inside(i, "measure"))
+        for m, imports in GRAPH.items()
+        if not inside(m, "measure") and not inside(m, "cli")
+    }
+    assert not {m: i for m, i in offenders.items() if i}
+    assert any(inside(m, "measure") for m in GRAPH), "no module of measure: this test must see them"
+
+
 def test_the_serving_side_imports_no_training_code():
     adapters = [m for m in SOURCES if m.startswith("backends.")] + [f"{PACKAGE}.stub.runtime"]
     reached = _closure(adapters)
@@ -117,7 +137,7 @@ def test_in_stub_code_imports_neither_server_nor_client_code():
     import) needs none of the code that manages a server, assembles a repository, stands in
     front of one or talks to one."""
     adapters = [m for m in SOURCES if m.startswith("backends.") or m.startswith(f"{PACKAGE}.stub")]
-    outside = ("server", "client", "frontdoor", "repository", "cli")
+    outside = ("server", "client", "measure", "frontdoor", "repository", "cli")
     reached = _closure(adapters)
     assert not [m for m in reached if m.split(".")[1:2] and m.split(".")[1] in outside and m.startswith(PACKAGE)], (
         sorted(m for m in reached if m.startswith(PACKAGE) and m.split(".")[1] in outside)

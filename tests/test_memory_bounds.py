@@ -18,7 +18,7 @@ import pytest
 from served import assemble_portable, start_server, text_rows
 
 from readability_triton import contracts as C
-from readability_triton.client.load import rss_by_process
+from readability_triton.measure.load import rss_by_process
 
 pytestmark = pytest.mark.integration
 BIG = 300 << 20  # a 300 MiB text

@@ -132,7 +132,7 @@ def test_a_request_of_64_texts(served, portable, client):
 
 def test_sixteen_clients_of_saturating_load_get_no_errors(served, portable):
     _, server = served
-    from readability_triton.client.load import closed_loop, mixed_worker
+    from readability_triton.measure.load import closed_loop, mixed_worker
 
     texts = TEXTS * 8
     work, close = mixed_worker(
@@ -157,54 +157,30 @@ def test_serve_heals_a_killed_tritonserver(native, tiny_artifacts, tmp_path):
     """`serve` of the all-native cpu repository (its front door, the FIL forest): kill -9 of
     tritonserver is seen and repaired, and the scores come back the same."""
     import signal
-    import subprocess
-    import sys
     import time
 
-    from readability_triton.client.honest import Target
-    from readability_triton.server.tritonserver import free_ports
+    from readability_triton.measure.launch import launch_serve
 
     repo = str(tmp_path / "repository")
     repository.assemble(tiny_artifacts, repo, "cpu")
-    ports = dict(zip(("http", "grpc", "metrics", "health"), free_ports(4)))
-    log = open(tmp_path / "serve.log", "ab")
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "readability_triton.cli",
-            "serve",
-            "--repository",
-            repo,
-            "--health-interval",
-            "1",
-            *[arg for name, port in ports.items() for arg in (f"--{name}-port", str(port))],
-            "--log-file",
-            str(tmp_path / "tritonserver.log"),
-        ],
-        stdout=log,
-        stderr=log,
-        env={**os.environ, "READABILITY_TRITON_NATIVE_BACKENDS": native},
-        start_new_session=True,
-    )
-    target = Target(
-        f"127.0.0.1:{ports['http']}", f"127.0.0.1:{ports['grpc']}", f"127.0.0.1:{ports['health']}", process=process
-    )
-    try:
-        target.wait_ready(240)
+    with launch_serve(
+        repo,
+        tmp_path,
+        args=["--health-interval", "1"],
+        env={"READABILITY_TRITON_NATIVE_BACKENDS": native},
+        ready_timeout=240,
+    ) as target:
         front = types.SimpleNamespace(http_url=target.http, grpc_url=target.grpc)
         before = score_texts(front, "grpc", TEXTS)
         pid = int(target.status()["pid"])
         os.kill(pid, signal.SIGKILL)
         killed = time.monotonic()
         while not (target.ready() and int(target.status().get("pid") or 0) not in (0, pid)):
-            assert time.monotonic() - killed < 60 and process.poll() is None, (tmp_path / "serve.log").read_text()
+            assert time.monotonic() - killed < 60 and target.returncode is None, target.said()
             time.sleep(0.2)
         assert target.status()["restarts"] == 1
         after = score_texts(front, "grpc", TEXTS)
         for name in C.OUTPUTS:
             np.testing.assert_array_equal(after[name], before[name])
-        assert "exited" in (tmp_path / "serve.log").read_text()
-    finally:
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=90) == 0
+        assert "exited" in target.said()
+        assert target.stop() == 0  # SIGTERM

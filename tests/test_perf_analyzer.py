@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from readability_triton.client import perf
+from readability_triton.measure import perf
 
 pytestmark = pytest.mark.integration
 TEXTS = [f"Text number {i} is here. It has {'a few ' * (i % 5)}words and reads easily." for i in range(24)]

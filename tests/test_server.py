@@ -22,10 +22,10 @@ from readability_triton import scoring
 from readability_triton.cli import score as score_cli
 from readability_triton.client.readability import ReadabilityClient
 from readability_triton.layout import load_manifest
+from readability_triton.measure.launch import launch_serve
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs
 from readability_triton.server import tritonserver
-from readability_triton.server.tritonserver import free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -257,36 +257,8 @@ def _cli(*args, **kw):
 
 
 def test_serve_and_score_commands(repo, tmp_path, expected):
-    ports = free_ports(3)
-    serve = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "readability_triton.cli",
-            "serve",
-            "--repository",
-            repo,
-            "--http-port",
-            str(ports[0]),
-            "--grpc-port",
-            str(ports[1]),
-            "--metrics-port",
-            str(ports[2]),
-            "--log-file",
-            str(tmp_path / "serve.log"),
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        deadline = time.monotonic() + 240
-        client = ReadabilityClient(f"127.0.0.1:{ports[0]}")
-        while not client.ready():
-            assert serve.poll() is None, serve.stderr.read()
-            assert time.monotonic() < deadline, "serve did not become ready"
-            time.sleep(0.5)
-        client.close()
+    with launch_serve(repo, tmp_path, ready_timeout=240) as serve:
+        ports = serve.ports["http"], serve.ports["grpc"]
         texts = ["A short and easy text.", "Another, somewhat longer, sentence follows it."]
         mean = expected(texts)["score"]
 
@@ -328,13 +300,9 @@ def test_serve_and_score_commands(repo, tmp_path, expected):
         result = _cli("score", "--url", f"127.0.0.1:{ports[0]}", input=texts[0] + "\n\n" + texts[1] + "\n")
         assert result.returncode == 0 and len(result.stdout.strip().splitlines()) == 4, result.stderr
 
-        serve.send_signal(signal.SIGINT)
-        assert serve.wait(timeout=60) == 0
-        assert "tritonserver stopped" in serve.stderr.read()
-    finally:
-        if serve.poll() is None:
-            serve.kill()
-            serve.wait()
+        serve.process.send_signal(signal.SIGINT)
+        assert serve.process.wait(timeout=60) == 0
+        assert "tritonserver stopped" in serve.said()
     result = _cli("score", "text", "--url", f"127.0.0.1:{ports[0]}")
     assert result.returncode == 2 and "no ready 'readability' model" in result.stderr
 

@@ -28,11 +28,10 @@ import pytest
 from served import assemble_portable, start_server, text_rows
 
 from readability_triton import contracts as C
+from readability_triton.measure.launch import launch_serve
 from readability_triton.repository import configs
 from readability_triton.repository.canary import Canary
-from readability_triton.server.admin import ADMIN_KEY_ENV
 from readability_triton.server.processes import alive, python_stubs
-from readability_triton.server.tritonserver import free_ports
 
 pytestmark = pytest.mark.integration
 KEY = "test-admin-key-1"
@@ -52,88 +51,10 @@ def fused_repo(tiny_artifacts, tmp_path_factory):
     )
 
 
-#: Every `Serve` started by a test: one a failed assertion left running is stopped after it
-#: (`_stop_what_a_test_left`), so that it does not load the machine for the tests after it.
-_STARTED: list["Serve"] = []
-
-
-@pytest.fixture(autouse=True)
-def _stop_what_a_test_left():
-    yield
-    while _STARTED:
-        serve = _STARTED.pop()
-        if serve.process.poll() is None:
-            serve.stop(timeout=60)
-
-
-class Serve:
-    """`readability-triton serve` in a subprocess, on ports of its own."""
-
-    def __init__(self, repo, tmp_path, *extra):
-        self.ports = free_ports(4)
-        self.log_file = str(tmp_path / "tritonserver.log")
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "readability_triton.cli",
-                "serve",
-                "--repository",
-                repo,
-                "--http-port",
-                str(self.ports[0]),
-                "--grpc-port",
-                str(self.ports[1]),
-                "--metrics-port",
-                str(self.ports[2]),
-                "--health-port",
-                str(self.ports[3]),
-                "--log-file",
-                self.log_file,
-                *extra,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            env={**os.environ, ADMIN_KEY_ENV: KEY},
-        )
-        _STARTED.append(self)
-        self.http, self.grpc = f"127.0.0.1:{self.ports[0]}", f"127.0.0.1:{self.ports[1]}"
-        deadline = time.monotonic() + 240
-        while self.probe("readyz") != 200:
-            assert self.process.poll() is None and time.monotonic() < deadline, self.stop()
-            time.sleep(0.3)
-
-    def probe(self, what: str) -> int:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.ports[3]}/{what}", timeout=5) as reply:
-                return reply.status
-        except urllib.error.HTTPError as err:
-            return err.code
-        except OSError:
-            return 0
-
-    def status(self) -> dict:
-        """serve's /healthz (200 when ready, 503 when not: the same JSON)."""
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.ports[3]}/healthz", timeout=5) as reply:
-                return json.loads(reply.read())
-        except urllib.error.HTTPError as err:
-            return json.loads(err.read())
-
-    def server_pid(self) -> int:
-        return self.status()["pid"]
-
-    def stop(self, timeout: float = 120) -> tuple[int, str]:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            _, err = self.process.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            _, err = self.process.communicate()
-        self.err = err
-        return self.process.returncode, err
+def _serve(repo, folder, *args):
+    """`readability-triton serve` in a subprocess, on ports of its own (`launch_serve`),
+    with this file's admin key."""
+    return launch_serve(repo, folder, args=args, key=KEY, ready_timeout=240)
 
 
 def _cli(*args):
@@ -158,12 +79,11 @@ def test_several_batch_scoring_jobs_at_once_finish_without_a_restart(repo, tmp_p
     """The reproduction of the issue: 6 `score --batch-size 64` jobs at once against the
     default serve (the health check every second). Every CSV is written, with the scores the
     server gives one text at a time, and serve never restarts the busy server."""
-    serve = Serve(repo, tmp_path, "--health-interval", "1")
     data = tmp_path / "in.csv"
     texts = [f"{TEXTS[i % len(TEXTS)]} Copy {i}." for i in range(320)]
     data.write_text("excerpt\n" + "\n".join(f'"{t}"' for t in texts) + "\n")
     ready = []
-    try:
+    with _serve(repo, tmp_path, "--health-interval", "1") as serve:
         jobs = [
             subprocess.Popen(
                 [
@@ -187,7 +107,7 @@ def test_several_batch_scoring_jobs_at_once_finish_without_a_restart(repo, tmp_p
             for j in range(6)
         ]
         while any(job.poll() is None for job in jobs):
-            ready.append(serve.probe("readyz"))
+            ready.append(serve.ready())
             time.sleep(0.5)
         outputs = [job.communicate() for job in jobs]
         assert all(job.returncode == 0 for job in jobs), [err[-500:] for _, err in outputs]
@@ -198,9 +118,9 @@ def test_several_batch_scoring_jobs_at_once_finish_without_a_restart(repo, tmp_p
             assert len(rows) == len(texts)
             got = [float(row["score"]) for row in rows[:3]]
             assert np.allclose(got, first, atol=1e-5)
-        assert serve.status()["restarts"] == 0 and set(ready) == {200}, (serve.status(), ready)
-    finally:
-        code, err = serve.stop()
+        assert serve.status()["restarts"] == 0 and set(ready) == {True}, (serve.status(), ready)
+        code = serve.stop()
+    err = serve.said()
     assert code == 0, err[-2000:]
     assert "restarting" not in err and "unhealthy" not in err, err[-2000:]
 
@@ -264,8 +184,7 @@ def test_an_override_that_changes_the_answers_is_detected_and_healed(repo, tmp_p
     from readability_triton.repository.configs import read_config
 
     canary = Canary.load(repo)
-    serve = Serve(repo, tmp_path, "--health-interval", "1")
-    try:
+    with _serve(repo, tmp_path, "--health-interval", "1") as serve:
         assert _cli("health", "--url", serve.http, "--repository", repo).returncode == 0
         config = read_config(os.path.join(repo, C.POSTPROCESS, "config.pbtxt"))
         config.parameters[C.BERT_WEIGHT].string_value = "0.0"
@@ -278,15 +197,15 @@ def test_an_override_that_changes_the_answers_is_detected_and_healed(repo, tmp_p
         with urllib.request.urlopen(request, timeout=60) as reply:
             assert reply.status == 200
         deadline = time.monotonic() + 60
-        while serve.status()["restarts"] < 1 or serve.probe("readyz") != 200:
+        while serve.status()["restarts"] < 1 or not serve.ready():
             assert time.monotonic() < deadline, serve.status()
             time.sleep(0.5)
         score = float(_score_grpc(serve.grpc, [canary.text])[0, 0])
         assert abs(score - canary.expected[C.SCORE]) <= canary.tolerance
         result = _cli("health", "--url", serve.http, "--repository", repo)
         assert result.returncode == 0 and "as recorded" in result.stdout, result
-    finally:
-        code, err = serve.stop()
+        code = serve.stop()
+    err = serve.said()
     assert code == 0, err[-2000:]
     assert "wrong answer: SCORE" in err and "tritonserver restarted" in err, err[-3000:]
 
@@ -323,14 +242,15 @@ def test_a_cancellation_burst_then_sigterm_drains_and_exits_0(which, request, tm
     restarts it. Where the crash falls between serve's last health round and SIGTERM, there
     is nothing to drain: the test then checks that serve says so and xfails, saying why.)
     The same on the fused repository."""
-    serve = Serve(request.getfixturevalue(which), tmp_path)
-    server_pid = serve.server_pid()
-    stubs = list(python_stubs(server_pid))
-    outcomes: list[str] = []
-    threads = _burst(serve.grpc, 8.0, [0.02 + 0.004 * i for i in range(16)] + [None] * 4, outcomes)
-    time.sleep(6.0)
-    started = time.monotonic()
-    code, err = serve.stop()
+    with _serve(request.getfixturevalue(which), tmp_path) as serve:
+        server_pid = serve.status()["pid"]
+        stubs = list(python_stubs(server_pid))
+        outcomes: list[str] = []
+        threads = _burst(serve.grpc, 8.0, [0.02 + 0.004 * i for i in range(16)] + [None] * 4, outcomes)
+        time.sleep(6.0)
+        started = time.monotonic()
+        code = serve.stop()
+    err = serve.said()
     took = time.monotonic() - started
     for thread in threads:
         thread.join()
@@ -338,7 +258,7 @@ def test_a_cancellation_burst_then_sigterm_drains_and_exits_0(which, request, tm
     assert "ok" in outcomes and any("Deadline Exceeded" in o for o in outcomes), set(outcomes)
     assert not [p for p in [server_pid] + stubs if alive(p)]
     assert not [n for n in os.listdir("/dev/shm") if n.startswith(f"readability-triton-{serve.process.pid}-")]
-    with open(serve.log_file, errors="replace") as log:
+    with open(serve.server_log, errors="replace") as log:
         crashed = "Signal (11) received" in log.read()
     if code != 0 and crashed:
         # tritonserver 2.51 itself died by SIGSEGV on a cancellation racing an answer (server#7840),
@@ -357,35 +277,34 @@ def test_a_cancellation_burst_then_sigterm_drains_and_exits_0(which, request, tm
 
 
 def test_kill_9_of_tritonserver_under_load_leaves_no_orphan(repo, tmp_path):
-    serve = Serve(repo, tmp_path, "--health-interval", "1")
-    old = serve.server_pid()
-    stubs = list(python_stubs(old))
-    assert len(stubs) == len(configs.repository_models()) - 1, stubs  # portable: a stub per model but the ensemble
-    segments = [n for n in os.listdir("/dev/shm") if n.startswith(f"readability-triton-{serve.process.pid}-")]
-    outcomes: list[str] = []
-    threads = _burst(serve.grpc, 6.0, [None] * 4, outcomes)
-    time.sleep(1.5)
-    os.kill(old, signal.SIGKILL)
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            status = serve.status()
-        except OSError:
-            status = {}
-        if status.get("pid") not in (None, old) and status.get("ready"):
-            break
-        assert time.monotonic() < deadline, status
-        time.sleep(0.3)
-    for thread in threads:
-        thread.join()
-    time.sleep(2.0)  # the next supervision round reaps what the old server left
-    try:
+    with _serve(repo, tmp_path, "--health-interval", "1") as serve:
+        old = serve.status()["pid"]
+        stubs = list(python_stubs(old))
+        assert len(stubs) == len(configs.repository_models()) - 1, stubs  # portable: a stub per model but the ensemble
+        segments = [n for n in os.listdir("/dev/shm") if n.startswith(f"readability-triton-{serve.process.pid}-")]
+        outcomes: list[str] = []
+        threads = _burst(serve.grpc, 6.0, [None] * 4, outcomes)
+        time.sleep(1.5)
+        os.kill(old, signal.SIGKILL)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status = serve.status()
+            except OSError:
+                status = {}
+            if status.get("pid") not in (None, old) and status.get("ready"):
+                break
+            assert time.monotonic() < deadline, status
+            time.sleep(0.3)
+        for thread in threads:
+            thread.join()
+        time.sleep(2.0)  # the next supervision round reaps what the old server left
         assert not [p for p in stubs if alive(p)], "a stub of the killed server is still running"
         zombies = [p for p in stubs if os.path.exists(f"/proc/{p}")]
         assert not zombies, "a stub of the killed server was left a zombie"
         assert not set(segments) & set(os.listdir("/dev/shm")), "a segment of the killed server is left"
         assert _score_grpc(serve.grpc, TEXTS[:2]).shape == (2, 1)
-    finally:
-        code, err = serve.stop()
+        code = serve.stop()
+    err = serve.said()
     assert code == 0, err[-2000:]
     assert "exited with status -9" in err and "tritonserver restarted" in err, err[-2000:]

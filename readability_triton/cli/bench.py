@@ -10,10 +10,10 @@ import sys
 
 from .. import contracts as C
 from ..artifacts.corpus import default_texts, first_sentences
-from ..client import bench, perf
 from ..client.readability import triton_client
 from ..data import read_table
 from ..errors import CommandError, ServerError
+from ..measure import bench, perf
 from ..pipeline import Pipeline
 from ..repository.assemble import repository_pipeline, served_bert
 from ..server.canary_probe import check

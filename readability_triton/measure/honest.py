@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence, TypedDict
 
 from .. import contracts as C
+from ..client.readability import text_input, triton_client
 from .load import Outcome, percentiles, rss_by_process
-from .readability import text_input, triton_client
 
 #: Where honest clients beside an attack come from: a network of their own (`frontdoor.clients`
 #: shares first among networks; the attacks use 127.0.0.0/24).

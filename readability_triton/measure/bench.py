@@ -22,10 +22,10 @@ from typing import Any
 import numpy as np
 
 from .. import contracts as C
+from ..client.readability import ThreadClients, text_input, triton_client
 from ..progress import no_progress
 from .load import Outcome, closed_loop, percentiles
 from .perf import PerfAnalyzerRow, perf_analyzer
-from .readability import ThreadClients, text_input, triton_client
 
 #: The models whose statistics the breakdown shows, in the order of the graph.
 #: (`validate` comes first in the parallel wiring only; a model the server lacks is left out.)

@@ -24,7 +24,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from .. import contracts as C
-from .readability import ThreadClients, is_busy, text_input
+from ..client.readability import ThreadClients, is_busy, text_input
 
 
 @dataclass

@@ -31,6 +31,7 @@ import time
 from typing import Sequence
 
 from .. import contracts as C
+from ..client.readability import text_input, triton_client
 from .honest import (
     HONEST_SOURCE,
     HONEST_TEXTS,
@@ -45,7 +46,6 @@ from .honest import (
     tally,
 )
 from .load import Outcome, process_name, process_tree
-from .readability import text_input, triton_client
 
 # -- the attacks ---------------------------------------------------------------------------
 
