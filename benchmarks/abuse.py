@@ -106,7 +106,7 @@ FLOOD_TEXTS_PER_JOB = 1024
 
 
 def texts_for_flood(count: int = FLOOD_TEXTS_PER_JOB) -> list[str]:
-    from readability_triton.artifacts.corpus import default_texts
+    from readability_triton.corpus import default_texts
 
     texts, _ = default_texts()
     return [texts[i % len(texts)] for i in range(count)]

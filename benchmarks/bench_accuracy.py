@@ -37,7 +37,7 @@ import time
 import numpy as np
 
 from readability_triton.data import COMMONLIT_CSV, read_table
-from readability_triton.forest import training as forest
+from readability_triton.training import forest as forest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -112,7 +112,7 @@ def held_out(texts, y, args) -> dict:
     result = _split_report(train, test, y, args)
     _, result["train_forest_s"] = _cli("train-forest", "--data", train_csv, "--out", artifacts)
     if not args.no_bert:
-        from readability_triton.artifacts.demo import minilm_directory
+        from readability_triton.training.demo import minilm_directory
 
         bert_dir = os.path.join(args.out, "bert")
         _, result["train_bert_s"] = _cli(

@@ -32,15 +32,15 @@ import numpy as np
 import torch
 
 from readability_triton import contracts
-from readability_triton.artifacts.corpus import default_texts
-from readability_triton.artifacts.demo import make_encoder, minilm_directory
-from readability_triton.bert import export as E
-from readability_triton.bert.checkpoint import special_ids
 from readability_triton.bert.modules import PooledRegressor
 from readability_triton.bert.runner import OnnxRunner, TorchScriptRunner
-from readability_triton.bert.verify import real_inputs
 from readability_triton.buckets import bucket_widths, real_lengths
+from readability_triton.corpus import default_texts
 from readability_triton.tokenizer import WordPieceTokenizer
+from readability_triton.training import bert_export as E
+from readability_triton.training.bert_checkpoint import special_ids
+from readability_triton.training.bert_verify import real_inputs
+from readability_triton.training.demo import make_encoder, minilm_directory
 
 
 def timed(run, ids, mask, batch: int, min_seconds: float) -> float:

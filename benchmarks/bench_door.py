@@ -28,11 +28,12 @@ import tempfile
 import time
 
 from readability_triton import contracts as C
-from readability_triton.artifacts.corpus import default_texts
 from readability_triton.client.readability import ThreadClients, text_input
+from readability_triton.corpus import default_texts
 from readability_triton.measure.launch import launch_serve
 from readability_triton.measure.load import Outcome, closed_loop, percentiles
 from readability_triton.repository import assemble as repository
+from readability_triton.repository.options import AssemblyOptions
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -94,7 +95,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-door-") as tmp:
         repo = args.repository or os.path.join(tmp, "repository")
         if not args.repository:
-            repository.assemble(args.artifacts, repo, "portable")
+            repository.assemble(args.artifacts, repo, AssemblyOptions("portable"))
         with launch_serve(repo, tmp, stop_timeout=120) as serve:
             ports = serve.ports
             server_pid = int(serve.status(timeout=10)["pid"])

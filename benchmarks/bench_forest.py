@@ -32,12 +32,13 @@ import time
 import numpy as np
 
 from readability_triton import contracts as C
-from readability_triton.artifacts.corpus import default_texts
 from readability_triton.client.readability import triton_client
+from readability_triton.corpus import default_texts
 from readability_triton.features.runner import FeatureRunner
 from readability_triton.forest.runner import GTILRunner
 from readability_triton.repository import configs
 from readability_triton.repository.assemble import backends_root
+from readability_triton.repository.options import AssemblyOptions
 from readability_triton.repository.profiles import PORTABLE_BACKENDS, VERSION
 from readability_triton.server.installation import native_backends
 from readability_triton.server.tritonserver import TritonServer
@@ -48,7 +49,9 @@ _EXPERIMENTAL = 'key: "use_experimental_optimizations"\n  value {\n    string_va
 
 def write_model(repo: str, name: str, variant: str, artifacts: str) -> None:
     """`name` in `repo`: the forest as `variant` serves it, on the set's checkpoint."""
-    config = configs.render_config(C.FOREST, VARIANTS[variant]).replace(f'name: "{C.FOREST}"', f'name: "{name}"')
+    config = configs.render_config(C.FOREST, AssemblyOptions(VARIANTS[variant])).replace(
+        f'name: "{C.FOREST}"', f'name: "{name}"'
+    )
     if variant == "fil, GTIL":  # the cpu profile sets the experimental optimizations: turn them off
         assert _EXPERIMENTAL in config, config
         config = config.replace(_EXPERIMENTAL, _EXPERIMENTAL.replace('"true"', '"false"'))

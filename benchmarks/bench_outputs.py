@@ -27,10 +27,11 @@ import tempfile
 import time
 
 from readability_triton import contracts as C
-from readability_triton.artifacts.corpus import default_texts
 from readability_triton.client.readability import ThreadClients, text_input
+from readability_triton.corpus import default_texts
 from readability_triton.measure.load import Outcome, closed_loop, percentiles
 from readability_triton.repository import assemble as repository
+from readability_triton.repository.options import AssemblyOptions
 from readability_triton.server.tritonserver import TritonServer
 
 #: The last commit before SCORE_LOW, SCORE_HIGH and the formulas.
@@ -107,7 +108,7 @@ def main(argv=None) -> int:
         old = export(args.before, os.path.join(tmp, "before-src"))
         repos = {"before": os.path.join(tmp, "before"), "now": os.path.join(tmp, "now")}
         assemble_with(old, args.artifacts, repos["before"])
-        repository.assemble(args.artifacts, repos["now"], "portable")
+        repository.assemble(args.artifacts, repos["now"], AssemblyOptions("portable"))
         servers = {
             "before": start(repos["before"], os.path.join(tmp, "before.log"), old),
             "now": start(repos["now"], os.path.join(tmp, "now.log"), None),

@@ -57,13 +57,14 @@ import time
 import numpy as np
 
 from readability_triton import contracts as C
-from readability_triton.artifacts.corpus import default_texts
 from readability_triton.client.readability import ThreadClients, text_input
+from readability_triton.corpus import default_texts
 from readability_triton.measure.bench import STEPS as GRAPH_STEPS
 from readability_triton.measure.bench import breakdown, compute_ms, settled_statistics
 from readability_triton.measure.load import closed_loop, percentiles
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs
+from readability_triton.repository.options import AssemblyOptions
 from readability_triton.server.tritonserver import TritonServer
 from readability_triton.stub.phases import PHASES, PHASES_ENV, WRITE_EVERY_S, phase_rows, read_phases
 from readability_triton.validation import checked_texts
@@ -512,7 +513,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmp:
         repo = args.repository or os.path.join(tmp, "repository")
         if not args.repository:
-            repository.assemble(args.artifacts, repo, "portable")
+            repository.assemble(args.artifacts, repo, AssemblyOptions("portable"))
         pipeline = repository.repository_pipeline(repo)
         chain = TritonServer(write_chain(os.path.join(tmp, "chain")), log_file=os.path.join(tmp, "chain.log"))
         served = TritonServer(repo, log_file=os.path.join(tmp, "ensemble.log"))

@@ -46,13 +46,14 @@ import tempfile
 import numpy as np
 
 from readability_triton import contracts as C
-from readability_triton.artifacts.corpus import default_texts, first_sentences
 from readability_triton.buckets import bucket_widths, real_lengths
 from readability_triton.client.readability import ReadabilityClient
+from readability_triton.corpus import default_texts, first_sentences
 from readability_triton.layout import load_manifest
 from readability_triton.measure import bench
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs
+from readability_triton.repository.options import AssemblyOptions
 from readability_triton.server.backends import check_servable
 from readability_triton.server.installation import native_backends
 from readability_triton.server.tritonserver import TritonServer
@@ -167,8 +168,8 @@ def main(argv=None) -> int:
                 continue
             repo = os.path.join(tmp, "".join(c if c.isalnum() else "-" for c in name).strip("-"))
             # padded: --buckets <max_length>, every text padded to it
-            buckets = [load_manifest(args.artifacts).max_length] if padded else args.buckets
-            repository.assemble(args.artifacts, repo, profile, bert_format=fmt, buckets=buckets)
+            buckets = (load_manifest(args.artifacts).max_length,) if padded else args.buckets
+            repository.assemble(args.artifacts, repo, AssemblyOptions(profile, bert_format=fmt, buckets=buckets))
             if plan == "2x":
                 two_bert_instances(repo)
             # without the plan: every runtime its own default (all cores, OpenMP's own wait

@@ -33,8 +33,9 @@ import time
 
 import numpy as np
 
-from readability_triton.artifacts.corpus import default_texts
+from readability_triton.corpus import default_texts
 from readability_triton.repository import assemble as repository
+from readability_triton.repository.options import AssemblyOptions
 
 WAYS = ("hot", "idle", "swept", "both")
 RUNNERS = ("featurize", "forest", "tokenizer", "bert", "blend")
@@ -127,7 +128,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-warmth-") as tmp:
         repo = args.repository or os.path.join(tmp, "repository")
         if not args.repository:
-            repository.assemble(args.artifacts, repo, "portable")
+            repository.assemble(args.artifacts, repo, AssemblyOptions("portable"))
         pipeline = repository.repository_pipeline(repo)
         result = measure(
             pipeline, texts, args.rounds, args.pause_ms, args.sweep_mib, progress=lambda m: print(m, file=sys.stderr)

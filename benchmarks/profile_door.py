@@ -29,9 +29,10 @@ import time
 
 from bench_door import measure
 
-from readability_triton.artifacts.corpus import default_texts
+from readability_triton.corpus import default_texts
 from readability_triton.measure.launch import launch_serve
 from readability_triton.repository import assemble as repository
+from readability_triton.repository.options import AssemblyOptions
 
 
 def summarize(path: str, top: int = 20) -> dict:
@@ -77,7 +78,7 @@ def main(argv=None) -> int:
     texts = default_texts(400)[0]
     with tempfile.TemporaryDirectory(prefix="profile-door-") as tmp:
         repo = os.path.join(tmp, "repository")
-        repository.assemble(args.artifacts, repo, "portable")
+        repository.assemble(args.artifacts, repo, AssemblyOptions("portable"))
         with launch_serve(repo, tmp, stop_timeout=60) as serve:
             process, ports = serve.running, serve.ports
             for protocol in args.protocols.split(","):

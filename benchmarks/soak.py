@@ -34,6 +34,7 @@ from readability_triton.data import COMMONLIT_CSV, read_table
 from readability_triton.measure import load
 from readability_triton.measure.launch import launch_serve
 from readability_triton.repository import assemble as repository
+from readability_triton.repository.options import AssemblyOptions
 
 BAD = [b"broken \xff\xfe utf-8", b"", b"   \t  ", b"\xed\xa0\x80 surrogate", b"\xc3"]
 
@@ -41,7 +42,7 @@ BAD = [b"broken \xff\xfe utf-8", b"", b"   \t  ", b"\xed\xa0\x80 surrogate", b"\
 def good_texts(n: int = 200) -> list[str]:
     if os.path.isfile(COMMONLIT_CSV):
         return read_table(COMMONLIT_CSV).texts[:n]
-    from readability_triton.artifacts.corpus import generate_corpus
+    from readability_triton.corpus import generate_corpus
 
     return generate_corpus(n)[0]
 
@@ -69,7 +70,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="soak-") as tmp, contextlib.ExitStack() as stack:
         artifacts = args.artifacts
         if artifacts is None:
-            from readability_triton.artifacts.demo import build_demo
+            from readability_triton.training.demo import build_demo
 
             artifacts = os.path.join(tmp, "artifacts")
             print("building the small test artifact set ...", file=sys.stderr, flush=True)
@@ -82,7 +83,7 @@ def main(argv=None) -> int:
                 forest_params={"n_estimators": 12, "max_depth": 8},
             )
         repo = os.path.join(tmp, "repository")
-        repository.assemble(artifacts, repo, "portable")
+        repository.assemble(artifacts, repo, AssemblyOptions("portable"))
         low, _, high = args.texts_per_request.partition("-")
         sizes = (int(low), int(high or low))
         try:
@@ -94,7 +95,7 @@ def main(argv=None) -> int:
         grpc_url, http_url = serve.grpc, serve.http
         texts = good_texts()
         with ReadabilityClient(grpc_url, "grpc") as client:
-            expected = np.array([s.score for s in client.score(texts, outputs=(C.SCORE,))])
+            expected = np.array([s.values[C.SCORE] for s in client.score(texts, outputs=(C.SCORE,))])
 
         def server_pid() -> int:
             return serve.status(timeout=10).get("pid") or 0

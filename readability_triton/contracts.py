@@ -69,10 +69,30 @@ FORMULAS = (
     "ARI",
     "DALE_CHALL",
 )
-#: The in-process pipeline's keys of the formulas (`pipeline.Pipeline`, `evaluate`).
-FORMULA_KEYS = tuple(name.lower() for name in FORMULAS)
-#: The ensemble's outputs, in the order the ensemble declares them.
+#: The ensemble's outputs, in the order the ensemble declares them. These names are the one
+#: vocabulary of the outputs: the served tensors, the in-process `Pipeline`'s keys, the
+#: client's values, the canary's record and the CLI's options (`score --outputs`); a CSV
+#: column is the name in lower case.
 OUTPUTS = SCORE_OUTPUTS + FORMULAS
+#: Each output's short heading in the CLI's tables (`score`, `evaluate`), in the tables' order:
+#: the branch scores, the score and its interval, then the formulas. Adding an output takes
+#: its name above, its heading here, the step that computes it (`_contracts`,
+#: `ensemble_steps`) and its row in docs/architecture.md's tensor table: docs/development.md,
+#: "Adding an output"; tests/test_outputs.py checks each place.
+HEADING = {
+    BERT_SCORE: "BERT",
+    FOREST_SCORE: "forest",
+    SCORE: "score",
+    SCORE_LOW: "low",
+    SCORE_HIGH: "high",
+    "FLESCH_READING_EASE": "FRE",
+    "FLESCH_KINCAID_GRADE": "FKGL",
+    "GUNNING_FOG": "Fog",
+    "SMOG": "SMOG",
+    "COLEMAN_LIAU": "CLI",
+    "ARI": "ARI",
+    "DALE_CHALL": "DaleCh",
+}
 # The pytorch_libtorch and FIL backends name their tensors by position.
 INPUT_0 = "input__0"
 INPUT_1 = "input__1"
@@ -255,8 +275,9 @@ def _contracts(text, score, ids, n_features) -> dict[str, ModelContract]:
 
 #: The ensemble's wiring: (step model, {step input: ensemble tensor}, {step output: ensemble tensor}).
 #:
-#: Three rules of Triton's ensemble scheduler shape it (see ../shared/design.md and the
-#: scheduler in triton-inference-server/core, src/ensemble_scheduler/ensemble_scheduler.cc):
+#: Three rules of Triton's ensemble scheduler shape it (docs/architecture.md, "Three rules of
+#: Triton's ensemble scheduler", and the scheduler in triton-inference-server/core,
+#: src/ensemble_scheduler/ensemble_scheduler.cc):
 #:
 #: 1. Every ensemble output is a leaf: produced by a step that nothing consumes. When a
 #:    client asks for some outputs only, the scheduler prunes the others backwards and does

@@ -7,12 +7,12 @@ from typing import TypedDict
 
 import numpy as np
 
-from .contracts import FORMULA_KEYS
+from .contracts import BERT_SCORE, FOREST_SCORE, FORMULAS, SCORE
 from .errors import EvaluationError
 from .scoring import best_bert_weight, blend
 
-#: The branches a report covers, in order.
-BRANCHES = ("bert", "forest", "score")
+#: The outputs whose RMSE a report gives, in order.
+SCORED = (BERT_SCORE, FOREST_SCORE, SCORE)
 
 
 def rmse(prediction, target) -> float:
@@ -40,7 +40,7 @@ class AccuracyReport(TypedDict, total=False):
     """`evaluate`'s report."""
 
     texts: int
-    rmse: dict[str, float]  # by branch present
+    rmse: dict[str, float]  # by output present (SCORED)
     rmse_of_the_mean: float
     best_bert_weight: float  # both branches present
     rmse_at_best_weight: float
@@ -103,21 +103,22 @@ def summarize(targets, predictions: dict[str, np.ndarray]) -> AccuracyReport:
     targets = np.asarray(targets, dtype=np.float64)
     report: AccuracyReport = {
         "texts": int(len(targets)),
-        "rmse": {name: rmse(predictions[name], targets) for name in BRANCHES if name in predictions},
+        "rmse": {name: rmse(predictions[name], targets) for name in SCORED if name in predictions},
         "rmse_of_the_mean": mean_rmse(targets),
     }
-    formulas = {name: spearman(predictions[name], targets) for name in FORMULA_KEYS if name in predictions}
+    formulas = {name: spearman(predictions[name], targets) for name in FORMULAS if name in predictions}
     if formulas:
         report["formulas"] = formulas
-    if "bert" in predictions and "forest" in predictions:
-        w = best_bert_weight(predictions["bert"], predictions["forest"], targets)
+    if BERT_SCORE in predictions and FOREST_SCORE in predictions:
+        bert, forest = predictions[BERT_SCORE], predictions[FOREST_SCORE]
+        w = best_bert_weight(bert, forest, targets)
         report["best_bert_weight"] = w
-        report["rmse_at_best_weight"] = rmse(blend(predictions["bert"], predictions["forest"], w, 1 - w), targets)
+        report["rmse_at_best_weight"] = rmse(blend(bert, forest, w, 1 - w), targets)
     return report
 
 
 def plot_predictions(targets, predictions: dict[str, np.ndarray], path: str, title: str = "") -> None:
-    """Predicted against target, one panel per branch present (BERT, forest, SCORE), each
+    """Predicted against target, one panel per output of SCORED present, each
     with its RMSE and the diagonal; written as a PNG."""
     import matplotlib
 
@@ -125,8 +126,7 @@ def plot_predictions(targets, predictions: dict[str, np.ndarray], path: str, tit
     import matplotlib.pyplot as plt
 
     y = np.asarray(targets, dtype=np.float64)
-    names = [name for name in BRANCHES if name in predictions]
-    labels = {"bert": "BERT_SCORE", "forest": "FOREST_SCORE", "score": "SCORE"}
+    names = [name for name in SCORED if name in predictions]
     fig, axes = plt.subplots(1, len(names), figsize=(4.6 * len(names), 4.6), squeeze=False)
     low = min(float(y.min()), *(float(np.min(predictions[n])) for n in names)) - 0.2
     high = max(float(y.max()), *(float(np.max(predictions[n])) for n in names)) + 0.2
@@ -137,8 +137,8 @@ def plot_predictions(targets, predictions: dict[str, np.ndarray], path: str, tit
         ax.set_ylim(low, high)
         ax.set_aspect("equal")
         ax.set_xlabel("target (higher = easier)")
-        ax.set_ylabel(f"predicted {labels[name]}")
-        ax.set_title(f"{labels[name]}: RMSE {rmse(predictions[name], y):.3f}")
+        ax.set_ylabel(f"predicted {name}")
+        ax.set_title(f"{name}: RMSE {rmse(predictions[name], y):.3f}")
         ax.grid(alpha=0.3)
     fig.suptitle(title or f"{len(y)} texts")
     fig.tight_layout()

@@ -7,7 +7,8 @@ runner for the BERT branch, `FeaturizeRunner` (features, word counts, formulas) 
 `manifest.json`. A set from `train-forest` alone (no BERT model) gives the forest branch
 only, and one with only the BERT model and its tokenizer the BERT branch only; half a
 branch is refused. `evaluate --artifacts`, `bench` (the in-process row) and the tests'
-expectations all use it.
+expectations all use it. It answers the ensemble's output names (`contracts.OUTPUTS`), as
+the served ensemble does.
 """
 
 from __future__ import annotations
@@ -38,10 +39,6 @@ from .scoring import Blender, blend_weights, weight_pair
 from .texts import as_utf8
 from .tokenizer.runner import TokenizerRunner
 from .validation import checked_texts
-
-BRANCHES = ("bert", "forest", "score")
-#: The formulas' keys, where the set has the forest branch (the featurize step computes them).
-FORMULA_KEYS = contracts.FORMULA_KEYS
 
 
 class Pipeline:
@@ -111,10 +108,16 @@ class Pipeline:
         return cls(weights=weights, interval=interval, **runners)
 
     @property
-    def branches(self) -> tuple[str, ...]:
-        out = ["bert"] if self.bert is not None else []
-        out += ["forest"] if self.forest is not None else []
-        return tuple(out + (["score"] if len(out) == 2 else []))
+    def outputs(self) -> tuple[str, ...]:
+        """The ensemble outputs this set computes, in the ensemble's order: BERT_SCORE with
+        the BERT branch; FOREST_SCORE and the formulas (featurize computes them) with the
+        forest's; SCORE and its interval with both."""
+        names = {contracts.BERT_SCORE} if self.bert is not None else set()
+        if self.forest is not None:
+            names |= {contracts.FOREST_SCORE, *contracts.FORMULAS}
+        if self.bert is not None and self.forest is not None:
+            names |= {contracts.SCORE, contracts.SCORE_LOW, contracts.SCORE_HIGH}
+        return tuple(name for name in contracts.OUTPUTS if name in names)
 
     def __call__(
         self,
@@ -123,36 +126,44 @@ class Pipeline:
         progress=None,
         validate: bool = True,
     ) -> dict[str, np.ndarray]:
-        """float32 predictions by branch ("bert", "forest"; "score", "low" and "high" when
-        both: the blend and its interval, as postprocess answers them; with the forest, the
-        seven formulas, FORMULA_KEYS, as featurize answers them), texts in batches of
-        `batch_size`. With `validate`, a text the served ensemble would refuse
+        """float32 answers by ensemble output (`outputs`: BERT_SCORE, FOREST_SCORE; SCORE,
+        SCORE_LOW and SCORE_HIGH when both branches are there, the blend and its interval as
+        postprocess answers them; with the forest, the seven formulas as featurize answers
+        them), texts in batches of `batch_size`. With `validate`, a text the served ensemble would refuse
         is a ValueError naming it. `progress(total=..., desc=..., unit=...)` gives an
         optional progress bar (a context manager with `update(n)`)."""
         if batch_size < 1:
             raise EvaluationError(f"batch size {batch_size}: must be at least 1")
         rows = checked_texts(texts, contracts.DEFAULT_MAX_TEXT_BYTES) if validate else as_utf8(texts)
-        parts: dict[str, list] = {"bert": [], "forest": [], "words": [], **{name: [] for name in FORMULA_KEYS}}
+        bert, forest = contracts.BERT_SCORE, contracts.FOREST_SCORE
+        parts: dict[str, list] = {
+            bert: [],
+            forest: [],
+            contracts.WORDS: [],
+            **{name: [] for name in contracts.FORMULAS},
+        }
         bar = progress(total=len(rows), desc="scoring", unit="text") if progress else nullcontext(None)
         with bar as b:
             for start in range(0, len(rows), batch_size):
                 chunk = rows[start : start + batch_size]
                 if self.bert is not None:
-                    parts["bert"].append(self.bert(*self.tokenizer(chunk)).reshape(-1))
+                    parts[bert].append(self.bert(*self.tokenizer(chunk)).reshape(-1))
                 if self.forest is not None:
                     features, words, *formulas = self.features(chunk)
-                    parts["forest"].append(self.forest(features).reshape(-1))
-                    parts["words"].append(words.reshape(-1))
-                    for name, column in zip(FORMULA_KEYS, formulas):
+                    parts[forest].append(self.forest(features).reshape(-1))
+                    parts[contracts.WORDS].append(words.reshape(-1))
+                    for name, column in zip(contracts.FORMULAS, formulas, strict=True):
                         parts[name].append(column.reshape(-1))
                 if b is not None:
                     b.update(len(chunk))
         out = {
             name: (np.concatenate(values) if values else np.zeros(0, np.float32)).astype(np.float32)
             for name, values in parts.items()
-            if name in self.branches or (name in FORMULA_KEYS and "forest" in self.branches)
+            if name in self.outputs
         }
-        if "score" in self.branches:
-            words = (np.concatenate(parts["words"]) if parts["words"] else np.zeros(0)).astype(np.float32)
-            out["score"], _, _, out["low"], out["high"] = self.blender(out["bert"], out["forest"], words)
-        return out
+        if contracts.SCORE in self.outputs:
+            counted = parts[contracts.WORDS]
+            words = (np.concatenate(counted) if counted else np.zeros(0)).astype(np.float32)
+            score, _, _, low, high = self.blender(out[bert], out[forest], words)
+            out.update({contracts.SCORE: score, contracts.SCORE_LOW: low, contracts.SCORE_HIGH: high})
+        return {name: out[name] for name in self.outputs}

@@ -147,7 +147,7 @@ def _bench_data() -> str:
             return os.path.normpath(path)
     import csv
 
-    from readability_triton.artifacts.corpus import generate_corpus
+    from readability_triton.corpus import generate_corpus
 
     path = os.path.join(out_dir(), "corpus.csv")
     with open(path, "w", newline="", encoding="utf-8") as handle:

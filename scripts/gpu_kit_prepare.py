@@ -105,9 +105,9 @@ def _tar_xz(source: str, out: str, arcname: str = ".") -> None:
 
 
 def tiny_set(out: str) -> str:
-    from readability_triton.artifacts.demo import build_demo
     from readability_triton.forest.arrays import export_forest_arrays
     from readability_triton.layout import FOREST_ARRAYS
+    from readability_triton.training.demo import build_demo
 
     build_demo(
         out,
@@ -258,17 +258,18 @@ def p2(python_version: str, server: bool = True) -> str:
     and the expected scores only, what the dry run of phase 2 needs)."""
     from readability_triton.pipeline import Pipeline
     from readability_triton.repository import assemble as repository
+    from readability_triton.repository.options import AssemblyOptions
 
     folder = os.path.join(CARRY, "p2")
     shutil.rmtree(folder, ignore_errors=True)
     os.makedirs(folder)
     with tempfile.TemporaryDirectory() as tmp:
         artifacts = tiny_set(os.path.join(tmp, "artifacts"))
-        repository.assemble(artifacts, os.path.join(folder, "repository"), "portable-gpu")
+        repository.assemble(artifacts, os.path.join(folder, "repository"), AssemblyOptions("portable-gpu"))
         scores = Pipeline.from_folder(artifacts)(TEXTS)
         with open(os.path.join(folder, "expected.json"), "w", encoding="utf-8") as handle:
             json.dump(
-                {"texts": TEXTS, **{k: [float(v) for v in scores[k]] for k in ("score", "bert", "forest")}},
+                {"texts": TEXTS, **{k: [float(v) for v in scores[k]] for k in ("SCORE", "BERT_SCORE", "FOREST_SCORE")}},
                 handle,
                 indent=2,
             )

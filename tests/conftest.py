@@ -83,7 +83,7 @@ def tiny_artifacts(tmp_path_factory):
     prepared = os.environ.get("READABILITY_TRITON_TINY_ARTIFACTS")
     if prepared:
         return prepared
-    from readability_triton.artifacts.demo import build_demo
+    from readability_triton.training.demo import build_demo
 
     # Cached like the demo's set: build_demo keeps it while its key (the options, the code
     # of the packages that build it, the libraries' versions) and every file's checksum

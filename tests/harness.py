@@ -22,6 +22,7 @@ from google.protobuf import json_format, text_format
 from readability_triton import contracts
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs, profiles
+from readability_triton.repository.options import AssemblyOptions
 from readability_triton.texts import to_rows
 
 _counter = itertools.count()
@@ -94,7 +95,7 @@ def make_model_dir(
     model_dir = os.path.join(root, model)
     os.makedirs(os.path.join(model_dir, "1"), exist_ok=True)
     with open(os.path.join(model_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
-        handle.write(configs.render_config(model, profile, **render_kw))
+        handle.write(configs.render_config(model, AssemblyOptions(profile, **render_kw)))
     source = profiles.backend_file(model, profile, render_kw.get("fused", False))
     shutil.copyfile(
         os.path.join(repository.backends_root(), source, "model.py"), os.path.join(model_dir, "1", "model.py")
@@ -159,8 +160,8 @@ def tiny_bert_config(**extra):
 
 def save_bert_checkpoint(directory, model, max_length: int):
     """`model` saved as a Hugging Face checkpoint folder with the packaged tokenizer files."""
-    from readability_triton.artifacts.demo import minilm_directory
-    from readability_triton.bert.checkpoint import write_tokenizer
+    from readability_triton.training.bert_checkpoint import write_tokenizer
+    from readability_triton.training.demo import minilm_directory
 
     model.save_pretrained(str(directory))
     write_tokenizer(minilm_directory(), str(directory), max_length)

@@ -17,9 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from readability_triton import contracts as C
-from readability_triton.client.readability import SERVED, triton_client
+from readability_triton.client.readability import triton_client
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs
+from readability_triton.repository.options import AssemblyOptions
 from readability_triton.server.tritonserver import TritonServer
 from readability_triton.texts import to_rows
 
@@ -30,7 +31,7 @@ def assemble_portable(artifacts: str, out: str, batch_window_us: int | None = No
     """The `portable` repository of `artifacts`; with `batch_window_us`, every Python step
     waits that long for more requests (so that requests sent together share execute()
     calls, which the production windows of about 1 ms cannot promise)."""
-    repository.assemble(artifacts, out, "portable", **assemble_kw)
+    repository.assemble(artifacts, out, AssemblyOptions("portable", **assemble_kw))
     if batch_window_us is not None:
 
         def widen(config) -> None:
@@ -46,9 +47,8 @@ def portable_in_process(artifacts: str, folder: str, texts) -> dict[str, np.ndar
     """What the `portable` repository of `artifacts` answers for `texts`, computed in
     process by the runners its Python models run, keyed by the ensemble's output names."""
     repo = os.path.join(folder, "repository")
-    repository.assemble(artifacts, repo, "portable")
-    out = repository.repository_pipeline(repo)(texts)
-    return {name: out[key] for key, name in SERVED.items()}
+    repository.assemble(artifacts, repo, AssemblyOptions("portable"))
+    return repository.repository_pipeline(repo)(texts)
 
 
 def system_tool(name: str, debian_path: str, package: str) -> str:

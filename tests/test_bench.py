@@ -20,10 +20,11 @@ from harness import check_png, write_csv
 from served import assemble_portable, start_server
 
 from readability_triton import contracts as C
-from readability_triton.artifacts.corpus import generate_corpus
 from readability_triton.cli import main
+from readability_triton.corpus import generate_corpus
 from readability_triton.measure import bench, perf
 from readability_triton.repository import configs
+from readability_triton.repository.options import AssemblyOptions
 
 
 def run(*argv):
@@ -42,7 +43,7 @@ def texts_csv(tmp_path_factory):
 
 
 #: The steps of the served (serial) wiring, whose statistics every row breaks down.
-SERVED_STEPS = [m for m in bench.STEPS if m in configs.repository_models()]
+STEPS_IN_REPOSITORY = [m for m in bench.STEPS if m in configs.repository_models()]
 
 
 def check_rows(report, per_request, concurrency):
@@ -54,7 +55,7 @@ def check_rows(report, per_request, concurrency):
         assert r["errors"] == 0 and r["requests"] > 0
         assert r["texts_per_s"] == pytest.approx(r["requests"] * r["texts_per_request"] / r["seconds"])
         assert 0 < r["latency_ms"]["p50"] <= r["latency_ms"]["p95"] <= r["latency_ms"]["p99"]
-        assert set(r["models"]) == set(SERVED_STEPS)
+        assert set(r["models"]) == set(STEPS_IN_REPOSITORY)
         for model, m in r["models"].items():
             # the statistics extension, over the row only: exactly the requests the clients sent
             assert m["requests"] == r["requests"] and m["failed"] == 0, model
@@ -99,7 +100,7 @@ def test_bench_serves_a_repository_itself(tiny_artifacts, tmp_path, texts_csv):
         assert r["in_process_texts_per_s"] > 0
         assert r["served_vs_in_process"] == pytest.approx(r["texts_per_s"] / r["in_process_texts_per_s"])
     assert "served/in-process" in printed and "per model" in printed
-    for model in SERVED_STEPS:
+    for model in STEPS_IN_REPOSITORY:
         assert model in printed
     assert "bench" in err  # the progress bar
     check_png(plot, min_width=1500)
@@ -337,7 +338,7 @@ def test_the_in_process_row_runs_the_served_bert_format(tiny_artifacts, tmp_path
     from readability_triton.repository import assemble as repository
 
     repo = str(tmp_path / "repository")
-    repository.assemble(tiny_artifacts, repo, profile, bert_format=bert_format)
+    repository.assemble(tiny_artifacts, repo, AssemblyOptions(profile, bert_format=bert_format))
     served = os.listdir(os.path.join(repo, "bert", "1"))
     expected = "model.pt" if bert_format == "torchscript" else "model.onnx"
     assert expected in served and ({"model.pt", "model.onnx"} - {expected}).isdisjoint(served)
@@ -352,7 +353,7 @@ def test_the_in_process_row_runs_the_served_bert_format(tiny_artifacts, tmp_path
 
 
 def test_first_sentences_are_the_short_texts_bench_sends():
-    from readability_triton.artifacts.corpus import first_sentences
+    from readability_triton.corpus import first_sentences
 
     texts = ['He said "Stop!" Then he left.', "One sentence only", "  Two. Sentences here.  ", "Why? Because."]
     assert first_sentences(texts) == ['He said "Stop!"', "One sentence only", "Two.", "Why?"]
@@ -364,6 +365,6 @@ def test_assemble_refuses_bad_buckets(tiny_artifacts, tmp_path):
 
     for bad in ("16,x", "1,64", "65", ""):
         with pytest.raises(AssemblyError, match="--buckets"):
-            repository.assemble(tiny_artifacts, str(tmp_path / "r"), "portable", buckets=bad)
-    repository.assemble(tiny_artifacts, str(tmp_path / "r"), "portable", buckets="32")
+            repository.assemble(tiny_artifacts, str(tmp_path / "r"), AssemblyOptions("portable", buckets=bad))
+    repository.assemble(tiny_artifacts, str(tmp_path / "r"), AssemblyOptions("portable", buckets="32"))
     assert repository.repository_buckets(str(tmp_path / "r")) == (32, 64)

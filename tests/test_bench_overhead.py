@@ -13,8 +13,8 @@ from harness import load_benchmark
 from served import assemble_portable, start_server
 
 from readability_triton import contracts as C
-from readability_triton.artifacts.corpus import default_texts
 from readability_triton.client.readability import text_input, triton_client
+from readability_triton.corpus import default_texts
 from readability_triton.repository.configs import read_config
 from readability_triton.stub.phases import PHASES, PHASES_ENV, phase_rows
 

@@ -10,6 +10,7 @@ import pytest
 from harness import load_benchmark
 
 from readability_triton.repository import assemble as repository
+from readability_triton.repository.options import AssemblyOptions
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +20,7 @@ def bench():
 
 def test_every_runner_is_timed_every_way(bench, tiny_artifacts, tmp_path):
     repo = str(tmp_path / "repository")
-    repository.assemble(tiny_artifacts, repo, "portable")
+    repository.assemble(tiny_artifacts, repo, AssemblyOptions("portable"))
     pipeline = repository.repository_pipeline(repo)
     texts = ["The cat sat on the mat. It was happy.", "A longer sentence follows here, and then it ends."] * 3
     seen = []

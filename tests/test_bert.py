@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 from harness import save_bert_checkpoint, tiny_bert_config, write_csv
 
-from readability_triton.artifacts.corpus import generate_corpus
-from readability_triton.artifacts.demo import minilm_directory
 from readability_triton.cli import main
+from readability_triton.corpus import generate_corpus
 from readability_triton.layout import load_manifest
 from readability_triton.tokenizer import WordPieceTokenizer
+from readability_triton.training.demo import minilm_directory
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-B = pytest.importorskip("readability_triton.bert.export")
-BT = pytest.importorskip("readability_triton.bert.training")
-V = pytest.importorskip("readability_triton.bert.verify")
+B = pytest.importorskip("readability_triton.training.bert_export")
+BT = pytest.importorskip("readability_triton.training.bert")
+V = pytest.importorskip("readability_triton.training.bert_verify")
 
 pytestmark = pytest.mark.slow  # trains and exports models (make check leaves it out)
 

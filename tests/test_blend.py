@@ -1,4 +1,4 @@
-"""SCORE's fitted weights: `metrics.fit_blend`, `train-blend` (`artifacts.blend`) on
+"""SCORE's fitted weights: `metrics.fit_blend`, `train-blend` (`training.blend`) on
 out-of-fold predictions and on held-out texts, its refusals, and `assemble` rendering the
 fitted weights by default (explicit ones override)."""
 
@@ -12,8 +12,8 @@ from harness import parse_config, save_bert_checkpoint, tiny_bert_config, write_
 
 from readability_triton import contracts as C
 from readability_triton import metrics, scoring
-from readability_triton.artifacts.corpus import generate_corpus
 from readability_triton.cli import main
+from readability_triton.corpus import generate_corpus
 from readability_triton.intervals import IntervalParameters, for_blend
 from readability_triton.layout import TRAINING_RECORD, load_manifest
 from readability_triton.pipeline import Pipeline
@@ -219,7 +219,7 @@ def test_train_blend_on_held_out_texts(separately_trained, tmp_path, capsys):
     assert main(["train-blend", "--artifacts", folder, "--data", held]) == 0
     assert "predictions of 30 texts it did not train on" in capsys.readouterr().out
     predicted = Pipeline.from_folder(folder, 0.5, 0.5)(texts)
-    want = metrics.fit_blend(predicted["bert"], predicted["forest"], np.array(targets))
+    want = metrics.fit_blend(predicted[C.BERT_SCORE], predicted[C.FOREST_SCORE], np.array(targets))
     blend = load_manifest(folder).info["blend"]
     assert blend["bert_weight"] == pytest.approx(want["bert_weight"], abs=1e-6)
     assert blend["data"]["path"].endswith("held.csv")
@@ -236,7 +236,7 @@ def test_train_blend_on_too_few_texts_for_intervals_records_the_blend_and_no_int
     assert "12 texts are too few to calibrate intervals" in capsys.readouterr().err
     info = load_manifest(folder).info
     assert info["blend"]["data"]["path"].endswith("held.csv") and info["interval"] == {}
-    assert Pipeline.from_folder(folder)(texts[:2])["low"].tolist() == [-4.0, -4.0]
+    assert Pipeline.from_folder(folder)(texts[:2])[C.SCORE_LOW].tolist() == [-4.0, -4.0]
 
 
 def test_train_blend_refuses_to_fit_on_training_texts_in_sample(separately_trained, tmp_path, capsys):

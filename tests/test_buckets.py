@@ -17,10 +17,11 @@ import pytest
 from served import Failure, infer, score_texts, side_by_side, start_server
 
 from readability_triton import contracts as C
-from readability_triton.artifacts.corpus import first_sentences
+from readability_triton.corpus import first_sentences
 from readability_triton.measure.bench import breakdown, settled_statistics
 from readability_triton.repository import assemble as repository
 from readability_triton.repository.configs import read_config
+from readability_triton.repository.options import AssemblyOptions
 from readability_triton.server.installation import native_backends
 
 pytestmark = pytest.mark.integration
@@ -45,9 +46,7 @@ def pair(request, tiny_artifacts, tmp_path_factory):
         manifest = repository.assemble(
             tiny_artifacts,
             repo,
-            request.param,
-            bert_format="onnx",
-            buckets=None if buckets is None else [64],
+            AssemblyOptions(request.param, bert_format="onnx", buckets=None if buckets is None else [64]),
         )
         native = native_backends() if request.param == "cpu" else None
         servers.append(start_server(repo, str(root / f"{name}.log"), native=native))

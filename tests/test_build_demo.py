@@ -1,4 +1,4 @@
-"""`build-demo` (`artifacts.demo`, `artifacts.corpus`, `bert.ridge_head`): a complete
+"""`build-demo` (`training.demo`, `corpus`, `training.ridge_head`): a complete
 artifact set offline (tiny BERT, small generated corpus: seconds), its manifest, the
 cache, the refusals."""
 
@@ -11,10 +11,8 @@ import pytest
 from harness import write_csv
 
 from readability_triton import contracts
-from readability_triton.artifacts import corpus as D
-from readability_triton.bert.ridge_head import select_head
+from readability_triton import corpus as D
 from readability_triton.cli import main
-from readability_triton.client.readability import SERVED
 from readability_triton.layout import (
     MODEL_FILES,
     OPTIONAL_FILES,
@@ -22,6 +20,7 @@ from readability_triton.layout import (
     load_manifest,
 )
 from readability_triton.pipeline import Pipeline
+from readability_triton.training.ridge_head import select_head
 
 torch = pytest.importorskip("torch")
 
@@ -85,11 +84,13 @@ def test_demo_artifacts_score_texts_like_serving(demo_set):
     unseen, targets = D.generate_corpus(40, seed=99)
     texts = [unseen[int(np.argmax(targets))], unseen[int(np.argmin(targets))]]  # easiest, hardest
     got = Pipeline.from_folder(str(out))(texts)
-    assert set(got) == set(SERVED)
-    assert (got["low"] < got["score"]).all() and (got["score"] < got["high"]).all()  # calibrated: not the whole scale
+    assert set(got) == set(contracts.OUTPUTS)
+    low, score, high = got[contracts.SCORE_LOW], got[contracts.SCORE], got[contracts.SCORE_HIGH]
+    assert (low < score).all() and (score < high).all()  # calibrated: not the whole scale
     for scores in got.values():
         assert scores.dtype == np.float32 and scores.shape == (2,) and np.isfinite(scores).all()
-    assert got["forest"][0] > got["forest"][1] and got["bert"][0] > got["bert"][1]  # both rank the easy text easier
+    forest, bert = got[contracts.FOREST_SCORE], got[contracts.BERT_SCORE]
+    assert forest[0] > forest[1] and bert[0] > bert[1]  # both rank the easy text easier
 
 
 def test_build_demo_is_cached_and_rebuilds_on_change(demo_set, tmp_path, capsys):

@@ -23,6 +23,7 @@ from served import Failure, portable_in_process, score_texts, start_server
 from readability_triton import contracts as C
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs
+from readability_triton.repository.options import AssemblyOptions
 
 pytestmark = pytest.mark.integration
 TEXTS = [
@@ -37,7 +38,7 @@ CACHE_BYTES = 64 << 10
 def cached(tiny_artifacts, tmp_path_factory):
     root = tmp_path_factory.mktemp("cache")
     repo = str(root / "repository")
-    repository.assemble(tiny_artifacts, repo, "portable", response_cache=True)
+    repository.assemble(tiny_artifacts, repo, AssemblyOptions("portable", response_cache=True))
     server = start_server(repo, str(root / "server.log"), cache_size=CACHE_BYTES)
     yield server
     assert server.stop() == 0
@@ -109,7 +110,7 @@ def test_an_ensemble_cached_whole_answers_with_the_first_selection(tiny_artifact
     only, so the answer to SCORE alone comes back to a request for all outputs (and the other
     way round)."""
     repo = str(tmp_path / "repository")
-    repository.assemble(tiny_artifacts, repo, "portable")
+    repository.assemble(tiny_artifacts, repo, AssemblyOptions("portable"))
     configs.edit_config(
         os.path.join(repo, C.ENSEMBLE, "config.pbtxt"), lambda config: setattr(config.response_cache, "enable", True)
     )

@@ -12,6 +12,7 @@ from tritonclient.grpc import model_config_pb2
 from readability_triton import contracts as C
 from readability_triton.errors import AssemblyError
 from readability_triton.repository import configs, profiles, releases, warmup
+from readability_triton.repository.options import AssemblyOptions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CANONICAL = os.path.join(ROOT, "model_repository")
@@ -47,7 +48,7 @@ def test_canonical_configs_are_the_rendered_gpu_profile():
     for model in CANONICAL_MODELS:
         with open(os.path.join(CANONICAL, model, "config.pbtxt"), encoding="utf-8") as handle:
             committed = handle.read()
-        assert committed == configs.render_config(model, "gpu"), (
+        assert committed == configs.render_config(model, AssemblyOptions("gpu")), (
             f"model_repository/{model}/config.pbtxt is stale: run "
             "`python -m readability_triton.repository.configs model_repository`"
         )
@@ -98,7 +99,9 @@ def test_profile_configs(profile, max_length, bert_format, wiring):
     models = configs.repository_models(version)
     rendered = {
         m: parse(
-            configs.render_config(m, profile, max_length=max_length, bert_format=bert_format, triton_version=version)
+            configs.render_config(
+                m, AssemblyOptions(profile, max_length=max_length, bert_format=bert_format, triton_version=version)
+            )
         )
         for m in models
     }
@@ -140,7 +143,7 @@ def test_profile_configs(profile, max_length, bert_format, wiring):
     else:
         assert C.VALIDATE not in rendered  # featurize checks the text first
         with pytest.raises(AssemblyError, match="no validate model"):
-            configs.render_config(C.VALIDATE, profile, triton_version=version)
+            configs.render_config(C.VALIDATE, AssemblyOptions(profile, triton_version=version))
     expected_models = "KIND_GPU" if profile in ("gpu", "hybrid", "portable-gpu") else "KIND_CPU"
     assert {kinds[C.BERT], kinds[C.FOREST]} == {expected_models}
 
@@ -197,7 +200,11 @@ def test_fused_configs(profile, max_length, wiring):
     models = configs.repository_models(version, fused=True)
     assert C.BERT not in models and C.FOREST not in models
     rendered = {
-        m: parse(configs.render_config(m, profile, max_length=max_length, triton_version=version, fused=True))
+        m: parse(
+            configs.render_config(
+                m, AssemblyOptions(profile, max_length=max_length, triton_version=version, fused=True)
+            )
+        )
         for m in models
     }
     contracts = C.contracts(max_length, fused=True)
@@ -235,15 +242,15 @@ def test_fused_configs(profile, max_length, wiring):
 @pytest.mark.parametrize("profile", ["gpu", "hybrid", "cpu"])
 def test_only_portable_profiles_fuse(profile):
     with pytest.raises(AssemblyError, match="only the portable profiles"):
-        configs.render_config(C.PREPROCESS, profile, fused=True)
+        configs.render_config(C.PREPROCESS, AssemblyOptions(profile, fused=True))
 
 
 def test_the_fused_repository_has_no_bert_to_cache_or_render():
     with pytest.raises(AssemblyError, match="no bert model"):
-        configs.render_config(C.PREPROCESS, "portable", fused=True, response_cache=True)
+        configs.render_config(C.PREPROCESS, AssemblyOptions("portable", fused=True, response_cache=True))
     for model in (C.BERT, C.FOREST):
         with pytest.raises(AssemblyError, match=f"no {model} model"):
-            configs.render_config(model, "portable", fused=True)
+            configs.render_config(model, AssemblyOptions("portable", fused=True))
 
 
 #: Every profile's repository, and the fused one of each portable profile.
@@ -260,7 +267,10 @@ def test_ensemble_graph(profile, wiring, fused):
     contracts.PARALLEL_STEPS). The same for the fused repository of the portable profiles."""
     version = WIRINGS[wiring]
     models = configs.repository_models(version, fused)
-    rendered = {m: parse(configs.render_config(m, profile, triton_version=version, fused=fused)) for m in models}
+    rendered = {
+        m: parse(configs.render_config(m, AssemblyOptions(profile, triton_version=version, fused=fused)))
+        for m in models
+    }
     ensemble = rendered[C.ENSEMBLE]
     steps = ensemble.ensemble_scheduling.step
     assert {s.model_name for s in steps} == set(models) - {C.ENSEMBLE}
@@ -324,7 +334,9 @@ def test_ensemble_graph(profile, wiring, fused):
 
 @pytest.mark.parametrize("profile", ["gpu", "hybrid"])
 def test_tensorrt_optimization_is_what_the_onnxruntime_backend_reads(profile):
-    config = parse(configs.render_config(C.BERT, profile, max_length=128, bert_format="onnx", tensorrt=True))
+    config = parse(
+        configs.render_config(C.BERT, AssemblyOptions(profile, max_length=128, bert_format="onnx", tensorrt=True))
+    )
     (accelerator,) = config.optimization.execution_accelerators.gpu_execution_accelerator
     assert accelerator.name == "tensorrt"
     params = dict(accelerator.parameters)
@@ -336,7 +348,9 @@ def test_tensorrt_optimization_is_what_the_onnxruntime_backend_reads(profile):
     batch = C.MAX_BATCH_SIZE[C.BERT]
     assert params["trt_profile_max_shapes"] == ",".join(f"input__0:{batch}x{n},input__1:{batch}x{n}" for n in lengths)
     padded = parse(
-        configs.render_config(C.BERT, profile, max_length=128, bert_format="onnx", tensorrt=True, buckets=(128,))
+        configs.render_config(
+            C.BERT, AssemblyOptions(profile, max_length=128, bert_format="onnx", tensorrt=True, buckets=(128,))
+        )
     )
     (one,) = padded.optimization.execution_accelerators.gpu_execution_accelerator
     assert dict(one.parameters)["trt_profile_opt_shapes"] == "input__0:16x128,input__1:16x128"
@@ -348,9 +362,9 @@ def test_tensorrt_optimization_is_what_the_onnxruntime_backend_reads(profile):
 @pytest.mark.parametrize("profile, bert_format", [("cpu", "onnx"), ("portable", "onnx"), ("gpu", "torchscript")])
 def test_tensorrt_needs_onnx_on_a_gpu(profile, bert_format):
     with pytest.raises(AssemblyError, match="--tensorrt needs the ONNX model on a GPU"):
-        configs.render_config(C.BERT, profile, bert_format=bert_format, tensorrt=True)
+        configs.render_config(C.BERT, AssemblyOptions(profile, bert_format=bert_format, tensorrt=True))
 
 
 def test_unknown_profile_is_refused():
     with pytest.raises(AssemblyError, match="unknown profile"):
-        configs.render_config(C.BERT, "tpu")
+        configs.render_config(C.BERT, AssemblyOptions("tpu"))

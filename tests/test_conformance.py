@@ -138,7 +138,7 @@ def test_evaluate_through_the_server_with_any_selection(server, reference, tmp_p
     data = tmp_path / "held.csv"
     targets = [0.5, -1.0, -2.0]
     data.write_text("excerpt,target\n" + "".join(f'"{t}",{y}\n' for t, y in zip(TEXTS, targets)), encoding="utf-8")
-    branch = {C.SCORE: "score", C.BERT_SCORE: "bert", C.FOREST_SCORE: "forest"}
+    scored = (C.SCORE, C.BERT_SCORE, C.FOREST_SCORE)
     for selection in SELECTIONS[1:]:
         result = _cli(
             "evaluate",
@@ -154,14 +154,14 @@ def test_evaluate_through_the_server_with_any_selection(server, reference, tmp_p
         )
         assert result.returncode == 0, result.stderr
         report = json.loads(result.stdout)
-        assert sorted(report.get("rmse", {})) == sorted(branch[n] for n in selection if n in branch)
-        for name in (n for n in selection if n in branch):
+        assert sorted(report.get("rmse", {})) == sorted(n for n in selection if n in scored)
+        for name in (n for n in selection if n in scored):
             want = float(np.sqrt(np.mean((reference[name].ravel().astype(np.float64) - targets) ** 2)))
-            assert report["rmse"][branch[name]] == pytest.approx(want, abs=1e-6)
-        assert sorted(report.get("formulas", {})) == sorted(n.lower() for n in selection if n in C.FORMULAS)
+            assert report["rmse"][name] == pytest.approx(want, abs=1e-6)
+        assert sorted(report.get("formulas", {})) == sorted(n for n in selection if n in C.FORMULAS)
         for name in (n for n in selection if n in C.FORMULAS):
             want = metrics.spearman(reference[name].ravel(), targets)
-            assert report["formulas"][name.lower()] == pytest.approx(want, abs=1e-9, nan_ok=True)
+            assert report["formulas"][name] == pytest.approx(want, abs=1e-9, nan_ok=True)
         # coverage where the selection has both ends of the interval
         assert ("interval" in report) == ({C.SCORE_LOW, C.SCORE_HIGH} <= set(selection))
         if "interval" in report:

@@ -32,7 +32,7 @@ MARKDOWN = ("README.md", "model_repository/README.md", "docs/*.md")
 FILE_ENDINGS = (".py", ".json", ".txt", ".egg-info", ".md", ".csv", ".png", ".c", ".so", ".yaml", ".pbtxt", ".sh")
 FULL = re.compile(r"\breadability_triton(?:\.[A-Za-z_]\w*)+")
 PYTHON_M = re.compile(r"python3? -m ([A-Za-z_][\w.]*)")
-#: `triton.configs`, `bert.checkpoint.check_checkpoint_folder`: a path inside the package, in backticks.
+#: `triton.configs`, `training.bert_checkpoint.check_checkpoint_folder`: a path inside the package, in backticks.
 RELATIVE = re.compile(r"`((?:" + "|".join(SUBPACKAGES + TOP_MODULES) + r")(?:\.[A-Za-z_]\w*)+)")
 
 
@@ -179,3 +179,28 @@ def test_every_benchmark_and_script_imports(path, monkeypatch):
     spec.loader.exec_module(module)
     if '__name__ == "__main__"' in open(path, encoding="utf-8").read():
         assert callable(getattr(module, "main", None))
+
+
+#: What lies outside the repository that a file may still name: the CommonLit data the tests
+#: and benchmarks read (never committed), and the Triton sources the native backends build
+#: from (scripts/native_backends.sh; TRITON_SOURCES / FIL_SOURCES point elsewhere).
+OUTSIDE_INPUTS = re.compile(r"\.\./shared(/data\b|/third_party\b|\)|,| \(| is absent| never)")
+
+
+def test_nothing_sends_a_reader_outside_the_repository():
+    """A user of the project has only the repository: no file names a page beside it (the
+    design notes, the features spec) as where to read on; the docs carry what the code cites."""
+    import subprocess
+
+    files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
+    found = []
+    for name in files:
+        if name == "tests/test_doc_paths.py" or not name.endswith((".py", ".md", ".sh", ".cfg", ".toml", ".txt")):
+            continue
+        with open(os.path.join(ROOT, name), encoding="utf-8", errors="replace") as handle:
+            for number, line in enumerate(handle, 1):
+                if "shared/design" in line or "shared/spec" in line:
+                    found.append(f"{name}:{number}: {line.strip()}")
+                elif "../shared" in line and not OUTSIDE_INPUTS.search(line):
+                    found.append(f"{name}:{number}: {line.strip()}")
+    assert not found, "\n".join(found)

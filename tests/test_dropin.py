@@ -30,10 +30,11 @@ from served import score_texts
 
 from readability_triton import __version__
 from readability_triton import contracts as C
-from readability_triton.artifacts.corpus import default_texts
 from readability_triton.client.readability import ReadabilityClient
+from readability_triton.corpus import default_texts
 from readability_triton.measure.launch import launch_serve
 from readability_triton.repository import assemble as repository
+from readability_triton.repository.options import AssemblyOptions
 from readability_triton.server.tritonserver import TritonServer, free_ports
 
 pytestmark = pytest.mark.integration
@@ -192,7 +193,7 @@ def test_the_first_request_to_a_plain_server_is_warm(tiny_artifacts, tmp_path):
     set), 43-44 ms against 38.5-41 back to back (1.08-1.12x), 118 ms without warm-up.
     Each ratio is the median of three fresh servers."""
     repo = str(tmp_path / "repository")
-    repository.assemble(tiny_artifacts, repo, "portable")
+    repository.assemble(tiny_artifacts, repo, AssemblyOptions("portable"))
     runs = [_first_and_warm(repo, str(tmp_path / f"server-{run}.log")) for run in range(3)]
     for first, warm, idle in runs:
         print(f"first {first:.1f} ms, back to back {warm:.1f} ms ({first / warm:.2f}x), after idle {idle:.1f} ms")

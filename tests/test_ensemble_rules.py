@@ -8,10 +8,11 @@ step rejects it before the fan-out and both branches read its output.
 
 On Triton 2.51 (core <= 26.01) a rejection by a branch while the other branch still
 holds the request leaves the ensemble request in flight for ever (and, under load,
-corrupts other requests; see ../shared/design.md). With the check first nothing is left
-in flight and no good request is harmed. A model that raises after the fan-out (`left`
-on a text holding "boom") harms no other request either, but leaves its own request in
-flight the same way: only the first step may fail a request on these releases.
+corrupts other requests; docs/architecture.md, "Three rules of Triton's ensemble
+scheduler"). With the check first nothing is left in flight and no good request is
+harmed. A model that raises after the fan-out (`left` on a text holding "boom") harms no
+other request either, but leaves its own request in flight the same way: only the first
+step may fail a request on these releases.
 """
 
 from __future__ import annotations

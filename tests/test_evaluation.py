@@ -18,11 +18,10 @@ from harness import check_png, write_csv
 from readability_triton import contracts as C
 from readability_triton import folds, metrics, scoring
 from readability_triton.cli import main
-from readability_triton.client.readability import SERVED
 from readability_triton.errors import EvaluationError
 from readability_triton.features import Vocabulary, featurize
 from readability_triton.layout import load_manifest, write_manifest
-from readability_triton.pipeline import FORMULA_KEYS, Pipeline
+from readability_triton.pipeline import Pipeline
 from readability_triton.tokenizer import WordPieceTokenizer
 
 torch = pytest.importorskip("torch")
@@ -64,15 +63,17 @@ def own_predictions(directory, texts):
 def test_artifact_predictions_equal_the_models_own(tiny_artifacts):
     got = Pipeline.from_folder(tiny_artifacts)(TEXTS, batch_size=4)
     bert, forest = own_predictions(tiny_artifacts, TEXTS)
-    assert set(got) == set(SERVED)
-    np.testing.assert_allclose(got["bert"], bert, rtol=0, atol=1e-5)  # batch of 4 vs 1: float noise only
-    np.testing.assert_array_equal(got["forest"], forest)
+    assert set(got) == set(C.OUTPUTS)
+    np.testing.assert_allclose(got[C.BERT_SCORE], bert, rtol=0, atol=1e-5)  # batch of 4 vs 1: float noise only
+    np.testing.assert_array_equal(got[C.FOREST_SCORE], forest)
     w_bert, w_forest = load_manifest(tiny_artifacts).blend_weights  # build-demo fitted them
     assert w_bert + w_forest == pytest.approx(1.0) and min(w_bert, w_forest) >= 0.0
-    want = (w_bert * got["bert"].astype(np.float64) + w_forest * got["forest"]).astype(np.float32)
-    np.testing.assert_array_equal(got["score"], want)
+    want = (w_bert * got[C.BERT_SCORE].astype(np.float64) + w_forest * got[C.FOREST_SCORE]).astype(np.float32)
+    np.testing.assert_array_equal(got[C.SCORE], want)
     weighted = Pipeline.from_folder(tiny_artifacts, bert_weight=3, forest_weight=1)(TEXTS)
-    np.testing.assert_allclose(weighted["score"], 0.75 * weighted["bert"] + 0.25 * weighted["forest"], atol=1e-6)
+    np.testing.assert_allclose(
+        weighted[C.SCORE], 0.75 * weighted[C.BERT_SCORE] + 0.25 * weighted[C.FOREST_SCORE], atol=1e-6
+    )
 
 
 def test_texts_the_server_refuses_are_refused_in_process_too(tiny_artifacts):
@@ -85,7 +86,7 @@ def test_texts_the_server_refuses_are_refused_in_process_too(tiny_artifacts):
     ):
         with pytest.raises(ValueError, match=message):
             pipeline(["A fine text.", bad])
-    assert set(pipeline(["A fine text.", ""], validate=False)) == set(SERVED)
+    assert set(pipeline(["A fine text.", ""], validate=False)) == set(C.OUTPUTS)
 
 
 def test_rmse_blend_and_best_weight_are_exact():
@@ -96,8 +97,10 @@ def test_rmse_blend_and_best_weight_are_exact():
     assert w == pytest.approx(0.75)  # 0.75·0.1 − 0.25·0.3 = 0: exact
     assert metrics.rmse(scoring.blend(bert, forest, w, 1 - w), target) < 1e-6
     assert scoring.best_bert_weight(target + 5, target + 6, target) == 1.0  # clipped to [0, 1]
-    report = metrics.summarize(target, {"bert": bert, "forest": forest, "score": scoring.blend(bert, forest)})
-    assert report["rmse"]["bert"] == pytest.approx(0.1) and report["rmse"]["forest"] == pytest.approx(0.3)
+    report = metrics.summarize(
+        target, {C.BERT_SCORE: bert, C.FOREST_SCORE: forest, C.SCORE: scoring.blend(bert, forest)}
+    )
+    assert report["rmse"][C.BERT_SCORE] == pytest.approx(0.1) and report["rmse"][C.FOREST_SCORE] == pytest.approx(0.3)
     assert report["rmse_of_the_mean"] == pytest.approx(np.std(target))
     assert report["best_bert_weight"] == pytest.approx(0.75)
     with pytest.raises(ValueError, match="positive sum"):
@@ -131,8 +134,8 @@ def test_a_forest_only_set_gives_the_forest_branch(tiny_artifacts, tmp_path):
         shutil.copy(os.path.join(tiny_artifacts, name), out / name)
     write_manifest(str(out), max_length=load_manifest(tiny_artifacts).max_length)
     got = Pipeline.from_folder(str(out))(TEXTS)
-    assert set(got) == {"forest", *FORMULA_KEYS}  # featurize computes the formulas
-    np.testing.assert_array_equal(got["forest"], Pipeline.from_folder(tiny_artifacts)(TEXTS)["forest"])
+    assert set(got) == {C.FOREST_SCORE, *C.FORMULAS}  # featurize computes the formulas
+    np.testing.assert_array_equal(got[C.FOREST_SCORE], Pipeline.from_folder(tiny_artifacts)(TEXTS)[C.FOREST_SCORE])
 
 
 def test_evaluate_command_reports_and_writes(tiny_artifacts, tmp_path):
@@ -156,8 +159,8 @@ def test_evaluate_command_reports_and_writes(tiny_artifacts, tmp_path):
     assert code == 0, err
     report = json.loads(out)
     got = Pipeline.from_folder(tiny_artifacts)(TEXTS)
-    for branch in ("bert", "forest", "score"):
-        assert report["rmse"][branch] == pytest.approx(metrics.rmse(got[branch], TARGETS))
+    for name in (C.BERT_SCORE, C.FOREST_SCORE, C.SCORE):
+        assert report["rmse"][name] == pytest.approx(metrics.rmse(got[name], TARGETS))
     w_bert, w_forest = load_manifest(tiny_artifacts).blend_weights
     assert report["texts"] == len(TEXTS)
     assert report["weights"] == {"bert": pytest.approx(w_bert), "forest": pytest.approx(w_forest)}
@@ -226,13 +229,13 @@ def test_the_onnx_and_torchscript_exports_give_the_same_rmse(tiny_artifacts, tmp
     reports."""
     onnx = Pipeline.from_folder(tiny_artifacts, bert_format="onnx")(TEXTS)
     torchscript = Pipeline.from_folder(tiny_artifacts, bert_format="torchscript")(TEXTS)
-    np.testing.assert_allclose(onnx["bert"], torchscript["bert"], rtol=0, atol=1e-4)
-    np.testing.assert_array_equal(onnx["forest"], torchscript["forest"])
+    np.testing.assert_allclose(onnx[C.BERT_SCORE], torchscript[C.BERT_SCORE], rtol=0, atol=1e-4)
+    np.testing.assert_array_equal(onnx[C.FOREST_SCORE], torchscript[C.FOREST_SCORE])
     data = write_csv(tmp_path / "held.csv", [(i, t, y) for i, (t, y) in enumerate(zip(TEXTS, TARGETS))])
     reports = {}
     for fmt in ("onnx", "torchscript"):
         code, out, err = run("evaluate", "--artifacts", tiny_artifacts, "--data", data, "--json", "--bert-format", fmt)
         assert code == 0, err
         reports[fmt] = json.loads(out)["rmse"]
-    for branch in ("bert", "score"):
+    for branch in (C.BERT_SCORE, C.SCORE):
         assert reports["onnx"][branch] == pytest.approx(reports["torchscript"][branch], abs=1e-4)

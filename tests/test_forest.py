@@ -11,12 +11,12 @@ import pytest
 from harness import write_csv
 
 from readability_triton import contracts
-from readability_triton.artifacts.corpus import generate_corpus
 from readability_triton.cli import main
+from readability_triton.corpus import generate_corpus
 from readability_triton.features import Vocabulary, build_vocabulary, featurize
-from readability_triton.forest import training as F
 from readability_triton.forest.checkpoint import treelite_module
 from readability_triton.layout import load_manifest
+from readability_triton.training import forest as F
 
 SMALL = {"n_estimators": 12, "max_depth": 8}
 

@@ -16,7 +16,7 @@ import pytest
 from served import score_texts
 
 from readability_triton import contracts as C
-from readability_triton.artifacts.corpus import default_texts
+from readability_triton.corpus import default_texts
 
 pytestmark = pytest.mark.integration
 

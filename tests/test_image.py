@@ -36,6 +36,7 @@ from served import text_rows
 from readability_triton import contracts as C
 from readability_triton.measure import abuse, honest, load
 from readability_triton.repository import assemble as repository
+from readability_triton.repository.options import AssemblyOptions
 from readability_triton.server.processes import alive
 from readability_triton.server.tritonserver import free_ports
 
@@ -191,7 +192,7 @@ def _grpc(url, texts, outputs=C.OUTPUTS):
 
 def test_the_image_answers_what_in_process_scoring_gives(container, tiny_artifacts, tmp_path):
     repo = str(tmp_path / "repository")
-    repository.assemble(tiny_artifacts, repo, "portable")
+    repository.assemble(tiny_artifacts, repo, AssemblyOptions("portable"))
     expected = repository.repository_pipeline(repo)(TEXTS)
     body = json.dumps({"inputs": [{"name": C.TEXT, "datatype": "BYTES", "shape": [len(TEXTS), 1], "data": TEXTS}]})
     reply = subprocess.run(
@@ -204,9 +205,9 @@ def test_the_image_answers_what_in_process_scoring_gives(container, tiny_artifac
     outputs = {o["name"]: np.asarray(o["data"], np.float32) for o in json.loads(reply.stdout)["outputs"]}
     grpc = _grpc(container.grpc, TEXTS)
     for got in (outputs, grpc):
-        assert np.allclose(got[C.SCORE], expected["score"], atol=1e-5)
-        assert np.allclose(got[C.BERT_SCORE], expected["bert"], atol=1e-5)
-        assert np.allclose(got[C.FOREST_SCORE], expected["forest"], atol=1e-5)
+        assert np.allclose(got[C.SCORE], expected[C.SCORE], atol=1e-5)
+        assert np.allclose(got[C.BERT_SCORE], expected[C.BERT_SCORE], atol=1e-5)
+        assert np.allclose(got[C.FOREST_SCORE], expected[C.FOREST_SCORE], atol=1e-5)
     assert container.health_status() == "healthy"
     user = container.inspect()["Config"]["User"]
     assert user == "10001", user

@@ -22,16 +22,8 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PACKAGE = "readability_triton"
-TRAINING = {
-    f"{PACKAGE}.bert.training",
-    f"{PACKAGE}.bert.export",
-    f"{PACKAGE}.bert.verify",
-    f"{PACKAGE}.bert.checkpoint",
-    f"{PACKAGE}.bert.ridge_head",
-    f"{PACKAGE}.forest.training",
-    f"{PACKAGE}.artifacts.demo",
-    f"{PACKAGE}.artifacts.corpus",
-}
+#: The package of training and building artifact sets (`readability_triton.training`).
+TRAINING = f"{PACKAGE}.training"
 
 
 def _module_name(path: str) -> str:
@@ -125,11 +117,28 @@ def test_nothing_but_the_cli_imports_the_measuring_tools():
     assert any(inside(m, "measure") for m in GRAPH), "no module of measure: this test must see them"
 
 
+def _training(module: str) -> bool:
+    return module == TRAINING or module.startswith(TRAINING + ".")
+
+
 def test_the_serving_side_imports_no_training_code():
     adapters = [m for m in SOURCES if m.startswith("backends.")] + [f"{PACKAGE}.stub.runtime"]
     reached = _closure(adapters)
-    assert not reached & TRAINING, sorted(reached & TRAINING)
+    assert not [m for m in reached if _training(m)], sorted(m for m in reached if _training(m))
     assert not [m for m in reached if m == f"{PACKAGE}.cli" or m.startswith(f"{PACKAGE}.cli.")]
+
+
+def test_only_the_cli_imports_the_training_package():
+    """Training is fenced by its package: of the library, only the CLI's commands (train-*,
+    export-bert, build-demo, demo) import `readability_triton.training`; the serve process,
+    the front door, the repository, the client and the measuring tools never do."""
+    offenders = {
+        m: sorted(i for i in imports if _training(i))
+        for m, imports in GRAPH.items()
+        if not _training(m) and not (m == f"{PACKAGE}.cli" or m.startswith(f"{PACKAGE}.cli."))
+    }
+    assert not {m: i for m, i in offenders.items() if i}
+    assert any(_training(m) for m in GRAPH), "no module of training: this test must see them"
 
 
 def test_in_stub_code_imports_neither_server_nor_client_code():
@@ -491,7 +500,7 @@ def test_a_command_imports_only_the_module_that_registers_it():
         "build_parser('score').parse_args(['score', 'a text'])\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('aiohttp', 'grpc', 'sklearn', 'torch')\n"
         "      or m.startswith(('readability_triton.server', 'readability_triton.frontdoor',\n"
-        "                       'readability_triton.repository', 'readability_triton.artifacts'))))\n"
+        "                       'readability_triton.repository', 'readability_triton.training'))))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
     assert out.stdout.strip() == "[]", out.stdout

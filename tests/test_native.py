@@ -32,6 +32,7 @@ from served import (
 
 from readability_triton import contracts as C
 from readability_triton.repository import assemble as repository
+from readability_triton.repository.options import AssemblyOptions
 from readability_triton.server.installation import native_backends
 
 pytestmark = pytest.mark.integration
@@ -67,7 +68,7 @@ def portable(tiny_artifacts, tmp_path_factory):
 def served(request, native, tiny_artifacts, tmp_path_factory):
     root = tmp_path_factory.mktemp(f"native-{request.param}")
     repo = str(root / "repository")
-    repository.assemble(tiny_artifacts, repo, "cpu", bert_format=request.param)
+    repository.assemble(tiny_artifacts, repo, AssemblyOptions("cpu", bert_format=request.param))
     server = start_server(repo, str(root / "server.log"), native=native)
     yield request.param, server
     assert server.stop() == 0
@@ -162,7 +163,7 @@ def test_serve_heals_a_killed_tritonserver(native, tiny_artifacts, tmp_path):
     from readability_triton.measure.launch import launch_serve
 
     repo = str(tmp_path / "repository")
-    repository.assemble(tiny_artifacts, repo, "cpu")
+    repository.assemble(tiny_artifacts, repo, AssemblyOptions("cpu"))
     with launch_serve(
         repo,
         tmp_path,

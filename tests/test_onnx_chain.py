@@ -21,12 +21,13 @@ from served import score_texts, start_server
 
 from readability_triton import contracts as C
 from readability_triton import scoring
-from readability_triton.artifacts.corpus import generate_corpus
-from readability_triton.artifacts.demo import minilm_directory
-from readability_triton.bert.checkpoint import write_tokenizer
 from readability_triton.cli import main
+from readability_triton.corpus import generate_corpus
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs
+from readability_triton.repository.options import AssemblyOptions
+from readability_triton.training.bert_checkpoint import write_tokenizer
+from readability_triton.training.demo import minilm_directory
 
 pytestmark = pytest.mark.integration
 
@@ -108,7 +109,7 @@ def chain(request, tmp_path_factory):
     )
     assert sorted(n for n in os.listdir(artifacts) if n.startswith("model")) == ["model.onnx"]
     repo = root / "repository"
-    repository.assemble(str(artifacts), str(repo), request.param)
+    repository.assemble(str(artifacts), str(repo), AssemblyOptions(request.param))
     assert (repo / "bert" / "1" / "model.onnx").is_file() and not (repo / "bert" / "1" / "model.pt").exists()
     if request.param == "cpu":
         assert configs.read_config(str(repo / "bert" / "config.pbtxt")).platform == "onnxruntime_onnx"

@@ -20,6 +20,7 @@ from readability_triton.forest.arrays import ArrayForestRunner, export_forest_ar
 from readability_triton.forest.runner import GTILRunner, forest_runner
 from readability_triton.layout import FOREST_ARRAYS
 from readability_triton.repository import assemble as repository
+from readability_triton.repository.options import AssemblyOptions
 from readability_triton.stub.runtime import ARRIVALS_ENV
 
 
@@ -44,7 +45,7 @@ def _features(n_features, rows=600, seed=0):
 
 
 def test_array_forest_equals_gtil_exactly(forest_folder, tiny_artifacts):
-    from readability_triton.artifacts.corpus import generate_corpus
+    from readability_triton.corpus import generate_corpus
     from readability_triton.features.runner import FeatureRunner
 
     gtil, walk = GTILRunner.from_folder(forest_folder), forest_runner(forest_folder)
@@ -93,7 +94,7 @@ def test_portable_gpu_profile_serves_on_the_cpu_as_portable_does(tiny_artifacts,
     from readability_triton.pipeline import Pipeline
 
     repo = str(tmp_path / "repo")
-    repository.assemble(tiny_artifacts, repo, "portable-gpu", fused=fused)
+    repository.assemble(tiny_artifacts, repo, AssemblyOptions("portable-gpu", fused=fused))
     repository.cpu_dry_run(repo)
     arrivals = tmp_path / "arrivals"
     arrivals.mkdir()
@@ -109,8 +110,8 @@ def test_portable_gpu_profile_serves_on_the_cpu_as_portable_does(tiny_artifacts,
     finally:
         assert server.stop() == 0
     want = Pipeline.from_folder(tiny_artifacts)(texts)
-    np.testing.assert_array_equal(got[C.FOREST_SCORE].ravel(), want["forest"])
-    np.testing.assert_allclose(got[C.BERT_SCORE].ravel(), want["bert"], rtol=0, atol=1e-5)
+    np.testing.assert_array_equal(got[C.FOREST_SCORE].ravel(), want[C.FOREST_SCORE])
+    np.testing.assert_allclose(got[C.BERT_SCORE].ravel(), want[C.BERT_SCORE], rtol=0, atol=1e-5)
     log = open(tmp_path / "server.log", encoding="utf-8", errors="replace").read()
     assert "array tree walk" in log
     for model in (C.POSTPROCESS,) if fused else (C.BERT, C.FOREST, C.POSTPROCESS):

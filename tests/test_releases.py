@@ -14,6 +14,7 @@ from readability_triton import contracts as C
 from readability_triton.errors import AssemblyError
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs, profiles, releases
+from readability_triton.repository.options import AssemblyOptions
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PROFILES = profiles.PROFILES
@@ -128,7 +129,7 @@ def test_the_readme_table_is_the_one_the_rules_give():
 @pytest.mark.parametrize("version", ["24.10", "25.08", "25.09", "26.08"])
 @pytest.mark.parametrize("profile", PROFILES)
 def test_configs_for_each_release_parse_with_tritons_proto(tmp_path, profile, version):
-    repository.write_configs(str(tmp_path), profile, triton_version=version)
+    repository.write_configs(str(tmp_path), AssemblyOptions(profile, triton_version=version))
     models = configs.repository_models(version)
     assert sorted(os.listdir(tmp_path)) == sorted(models)  # the wiring's models, no other
     assert (C.VALIDATE in models) == releases.release(version).parallel_ensemble
@@ -146,7 +147,9 @@ def test_configs_for_each_release_parse_with_tritons_proto(tmp_path, profile, ve
 def test_only_the_forest_config_differs_between_releases():
     for profile in PROFILES:
         for model in configs.repository_models("24.10"):
-            old, new = (configs.model_config(model, profile, triton_version=v) for v in ("24.10", "25.09"))
+            old, new = (
+                configs.model_config(model, AssemblyOptions(profile, triton_version=v)) for v in ("24.10", "25.09")
+            )
             if profiles.placement(model, profile).backend == "fil":
                 assert old != new
                 old.parameters["is_classifier"].CopyFrom(old.parameters.pop("output_class"))
@@ -186,7 +189,7 @@ def test_assemble_for_a_release(tiny_artifacts, tmp_path):
     assert "MAX_PENDING_REQUESTS" in (out / C.VALIDATE / "config.pbtxt").read_text()
     assert "MAX_PENDING_REQUESTS" not in (out / C.FEATURIZE / "config.pbtxt").read_text()
     with pytest.raises(AssemblyError, match="oldest release supported"):
-        repository.assemble(tiny_artifacts, str(tmp_path / "old"), "cpu", triton_version="23.05")
+        repository.assemble(tiny_artifacts, str(tmp_path / "old"), AssemblyOptions("cpu", triton_version="23.05"))
 
 
 def test_setup_cfg_gpu_extras_hold_the_releases_pins():

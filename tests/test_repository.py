@@ -17,6 +17,7 @@ from readability_triton import contracts as C
 from readability_triton import layout as M
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs, profiles
+from readability_triton.repository.options import AssemblyOptions
 
 
 def parse(path):
@@ -27,7 +28,7 @@ def parse(path):
 @pytest.mark.parametrize("profile", profiles.PROFILES)
 def test_assembled_repository_is_complete(tiny_artifacts, tmp_path, profile):
     out = tmp_path / profile
-    manifest = repository.assemble(tiny_artifacts, str(out), profile)
+    manifest = repository.assemble(tiny_artifacts, str(out), AssemblyOptions(profile))
     models = configs.repository_models()  # the tested release's serial wiring: no validate
     assert sorted(os.listdir(out)) == sorted(models) and C.VALIDATE not in models
     contracts = C.contracts(manifest.max_length, manifest.n_features)
@@ -69,7 +70,7 @@ def test_native_artifacts_load_like_their_backends(tiny_artifacts, tmp_path, ber
     import treelite.gtil
 
     out = tmp_path / "cpu"
-    repository.assemble(tiny_artifacts, str(out), "cpu", bert_format=bert_format)
+    repository.assemble(tiny_artifacts, str(out), AssemblyOptions("cpu", bert_format=bert_format))
     bert = parse(out / "bert" / "config.pbtxt")
     assert [list(t.dims) for t in bert.input] == [[-1], [-1]]  # the ids come cut to their bucket
     for width in (16, 64):  # every bucket the warm-up runs is a shape the model takes
@@ -117,12 +118,12 @@ def test_refuses_missing_and_changed_files(tiny_artifacts, tmp_path):
     art = _copy(tiny_artifacts, tmp_path)
     (art / "checkpoint.tl").write_bytes(b"not a checkpoint")
     with pytest.raises(repository.AssemblyError, match="checksum differs"):
-        repository.assemble(str(art), str(tmp_path / "r1"), "portable")
+        repository.assemble(str(art), str(tmp_path / "r1"), AssemblyOptions("portable"))
     (art / "checkpoint.tl").unlink()
     with pytest.raises(repository.AssemblyError, match="missing checkpoint.tl"):
-        repository.assemble(str(art), str(tmp_path / "r2"), "portable")
+        repository.assemble(str(art), str(tmp_path / "r2"), AssemblyOptions("portable"))
     with pytest.raises(repository.AssemblyError, match="no such artifact folder"):
-        repository.assemble(str(tmp_path / "nowhere"), str(tmp_path / "r3"), "portable")
+        repository.assemble(str(tmp_path / "nowhere"), str(tmp_path / "r3"), AssemblyOptions("portable"))
 
 
 def test_refuses_artifacts_that_break_the_contracts(tiny_artifacts, tmp_path):
@@ -130,10 +131,10 @@ def test_refuses_artifacts_that_break_the_contracts(tiny_artifacts, tmp_path):
     manifest = json.loads((art / "manifest.json").read_text())
     (art / "manifest.json").write_text(json.dumps({**manifest, "n_features": 100}))
     with pytest.raises(repository.AssemblyError, match="trained on 100 features"):
-        repository.assemble(str(art), str(tmp_path / "r"), "gpu")
+        repository.assemble(str(art), str(tmp_path / "r"), AssemblyOptions("gpu"))
     (art / "manifest.json").unlink()
     with pytest.raises(repository.AssemblyError, match="no manifest.json"):
-        repository.assemble(str(art), str(tmp_path / "r"), "gpu")
+        repository.assemble(str(art), str(tmp_path / "r"), AssemblyOptions("gpu"))
 
 
 def test_refuses_to_overwrite_and_bad_options(tiny_artifacts, tmp_path):
@@ -141,15 +142,17 @@ def test_refuses_to_overwrite_and_bad_options(tiny_artifacts, tmp_path):
     out.mkdir()
     (out / "keep.txt").write_text("mine")
     with pytest.raises(repository.AssemblyError, match="--force"):
-        repository.assemble(tiny_artifacts, str(out), "cpu")
-    repository.assemble(tiny_artifacts, str(out), "cpu", force=True)
+        repository.assemble(tiny_artifacts, str(out), AssemblyOptions("cpu"))
+    repository.assemble(tiny_artifacts, str(out), AssemblyOptions("cpu"), force=True)
     assert not (out / "keep.txt").exists()
     with pytest.raises(repository.AssemblyError, match="unknown profile"):
-        repository.assemble(tiny_artifacts, str(tmp_path / "x"), "tpu")
+        repository.assemble(tiny_artifacts, str(tmp_path / "x"), AssemblyOptions("tpu"))
     with pytest.raises(repository.AssemblyError, match="non-negative"):
-        repository.assemble(tiny_artifacts, str(tmp_path / "x"), "cpu", bert_weight=-1, forest_weight=1)
+        repository.assemble(
+            tiny_artifacts, str(tmp_path / "x"), AssemblyOptions("cpu", bert_weight=-1, forest_weight=1)
+        )
     with pytest.raises(repository.AssemblyError, match="both --bert-weight and --forest-weight"):
-        repository.assemble(tiny_artifacts, str(tmp_path / "x"), "cpu", bert_weight=0.3)
+        repository.assemble(tiny_artifacts, str(tmp_path / "x"), AssemblyOptions("cpu", bert_weight=0.3))
 
 
 def test_assemble_cli(tiny_artifacts, tmp_path, capsys):
@@ -210,8 +213,8 @@ def test_a_fused_repository_holds_each_branch_in_one_model(tiny_artifacts, tmp_p
     arrays), each with its fused adapter; the in-process pipeline of the fused repository,
     and so its canary, equal the separate repository's."""
     fused, separate = tmp_path / "fused", tmp_path / "separate"
-    repository.assemble(tiny_artifacts, str(fused), profile, fused=True)
-    repository.assemble(tiny_artifacts, str(separate), profile)
+    repository.assemble(tiny_artifacts, str(fused), AssemblyOptions(profile, fused=True))
+    repository.assemble(tiny_artifacts, str(separate), AssemblyOptions(profile))
     assert sorted(os.listdir(fused)) == sorted(configs.repository_models(fused=True))
     assert configs.is_fused(str(fused)) and not configs.is_fused(str(separate))
     assert configs.home(str(fused), C.BERT) == C.PREPROCESS and configs.home(str(separate), C.BERT) == C.BERT

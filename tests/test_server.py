@@ -19,12 +19,12 @@ from tritonclient.utils import InferenceServerException
 
 from readability_triton import contracts as C
 from readability_triton import scoring
-from readability_triton.cli import score as score_cli
 from readability_triton.client.readability import ReadabilityClient
 from readability_triton.layout import load_manifest
 from readability_triton.measure.launch import launch_serve
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs
+from readability_triton.repository.options import AssemblyOptions
 from readability_triton.server import tritonserver
 
 pytestmark = pytest.mark.integration
@@ -43,7 +43,7 @@ TEXTS = [
 @pytest.fixture(scope="module")
 def repo(tiny_artifacts, tmp_path_factory):
     out = tmp_path_factory.mktemp("served") / "repository"
-    repository.assemble(tiny_artifacts, str(out), "portable", max_text_bytes=MAX_TEXT_BYTES)
+    repository.assemble(tiny_artifacts, str(out), AssemblyOptions("portable", max_text_bytes=MAX_TEXT_BYTES))
 
     # A long batching window on the two text steps, so that requests sent together are
     # certain to share execute() calls (the production window is 1 ms: too short to rely on).
@@ -80,9 +80,9 @@ def expected(tiny_artifacts):
             "ids": ids,
             "mask": mask,
             "features": features,
-            "bert": bert,
-            "forest": forest,
-            "score": scoring.blend(bert, forest, *pipeline.weights),
+            C.BERT_SCORE: bert,
+            C.FOREST_SCORE: forest,
+            C.SCORE: scoring.blend(bert, forest, *pipeline.weights),
         }
 
     return compute
@@ -112,9 +112,9 @@ def test_ensemble_scores_equal_the_in_process_computation(server, expected, prot
         outputs, _ = client.infer_batch(TEXTS)
     want = expected(TEXTS)
     # the forest: same checkpoint, same float32 features -> the same numbers
-    np.testing.assert_array_equal(outputs[C.FOREST_SCORE], want["forest"])
+    np.testing.assert_array_equal(outputs[C.FOREST_SCORE], want[C.FOREST_SCORE])
     # BERT: same TorchScript module; batch composition may change float rounding slightly
-    np.testing.assert_allclose(outputs[C.BERT_SCORE], want["bert"], rtol=0, atol=1e-5)
+    np.testing.assert_allclose(outputs[C.BERT_SCORE], want[C.BERT_SCORE], rtol=0, atol=1e-5)
     # SCORE: the set's fitted weights, served by postprocess and used in process alike
     weights = served_weights(server.repository)
     assert weights == load_manifest(server.repository + "/" + C.BERT + "/1").blend_weights != (0.5, 0.5)
@@ -197,7 +197,7 @@ def test_a_bad_request_among_good_ones_fails_alone(server, expected):
             now[first][0] - before[first][0] >= len(payloads) and now[branch][0] - before[branch][0] >= len(good)
         ),
     )
-    mean = expected(good)["score"]
+    mean = expected(good)[C.SCORE]
     goods = iter(range(len(good)))
     for index, result in enumerate(results):
         if index in bad:
@@ -260,12 +260,12 @@ def test_serve_and_score_commands(repo, tmp_path, expected):
     with launch_serve(repo, tmp_path, ready_timeout=240) as serve:
         ports = serve.ports["http"], serve.ports["grpc"]
         texts = ["A short and easy text.", "Another, somewhat longer, sentence follows it."]
-        mean = expected(texts)["score"]
+        mean = expected(texts)[C.SCORE]
 
         result = _cli("score", *texts, "--url", f"127.0.0.1:{ports[0]}")
         assert result.returncode == 0, result.stderr
         lines = result.stdout.strip().splitlines()[2:]
-        order = list(score_cli._HEADINGS)  # the table's columns: BERT, forest, score, ...
+        order = list(C.HEADING)  # the table's columns: BERT, forest, score, ...
         at = order.index(C.SCORE) - len(order)
         assert result.stdout.splitlines()[0].split()[at] == "score"
         assert [float(line.split()[at]) for line in lines] == pytest.approx(mean.tolist(), abs=1e-3)
@@ -293,7 +293,7 @@ def test_serve_and_score_commands(repo, tmp_path, expected):
         rows = csv_out.read_text().strip().splitlines()[1:]
         assert [r.split(",")[0] for r in rows] == many
         assert [float(r.rsplit(",", score_at)[1]) for r in rows] == pytest.approx(
-            expected(many)["score"].tolist(), abs=1e-5
+            expected(many)[C.SCORE].tolist(), abs=1e-5
         )
         assert _cli("score", "x", "--concurrency", "0", "--url", f"127.0.0.1:{ports[0]}").returncode == 2
 
@@ -336,7 +336,7 @@ def test_score_names_a_refused_row_by_its_row_and_line_and_skip_bad_scores_the_r
     assert rows[99]["score"] == "" and rows[99]["error"].startswith("holds no words")
     good = [i for i in range(150) if i != 99]
     assert all(rows[i]["error"] == "" for i in good)
-    want = expected([texts[i] for i in good])["score"]
+    want = expected([texts[i] for i in good])[C.SCORE]
     assert [float(rows[i]["score"]) for i in good] == pytest.approx(want.tolist(), abs=1e-5)
 
 
@@ -374,8 +374,8 @@ def test_evaluate_through_the_server_equals_the_artifacts(server, tiny_artifacts
         report = json.loads(result.stdout)
         local = Pipeline.from_folder(tiny_artifacts)(texts)
         assert report["texts"] == len(texts)
-        assert report["rmse"]["forest"] == pytest.approx(rmse(local["forest"], targets), abs=1e-12)
-        for branch in ("bert", "score"):
+        assert report["rmse"][C.FOREST_SCORE] == pytest.approx(rmse(local[C.FOREST_SCORE], targets), abs=1e-12)
+        for branch in (C.BERT_SCORE, C.SCORE):
             assert report["rmse"][branch] == pytest.approx(rmse(local[branch], targets), abs=1e-5)
 
 

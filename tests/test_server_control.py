@@ -8,6 +8,7 @@ from tritonclient.utils import InferenceServerException
 
 from readability_triton import triton_messages as M
 from readability_triton.client.readability import is_busy, is_transient
+from readability_triton.repository.options import AssemblyOptions
 from readability_triton.server import admin as A
 from readability_triton.server import installation as I
 from readability_triton.server import tritonserver as S
@@ -39,7 +40,7 @@ def test_serve_refuses_with_numpy_2_and_says_why(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(metadata, "version", lambda name: "2.0.0" if name == "numpy" else real(name))
     from readability_triton.repository.assemble import write_configs
 
-    write_configs(str(tmp_path / "repo"), "portable")  # configs, no artifacts: it stops before loading
+    write_configs(str(tmp_path / "repo"), AssemblyOptions("portable"))  # configs, no artifacts: it stops before loading
     assert main(["serve", "--repository", str(tmp_path / "repo")]) == 2
     assert "NumPy 2.0.0 is installed" in capsys.readouterr().err
 
@@ -280,8 +281,8 @@ def test_a_read_only_fil_checkpoint_is_served_from_a_copy(tiny_artifacts, tmp_pa
     from readability_triton.server.backends import writable_forest_view
 
     cpu, portable = str(tmp_path / "cpu"), str(tmp_path / "portable")
-    repository.assemble(tiny_artifacts, cpu, "cpu")
-    repository.assemble(tiny_artifacts, portable, "portable")
+    repository.assemble(tiny_artifacts, cpu, AssemblyOptions("cpu"))
+    repository.assemble(tiny_artifacts, portable, AssemblyOptions("portable"))
     assert writable_forest_view(cpu, str(tmp_path / "v0")) is None  # writable: served as it is
     real_access = os.access
     monkeypatch.setattr(os, "access", lambda path, mode: False if mode == os.W_OK else real_access(path, mode))

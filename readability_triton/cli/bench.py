@@ -9,8 +9,8 @@ import os
 import sys
 
 from .. import contracts as C
-from ..artifacts.corpus import default_texts, first_sentences
 from ..client.readability import triton_client
+from ..corpus import default_texts, first_sentences
 from ..data import read_table
 from ..errors import CommandError, ServerError
 from ..measure import bench, perf

@@ -9,6 +9,7 @@ from ..client.readability import ReadabilityClient
 from ..data import COMMONLIT_CSV
 from ..errors import CommandError, ServerError
 from ..repository.assemble import assemble, served_bert
+from ..repository.options import AssemblyOptions
 from ..server.installation import native_backends
 from ..server.serve import local_server
 from .common import protocol_argument
@@ -68,7 +69,7 @@ def cmd_demo(args) -> int:
     # where `make native-backends` built it here, else portable. Not for speed: on these 2
     # cores portable, which cuts BERT's padding off, measured faster (docs/performance.md).
     profile = "cpu" if native_backends() else "portable"
-    assemble(args.artifacts, args.repository, profile, force=True)
+    assemble(args.artifacts, args.repository, AssemblyOptions(profile), force=True)
     log_file = os.path.abspath(args.repository.rstrip("/") + ".server.log")
     open(log_file, "w").close()
     print(f"profile {profile}: bert {served_bert(args.repository)}", file=sys.stderr, flush=True)

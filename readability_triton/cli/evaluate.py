@@ -8,7 +8,7 @@ import json
 import sys
 
 from .. import contracts
-from ..client.readability import SERVED, parse_outputs, served_parameters, served_predictions, served_weights
+from ..client.readability import parse_outputs, served_parameters, served_predictions, served_weights
 from ..data import read_table
 from ..errors import CommandError
 from ..features.extract import count_words
@@ -98,7 +98,7 @@ def cmd_evaluate(args) -> int:
         except ValueError as err:  # a text the served ensemble would refuse too
             raise CommandError(f"{args.data}: {err} (the served ensemble refuses it too)") from None
         where = f"artifacts {args.artifacts}"
-        weights = pipeline.weights if "score" in predictions else None
+        weights = pipeline.weights if contracts.SCORE in predictions else None
         interval = pipeline.blender.interval
     else:
         predictions = served_predictions(
@@ -113,22 +113,22 @@ def cmd_evaluate(args) -> int:
         weights = served_weights(args.url, args.protocol)
         interval = IntervalParameters.from_parameters(served_parameters(args.url, args.protocol))
     report = summarize(table.targets, predictions)
-    if "low" in predictions and "high" in predictions and interval is not None:
+    low, high = predictions.get(contracts.SCORE_LOW), predictions.get(contracts.SCORE_HIGH)
+    if low is not None and high is not None and interval is not None:
         words = count_words(table.texts)
         report["interval"] = {
             "level": interval.level,
-            "bands": coverage_by_band(table.targets, predictions["low"], predictions["high"], words, interval.edges),
+            "bands": coverage_by_band(table.targets, low, high, words, interval.edges),
         }
     if weights is not None:
         report["weights"] = {"bert": weights[0], "forest": weights[1]}
     report["data"], report["source"] = args.data, where
     if args.out:
         # the columns of `score --out`: each output's name in lower case, in the ensemble's order
-        keys = {output: key for key, output in SERVED.items()}
-        names = [keys[output] for output in contracts.OUTPUTS if keys[output] in predictions]
+        names = [name for name in contracts.OUTPUTS if name in predictions]
         with open(args.out, "w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
-            writer.writerow(["text", "target"] + [SERVED[name].lower() for name in names])
+            writer.writerow(["text", "target"] + [name.lower() for name in names])
             for i, (text, target) in enumerate(zip(table.texts, table.targets or [], strict=True)):
                 writer.writerow([text, target] + [f"{float(predictions[n][i]):.6f}" for n in names])
         print(f"wrote {len(table.texts)} predictions to {args.out}", file=sys.stderr)
@@ -146,14 +146,13 @@ def cmd_evaluate(args) -> int:
 
 def print_report(report: AccuracyReport) -> None:
     print(f"{report['texts']} texts of {report['data']}, scored by {report['source']}\n")
-    print(f"{'':<8}  {'RMSE':>7}")
-    labels = {"bert": "BERT", "forest": "forest", "score": "SCORE"}
+    print(f"{'':<12}  {'RMSE':>7}")
     for name, value in report["rmse"].items():
         note = ""
-        if name == "score" and "weights" in report:
+        if name == contracts.SCORE and "weights" in report:
             note = f"  ({report['weights']['bert']:g} BERT + {report['weights']['forest']:g} forest)"
-        print(f"{labels[name]:<8}  {value:>7.4f}{note}")
-    print(f"{'mean':<8}  {report['rmse_of_the_mean']:>7.4f}  (the targets' own mean: the best constant)")
+        print(f"{name:<12}  {value:>7.4f}{note}")
+    print(f"{'mean':<12}  {report['rmse_of_the_mean']:>7.4f}  (the targets' own mean: the best constant)")
     if "interval" in report:
         level = report["interval"]["level"]
         print(f"\n{level:g} interval: coverage of the targets (should be about {level:g}), mean width")
@@ -162,7 +161,7 @@ def print_report(report: AccuracyReport) -> None:
     if "formulas" in report:
         print("\nthe classic formulas: Spearman correlation with the targets (grade formulas run the other way)")
         for name, rho in report["formulas"].items():
-            print(f"  {name.upper():<22} {rho:+.3f}")
+            print(f"  {name:<22} {rho:+.3f}")
     if "best_bert_weight" in report:
         w = report["best_bert_weight"]
         print(

@@ -80,25 +80,6 @@ def _read_texts(args) -> tuple[list[str | bytes], list[str]]:
     return texts, labels
 
 
-#: (output, CSV column, table heading), in the table's order: the branch scores, the score
-#: and its interval, then the formulas.
-_HEADINGS = {
-    "BERT_SCORE": "BERT",
-    "FOREST_SCORE": "forest",
-    "SCORE": "score",
-    "SCORE_LOW": "low",
-    "SCORE_HIGH": "high",
-    "FLESCH_READING_EASE": "FRE",
-    "FLESCH_KINCAID_GRADE": "FKGL",
-    "GUNNING_FOG": "Fog",
-    "SMOG": "SMOG",
-    "COLEMAN_LIAU": "CLI",
-    "ARI": "ARI",
-    "DALE_CHALL": "DaleCh",
-}
-_COLUMNS = tuple((name, name.lower(), heading) for name, heading in _HEADINGS.items())
-
-
 def cmd_score(args) -> int:
     if not 1 <= args.batch_size <= BATCH_LIMIT:
         raise CommandError(f"--batch-size must be between 1 and {BATCH_LIMIT} (the ensemble's max_batch_size)")
@@ -128,12 +109,12 @@ def cmd_score(args) -> int:
             ) from None
     if args.out:
         # CSV columns: text, then the requested outputs in the ensemble's order (score first)
-        columns = [c for name in contracts.OUTPUTS for c in _COLUMNS if c[0] == name and name in outputs]
+        columns = [name for name in contracts.OUTPUTS if name in outputs]
         with open(args.out, "w", newline="", encoding="utf-8") as handle:
             writer = csv.writer(handle)
-            writer.writerow(["text"] + [c[1] for c in columns] + (["error"] if args.skip_bad else []))
+            writer.writerow(["text"] + [name.lower() for name in columns] + (["error"] if args.skip_bad else []))
             for s in scores:
-                values = ["" if s.error else f"{s.values[c[0]]:.6f}" for c in columns]
+                values = ["" if s.error else f"{s.values[name]:.6f}" for name in columns]
                 writer.writerow([_shown(s.text)] + values + ([s.error or ""] if args.skip_bad else []))
         print(f"wrote {sum(s.error is None for s in scores)} scores to {args.out}", file=sys.stderr)
     else:
@@ -152,9 +133,9 @@ def _shown(text: str | bytes) -> str:
 
 
 def print_table(scores, width: int = 60, latency: bool = False, outputs=contracts.OUTPUTS) -> None:
-    columns = [c for c in _COLUMNS if c[0] in outputs]
+    columns = [name for name in contracts.HEADING if name in outputs]  # the table's order
     width = width if len(columns) <= 5 else 30  # a terminal's width for every output
-    header = f"{'text':<{width}}" + "".join(f"  {c[2]:>8}" for c in columns)
+    header = f"{'text':<{width}}" + "".join(f"  {contracts.HEADING[name]:>8}" for name in columns)
     if latency:
         header += f"  {'latency':>9}"
     print(header)
@@ -162,7 +143,7 @@ def print_table(scores, width: int = 60, latency: bool = False, outputs=contract
     for s in scores:
         text = " ".join(_shown(s.text).split())
         text = text if len(text) <= width else text[: width - 1] + "…"
-        line = f"{text:<{width}}" + "".join(f"  {s.values[c[0]]:>8.3f}" for c in columns)
+        line = f"{text:<{width}}" + "".join(f"  {s.values[name]:>8.3f}" for name in columns)
         if latency:
             line += f"  {s.latency_ms:>6.1f} ms"
         print(line)

@@ -12,6 +12,7 @@ from ..frontdoor.door import DEFAULT_MAX_REQUEST_BYTES
 from ..intervals import DEFAULT_LEVEL, for_blend
 from ..repository import releases
 from ..repository.assemble import assemble, pick_bert_format
+from ..repository.options import AssemblyOptions
 from ..repository.profiles import DEFAULT_TENSORRT_CACHE, PROFILES
 from ..scoring import blend_weights
 from ..server.plain import plain_command
@@ -280,14 +281,11 @@ def register(subparsers) -> None:
 
 def cmd_assemble(args) -> int:
     triton_version = args.triton_version or releases.TESTED
-    manifest = assemble(
-        args.artifacts,
-        args.out,
+    options = AssemblyOptions(
         args.profile,
         bert_weight=args.bert_weight,
         forest_weight=args.forest_weight,
         max_text_bytes=args.max_text_bytes or contracts.DEFAULT_MAX_TEXT_BYTES,
-        force=args.force,
         bert_format=args.bert_format,
         tensorrt=args.tensorrt,
         tensorrt_cache=args.tensorrt_cache or DEFAULT_TENSORRT_CACHE,
@@ -297,6 +295,7 @@ def cmd_assemble(args) -> int:
         fused=args.fused,
         buckets=args.buckets,
     )
+    manifest = assemble(args.artifacts, args.out, options, force=args.force)
     chosen = pick_bert_format(args.artifacts, args.profile, args.bert_format)
 
     if args.bert_weight is not None:

@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 
 from .. import contracts
-from ..artifacts.blend import train_blend
-from ..artifacts.demo import build_demo
 from ..data import read_table
 from ..errors import CommandError
-from ..forest import training as F
-from ..forest.training import DEFAULTS as FOREST
 from ..layout import BERT_FORMATS
+from ..training import forest as F
+from ..training.blend import train_blend
+from ..training.demo import build_demo
+from ..training.forest import DEFAULTS as FOREST
 from .common import data_arguments, progress
 
 
@@ -87,7 +87,7 @@ def cmd_train_forest(args) -> int:
 
 
 def cmd_train_bert(args) -> int:
-    from ..bert import training as B
+    from ..training import bert as B
 
     _quiet_transformers()
     for name, value in (("--epochs", args.epochs), ("--batch-size", args.batch_size)):
@@ -122,7 +122,7 @@ def cmd_train_bert(args) -> int:
 
 
 def cmd_export_bert(args) -> int:
-    from ..bert import export as B
+    from ..training import bert_export as B
 
     _quiet_transformers()
     contracts.check_max_length(args.max_length, "--max-length", CommandError)
@@ -171,7 +171,7 @@ def cmd_train_blend(args) -> int:
 
 def ensure_demo_artifacts(out: str, data: str | None = None, bert: str = "minilm", **options):
     """Build (or reuse, when up to date) the demo artifact set in `out`; for `demo`.
-    Returns `artifacts.demo.BuildResult`."""
+    Returns `training.demo.BuildResult`."""
 
     _quiet_transformers()
     return build_demo(out, data=data, bert=bert, progress=progress, **options)

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import random
-import re
 import threading
 import time
 from dataclasses import dataclass
@@ -19,19 +18,10 @@ from typing import Sequence
 import numpy as np
 
 from .. import contracts as C
+from .. import triton_messages as M
 from ..errors import ClientError
 from ..progress import no_progress
 from ..texts import to_rows
-
-#: The in-process pipeline's name of each served output (`pipeline.Pipeline`).
-SERVED = {
-    "score": C.SCORE,
-    "bert": C.BERT_SCORE,
-    "forest": C.FOREST_SCORE,
-    "low": C.SCORE_LOW,
-    "high": C.SCORE_HIGH,
-    **dict(zip(C.FORMULA_KEYS, C.FORMULAS)),
-}
 
 
 @dataclass
@@ -45,26 +35,6 @@ class Score:
     #: Why the server refused this text (`score(skip_bad=True)`); None when it was scored.
     error: str | None = None
 
-    @property
-    def score(self) -> float | None:
-        return self.values.get(C.SCORE)
-
-    @property
-    def bert(self) -> float | None:
-        return self.values.get(C.BERT_SCORE)
-
-    @property
-    def forest(self) -> float | None:
-        return self.values.get(C.FOREST_SCORE)
-
-    @property
-    def low(self) -> float | None:
-        return self.values.get(C.SCORE_LOW)
-
-    @property
-    def high(self) -> float | None:
-        return self.values.get(C.SCORE_HIGH)
-
 
 def parse_outputs(value) -> tuple[str, ...]:
     """The ensemble outputs named in `value` (a comma-separated string or a sequence),
@@ -76,40 +46,25 @@ def parse_outputs(value) -> tuple[str, ...]:
     return tuple(n for n in C.OUTPUTS if n in names)
 
 
-#: What a server says while it cannot serve for a moment: a dead stub being replaced, a
-#: model being reloaded, a server stopping or restarting.
-_TRANSIENT = (
-    "not healthy",
-    "has no available versions",
-    "is not found",
-    "server is stopping",
-    "unavailable",
-    "connection refused",
-    "connection reset",
-    "failed to connect",
-    "broken pipe",
-)
-#: What a saturated server says: the first step's load shedding, a queue timeout.
-_BUSY = ("busy:", "request timeout expired", "exceeds maximum queue size")
+def _reading(exc: BaseException) -> M.Reading:
+    """What a failed request's error says (`triton_messages.classify`): tritonclient's
+    status ("503", "StatusCode.UNAVAILABLE") and its words."""
+    status = getattr(exc, "status", None)
+    return M.classify(status() if callable(status) else None, str(exc))
 
 
 def is_busy(exc: BaseException) -> bool:
     """Whether a failed request was refused because the server is full (retry later)."""
-    return any(sign in str(exc).lower() for sign in _BUSY)
+    return _reading(exc).busy
 
 
 def is_transient(exc: BaseException) -> bool:
     """Whether a failed request may succeed when sent again a little later (never a
     refusal of the request itself, INVALID_ARG)."""
-    status = str(getattr(exc, "status", lambda: "")() if callable(getattr(exc, "status", None)) else "")
-    text = f"{status} {exc}".lower()
-    if "invalid_arg" in text or status in ("400", "StatusCode.INVALID_ARGUMENT"):
+    reading = _reading(exc)
+    if reading.kind is M.Kind.CLIENT_FAULT:
         return False
-    return isinstance(exc, (ConnectionError, OSError)) or any(sign in text for sign in _TRANSIENT)
-
-
-#: How the ensemble refuses one text of a request (`validation`): "text N of the request <why>".
-_TEXT_REFUSED = re.compile(r"text (\d+) of the request (.+)", re.S)
+    return isinstance(exc, (ConnectionError, OSError)) or reading.transient
 
 
 class TextRefused(ClientError):
@@ -125,10 +80,10 @@ class TextRefused(ClientError):
 def refused_text(exc: BaseException) -> tuple[int, str] | None:
     """(the text's place in its request, why) where `exc` is the refusal of one text of a
     request, else None."""
-    match = _TEXT_REFUSED.search(str(exc))
-    if match is None or is_transient(exc.__cause__ or exc):
+    refused = M.refused_text(str(exc))
+    if refused is None or is_transient(exc.__cause__ or exc):
         return None
-    return int(match[1]), match[2].strip()
+    return refused
 
 
 def _module(protocol: str):
@@ -393,15 +348,10 @@ def served_predictions(
     url: str, texts, *, protocol: str = "http", batch_size: int = 32, progress=no_progress, outputs=C.OUTPUTS
 ) -> dict[str, np.ndarray]:
     """The ensemble's `outputs` (by default all) for `texts` from the server at `url`,
-    keyed as the in-process pipeline keys them (`SERVED`: "score", "bert", "forest", "low",
-    "high")."""
+    by output name, as the in-process `Pipeline` answers them."""
     texts = list(texts)
     with ReadabilityClient(url, protocol, batch_size=batch_size) as client:
         if not client.ready():
             raise ClientError(f"no ready '{C.ENSEMBLE}' model at {url} ({protocol})")
         scores = client.score(texts, progress=progress, outputs=outputs)
-    return {
-        branch: np.array([s.values[output] for s in scores], np.float32)
-        for branch, output in SERVED.items()
-        if output in outputs
-    }
+    return {name: np.array([s.values[name] for s in scores], np.float32) for name in C.OUTPUTS if name in outputs}

@@ -23,7 +23,7 @@ from ..features.formulas import Formulas
 from ..features.runner import FeaturizeRunner
 from ..forest.arrays import FOREST_ARRAYS, export_forest_arrays
 from ..forest.runner import GTILRunner
-from ..intervals import DEFAULT_LEVEL, IntervalParameters, check_level, for_blend
+from ..intervals import IntervalParameters, check_level, for_blend
 from ..pipeline import Pipeline
 from ..scoring import Blender, weight_pair
 from ..tokenizer.runner import TokenizerRunner
@@ -37,9 +37,9 @@ from .configs import (
     render_config,
     repository_models,
 )
+from .options import AssemblyOptions
 from .profiles import (
     DEFAULT_BERT_FORMAT,
-    DEFAULT_TENSORRT_CACHE,
     PROFILE,
     PROFILES,
     VERSION,
@@ -63,18 +63,16 @@ def backends_root() -> str:
         return beside
 
 
-def write_configs(out: str, profile: str, **render_kw) -> None:
-    """Configs, version folders and the Python models' `model.py` for `profile`: the models
-    of the wiring of the Triton release (`triton_version`, default the tested one; with
-    `fused`, of the fused repository)."""
-    fused = render_kw.get("fused", False)
-    for model in repository_models(render_kw.get("triton_version", releases.TESTED), fused):
+def write_configs(out: str, options: AssemblyOptions) -> None:
+    """Configs, version folders and the Python models' `model.py` as `options` shape them: the
+    models of the wiring of its Triton release (with `fused`, of the fused repository)."""
+    for model in repository_models(options.triton_version, options.fused):
         model_dir = os.path.join(out, model)
         os.makedirs(os.path.join(model_dir, VERSION), exist_ok=True)
         with open(os.path.join(model_dir, "config.pbtxt"), "w", encoding="utf-8") as handle:
-            handle.write(render_config(model, profile, **render_kw))
+            handle.write(render_config(model, options))
         write_warmup(model_dir, read_config(os.path.join(model_dir, "config.pbtxt")))
-        source = backend_file(model, profile, fused)
+        source = backend_file(model, options.profile, options.fused)
         if source is not None:
             shutil.copyfile(
                 os.path.join(backends_root(), source, "model.py"), os.path.join(model_dir, VERSION, "model.py")
@@ -91,79 +89,56 @@ def pick_bert_format(artifacts: str, profile: str, wanted: str | None = None) ->
     return M.choose_bert_format(artifacts, wanted)
 
 
-def assemble(
-    artifacts: str,
-    out: str,
-    profile: str,
-    bert_weight: float | None = None,
-    forest_weight: float | None = None,
-    max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
-    force: bool = False,
-    bert_format: str | None = None,
-    tensorrt: bool = False,
-    tensorrt_cache: str = DEFAULT_TENSORRT_CACHE,
-    triton_version: str = releases.TESTED,
-    response_cache: bool = False,
-    interval_level: float = DEFAULT_LEVEL,
-    fused: bool = False,
-    buckets=None,
-) -> M.Manifest:
-    """Build a complete model repository for `profile` from an artifact set (its BERT model
-    in `bert_format`, see `pick_bert_format`; SCORE's weights as given, both or none, by
-    default the set's fitted weights (`train-blend`, `build-demo`), else 0.5 each), in the
-    configs Triton release `triton_version` reads; SCORE_LOW/SCORE_HIGH at `interval_level`
-    from the set's calibration where it was calibrated for these weights (`intervals`).
-    `fused` (the portable profiles): BERT runs inside preprocess and the forest inside
-    featurize (`contracts.FUSED_INTO`), two Python models fewer. `buckets`: the sequence
-    lengths preprocess cuts each request's ids to (`contracts.check_buckets`; default
-    `contracts.default_buckets`; the set's max_length alone: padded)."""
+def assemble(artifacts: str, out: str, options: AssemblyOptions, force: bool = False) -> M.Manifest:
+    """Build a complete model repository from an artifact set, as `options` shape it (the
+    profile; the BERT model in `bert_format`, see `pick_bert_format`; SCORE's weights as
+    given, both or none, by default the set's fitted weights (`train-blend`, `build-demo`),
+    else 0.5 each; the configs Triton release `triton_version` reads; SCORE_LOW/SCORE_HIGH at
+    `interval_level` from the set's calibration where it was calibrated for these weights
+    (`intervals`); `fused` (the portable profiles): BERT inside preprocess and the forest
+    inside featurize, two Python models fewer; `buckets`: the sequence lengths preprocess
+    cuts each request's ids to, `contracts.check_buckets`). `force` replaces a folder that
+    is not empty."""
+    profile = options.profile
     if profile not in PROFILES:
         raise AssemblyError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
-    check_fused(profile, fused, response_cache)
+    check_fused(profile, options.fused, options.response_cache)
     try:
-        releases.release(triton_version)
+        releases.release(options.triton_version)
     except releases.ReleaseError as err:
         raise AssemblyError(str(err)) from None
-    weight_pair(bert_weight, forest_weight, AssemblyError)  # both or neither, non-negative, positive sum
+    weight_pair(options.bert_weight, options.forest_weight, AssemblyError)  # both or neither, >= 0, positive sum
     try:
         manifest = M.check_artifacts(artifacts)
-        bert_format = pick_bert_format(artifacts, profile, bert_format)
+        bert_format = pick_bert_format(artifacts, profile, options.bert_format)
     except M.ManifestError as err:
         raise AssemblyError(str(err)) from None
+    bert_weight, forest_weight = options.bert_weight, options.forest_weight
     if bert_weight is None or forest_weight is None:
         bert_weight, forest_weight = manifest.blend_weights or (0.5, 0.5)
     weight_pair(bert_weight, forest_weight, AssemblyError)  # the set's own weights too, before anything is written
     try:
-        interval = for_blend(manifest.info.get("interval"), (bert_weight, forest_weight), check_level(interval_level))
+        level = check_level(options.interval_level)
+        interval = for_blend(manifest.info.get("interval"), (bert_weight, forest_weight), level)
     except ValueError as err:
         raise AssemblyError(f"--interval: {err}") from None
-    buckets = C.check_buckets(buckets, manifest.max_length, "--buckets", AssemblyError)
-    # refuse early
-    render_config(
-        C.BERT, profile, max_length=manifest.max_length, bert_format=bert_format, tensorrt=tensorrt, buckets=buckets
+    options = options.with_(
+        bert_format=bert_format,
+        bert_weight=bert_weight,
+        forest_weight=forest_weight,
+        max_length=manifest.max_length,
+        n_features=manifest.n_features,
+        buckets=C.check_buckets(options.buckets, manifest.max_length, "--buckets", AssemblyError),
+        interval=interval,
     )
+    render_config(C.BERT, options.with_(fused=False))  # refuse early: BERT's format, TensorRT, buckets
     if os.path.exists(out):
         if not force and os.listdir(out):
             raise AssemblyError(f"{out} exists and is not empty; pass --force to replace it")
         shutil.rmtree(out)
     os.makedirs(out)
-    write_configs(
-        out,
-        profile,
-        max_length=manifest.max_length,
-        n_features=manifest.n_features,
-        bert_weight=bert_weight,
-        forest_weight=forest_weight,
-        max_text_bytes=max_text_bytes,
-        bert_format=bert_format,
-        tensorrt=tensorrt,
-        tensorrt_cache=tensorrt_cache,
-        triton_version=triton_version,
-        response_cache=response_cache,
-        interval=interval,
-        fused=fused,
-        buckets=buckets,
-    )
+    write_configs(out, options)
+    fused = options.fused
     for model, names in {**M.MODEL_FILES, C.BERT: (M.BERT_FORMATS[bert_format],)}.items():
         target = os.path.join(out, C.FUSED_INTO.get(model, model) if fused else model, VERSION)
         for name in list(names) + M.present(artifacts, M.OPTIONAL_FILES.get(model, ())) + [M.MANIFEST]:
@@ -172,19 +147,8 @@ def assemble(
         # the forest as arrays, for the CuPy tree walk (no Treelite needed there)
         folder = os.path.join(out, home(out, C.FOREST), VERSION)
         export_forest_arrays(os.path.join(folder, M.CHECKPOINT), os.path.join(folder, FOREST_ARRAYS))
-    record_canary(out, canary_tolerance(profile, tensorrt), manifest, (bert_weight, forest_weight), interval)
+    record_canary(out, canary_tolerance(profile, options.tensorrt), manifest, options.weights, interval)
     return manifest
-
-
-#: What the canary records, by ensemble output: the pipeline's key for it.
-CANARY_OUTPUTS = {
-    C.SCORE: "score",
-    C.BERT_SCORE: "bert",
-    C.FOREST_SCORE: "forest",
-    C.SCORE_LOW: "low",
-    C.SCORE_HIGH: "high",
-    **{name: name.lower() for name in C.FORMULAS},
-}
 
 
 def canary_tolerance(profile: str, tensorrt: bool = False) -> float:
@@ -207,16 +171,18 @@ def record_canary(repo: str, tolerance: float, manifest: M.Manifest, weights, in
         result = repository_pipeline(repo)([CANARY])
     except ImportError:
         recorded = manifest.info.get("canary") or {}
-        if recorded.get("text") != CANARY:
+        branches = (C.BERT_SCORE, C.FOREST_SCORE)
+        if recorded.get("text") != CANARY or not all(name in recorded for name in branches):
             return None
-        bert, forest = (np.array([float(recorded[k])], np.float32) for k in ("bert", "forest"))
+        bert, forest = (np.array([float(recorded[name])], np.float32) for name in branches)
         blended = Blender(weights[0], weights[1], interval=interval)(
             bert, forest, count_words([CANARY]).astype(np.float32)
         )
-        result = dict(zip(("score", "bert", "forest", "low", "high"), blended))
+        # the blender answers as postprocess does, in SCORE_OUTPUTS' order
+        result = dict(zip(C.SCORE_OUTPUTS, blended, strict=True))
         formulas = Formulas.load()([CANARY])  # NumPy only: every Python has what it needs
-        result.update({name.lower(): formulas[:, i] for i, name in enumerate(C.FORMULAS)})
-    expected = {name: float(result[key][0]) for name, key in CANARY_OUTPUTS.items()}
+        result.update({name: formulas[:, i] for i, name in enumerate(C.FORMULAS)})
+    expected = {name: float(result[name][0]) for name in C.OUTPUTS}
     canary = Canary(CANARY, expected, tolerance)
     canary.save(repo)
     return canary

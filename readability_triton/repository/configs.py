@@ -23,20 +23,20 @@ from typing import Any
 
 from .. import contracts as C
 from ..errors import AssemblyError
-from ..intervals import IntervalParameters
 from . import releases
+from .options import AssemblyOptions
 from .profiles import (
     BERT_PLATFORMS,
     CACHED_STEPS,
-    DEFAULT_BERT_FORMAT,
-    DEFAULT_MAX_PENDING_REQUESTS,
-    DEFAULT_MAX_QUEUE_SECONDS,
     DEFAULT_TENSORRT_CACHE,
     check_fused,
     dynamic_batching,
     placement,
 )
 from .warmup import WARMUP_FOLDER, warmup_samples, write_warmup
+
+#: The canonical `model_repository/`'s options: the gpu profile, every other choice at its default.
+CANONICAL = AssemblyOptions("gpu")
 
 
 @functools.lru_cache(maxsize=None)
@@ -156,34 +156,18 @@ def tensorrt_optimization(buckets, max_batch: int, cache: str = DEFAULT_TENSORRT
     return {"execution_accelerators": {"gpu_execution_accelerator": [{"name": "tensorrt", "parameters": params}]}}
 
 
-def model_config(
-    model: str,
-    profile: str = "gpu",
-    max_length: int = C.DEFAULT_MAX_LENGTH,
-    n_features: int = C.N_FEATURES,
-    bert_weight: float = 0.5,
-    forest_weight: float = 0.5,
-    max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
-    bert_format: str = DEFAULT_BERT_FORMAT,
-    tensorrt: bool = False,
-    tensorrt_cache: str = DEFAULT_TENSORRT_CACHE,
-    triton_version: str = releases.TESTED,
-    max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS,
-    max_queue_seconds: float = DEFAULT_MAX_QUEUE_SECONDS,
-    response_cache: bool = False,
-    interval: IntervalParameters | None = None,
-    fused: bool = False,
-    buckets=None,
-):
-    """The `ModelConfig` message of `model` in `profile` for Triton release `triton_version`
-    (the BERT model in `bert_format`; with `tensorrt`, the onnxruntime backend builds a
-    TensorRT FP16 engine for it; `fused`: of the fused repository, `contracts.FUSED_INTO`;
-    `buckets`: BERT's sequence-length buckets, `contracts.check_buckets`),
-    built the way Triton reads it: a message of its own proto, so that a field that does not
-    exist, or a bad enum value, cannot be written."""
+def model_config(model: str, options: AssemblyOptions = CANONICAL):
+    """The `ModelConfig` message of `model` as `options` shape it (`AssemblyOptions`: the
+    profile, the Triton release, the BERT format; with `tensorrt`, the onnxruntime backend
+    builds a TensorRT FP16 engine for BERT; `fused`: of the fused repository,
+    `contracts.FUSED_INTO`; `buckets`: BERT's sequence-length buckets,
+    `contracts.check_buckets`), built the way Triton reads it: a message of its own proto, so
+    that a field that does not exist, or a bad enum value, cannot be written."""
     model_config_pb2, json_format, _ = _proto()
-    target = releases.release(triton_version)
-    check_fused(profile, fused, response_cache)
+    profile, fused, tensorrt = options.profile, options.fused, options.tensorrt
+    bert_format, max_length = options.chosen_bert_format, options.max_length
+    target = releases.release(options.triton_version)
+    check_fused(profile, fused, options.response_cache)
     if fused and model in C.FUSED_INTO:
         raise AssemblyError(f"the fused repository has no {model} model: it runs inside {C.FUSED_INTO[model]}")
     if model != C.ENSEMBLE and model not in C.step_models(target.parallel_ensemble, fused):
@@ -191,8 +175,8 @@ def model_config(
             f"Triton {target.version} runs the serial wiring, which has no {model} model "
             "(featurize checks the text first: contracts.SERIAL_STEPS)"
         )
-    buckets = C.check_buckets(buckets, max_length, "buckets", AssemblyError)
-    contract = C.contracts(max_length, n_features, fused, buckets)[model]
+    buckets = C.check_buckets(options.buckets, max_length, "buckets", AssemblyError)
+    contract = C.contracts(max_length, options.n_features, fused, buckets)[model]
     where = placement(model, profile, bert_format)
     if tensorrt and not (model != C.BERT or (where.backend == "onnxruntime_onnx" and where.kind == "KIND_GPU")):
         raise AssemblyError(
@@ -225,17 +209,17 @@ def model_config(
     config["instance_group"] = [{"kind": where.kind, "count": 1}]
     config["model_warmup"] = warmup_samples(config, buckets)
     if model == C.BERT and tensorrt:
-        config["optimization"] = tensorrt_optimization(buckets, C.MAX_BATCH_SIZE[C.BERT], tensorrt_cache)
-    if model in CACHED_STEPS and response_cache:
+        config["optimization"] = tensorrt_optimization(buckets, C.MAX_BATCH_SIZE[C.BERT], options.tensorrt_cache)
+    if model in CACHED_STEPS and options.response_cache:
         config["response_cache"] = {"enable": True}
     params: dict[str, str] = {}
     if model in (C.VALIDATE, C.PREPROCESS, C.FEATURIZE):  # one limit: the first step refuses first
-        params[C.MAX_TEXT_BYTES] = str(max_text_bytes)
+        params[C.MAX_TEXT_BYTES] = str(options.max_text_bytes)
     if model == C.entrance(target.parallel_ensemble):  # checks the text and sheds load (rule 3)
         if model == C.FEATURIZE:
             params[C.REQUIRE_WORDS] = "true"
-        params[C.MAX_PENDING_REQUESTS] = str(max_pending_requests)
-        params[C.MAX_QUEUE_SECONDS] = repr(float(max_queue_seconds))
+        params[C.MAX_PENDING_REQUESTS] = str(options.max_pending_requests)
+        params[C.MAX_QUEUE_SECONDS] = repr(float(options.max_queue_seconds))
     if model == C.PREPROCESS or (model == C.BERT and where.backend == "python"):
         params[C.MAX_LENGTH] = str(max_length)
         params[C.BUCKETS] = ",".join(map(str, buckets))
@@ -243,10 +227,11 @@ def model_config(
         # BERT's instance (bert, or a fused preprocess) takes the cores; every other one thread
         params[C.THREADS] = "0" if C.BERT in C.runs(model, fused) else "1"
     if model == C.POSTPROCESS:
-        params[C.BERT_WEIGHT] = repr(float(bert_weight))
-        params[C.FOREST_WEIGHT] = repr(float(forest_weight))
-        if interval is not None:  # else postprocess answers the uncalibrated range
-            params.update(interval.to_parameters())
+        bert_weight, forest_weight = options.weights
+        params[C.BERT_WEIGHT] = repr(bert_weight)
+        params[C.FOREST_WEIGHT] = repr(forest_weight)
+        if options.interval is not None:  # else postprocess answers the uncalibrated range
+            params.update(options.interval.to_parameters())
     if where.backend == "python" and where.kind == "KIND_GPU" and model in (C.POSTPROCESS, C.BERT, C.FOREST):
         # Let the outputs of the previous GPU steps arrive on the GPU (read via DLPack).
         params["FORCE_CPU_ONLY_INPUT_TENSORS"] = "no"
@@ -258,15 +243,10 @@ def model_config(
     return json_format.ParseDict(config, model_config_pb2.ModelConfig())
 
 
-def header(
-    model: str,
-    profile: str = "gpu",
-    bert_format: str = DEFAULT_BERT_FORMAT,
-    triton_version: str = releases.TESTED,
-    fused: bool = False,
-) -> str:
+def header(model: str, options: AssemblyOptions = CANONICAL) -> str:
     """The comment lines a rendered config starts with: what the model is, and for what."""
-    target = releases.release(triton_version)
+    profile, fused = options.profile, options.fused
+    target = releases.release(options.triton_version)
     wiring = (
         "validate -> (BERT branch || feature/forest branch)"
         if target.parallel_ensemble
@@ -283,7 +263,7 @@ def header(
             "BERT branch", "preprocess with BERT inside"
         )
     what = (_FUSED_HEADERS if fused and model in _FUSED_HEADERS else _HEADERS)[model].format(
-        format=_BERT_FILES[bert_format], wiring=wiring, first=first
+        format=_BERT_FILES[options.chosen_bert_format], wiring=wiring, first=first
     )
     return (
         f"# {what}\n# Profile: {profile}{' (fused)' if fused else ''}, for Triton {target.version}. Generated by "
@@ -311,14 +291,11 @@ def fil_io(contract: C.ModelContract) -> dict[str, Any]:
     }
 
 
-def render_config(model: str, profile: str = "gpu", **options) -> str:
-    """The `config.pbtxt` text of `model` in `profile`: `header` + `model_config` (same
-    options) in protobuf's text format."""
+def render_config(model: str, options: AssemblyOptions = CANONICAL) -> str:
+    """The `config.pbtxt` text of `model` as `options` shape it: `header` + `model_config`
+    in protobuf's text format."""
     _, _, text_format = _proto()
-    keys = ("bert_format", "triton_version", "fused")
-    return header(model, profile, **{k: options[k] for k in keys if k in options}) + text_format.MessageToString(
-        model_config(model, profile, **options)
-    )
+    return header(model, options) + text_format.MessageToString(model_config(model, options))
 
 
 def read_config(path: str):
@@ -380,9 +357,9 @@ def write_canonical(root: str) -> None:
     with their warm-up inputs."""
     for model in repository_models():
         with open(os.path.join(root, model, "config.pbtxt"), "w", encoding="utf-8") as handle:
-            handle.write(render_config(model, "gpu"))
+            handle.write(render_config(model, CANONICAL))
         shutil.rmtree(os.path.join(root, model, WARMUP_FOLDER), ignore_errors=True)  # no stale inputs
-        write_warmup(os.path.join(root, model), model_config(model, "gpu"))
+        write_warmup(os.path.join(root, model), model_config(model, CANONICAL))
 
 
 if __name__ == "__main__":  # python -m readability_triton.repository.configs model_repository

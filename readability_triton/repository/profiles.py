@@ -1,7 +1,7 @@
 """The profiles: where each model of the ensemble runs and on which backend, and the
 queue policy of each step.
 
-Profiles (same models, same tensor names; `../shared/design.md`):
+Profiles (same models, same tensor names; docs/architecture.md, "Profiles in detail"):
 
 | profile  | python steps       | bert                                   | forest                        |
 |----------|--------------------|----------------------------------------|-------------------------------|

@@ -6,7 +6,8 @@ the source tree before anything is installed.
     python -m readability_triton.repository.releases check --triton-version 24.10 --profile gpu
     python -m readability_triton.repository.releases table
 
-Facts (NVIDIA's release notes and this project's checks, `../shared/design.md`):
+Facts (NVIDIA's release notes and this project's checks; docs/releases.md has them with
+their sources, and the upstream bugs this project works around):
 - 24.10 (Triton 2.51, the core the tests run): Ubuntu 22.04, Python 3.10, CUDA 12.6; its
   python-backend stub is built with pybind11 2.10 and crashes on BYTES inputs with numpy 2
   (reproduced here), so numpy < 2 and CuPy 13.x (CuPy 14 requires numpy 2).

@@ -15,7 +15,7 @@ Why both:
   broke. So the warm-up times requests of long texts beside requests of full ones, one at
   a time, the best of `LONG_ROUNDS` each.
 
-The texts are generated (`artifacts.corpus.generate_corpus`), all different, so that a
+The texts are generated (`corpus.generate_corpus`), all different, so that a
 response cache cannot answer them; they go straight to tritonserver, not through the front
 door. A warm-up that fails is logged and `serve` goes on (the supervisor judges health).
 """
@@ -28,8 +28,8 @@ import time
 from dataclasses import dataclass
 
 from .. import contracts as C
-from ..artifacts.corpus import generate_corpus
 from ..client.readability import ReadabilityClient
+from ..corpus import generate_corpus
 from ..errors import ReadabilityError
 from ..frontdoor.wire import FULL_TEXT_BYTES, Weigher
 

@@ -36,9 +36,9 @@ from ..data import data_digest, text_fingerprints
 from ..errors import ForestError
 from ..features import Vocabulary, build_vocabulary, featurize
 from ..folds import check_folds, out_of_fold
+from ..forest.checkpoint import gtil_predict, treelite_module
 from ..layout import CHECKPOINT, VOCABULARY, update_manifest
 from ..metrics import mean_rmse, rmse
-from .checkpoint import gtil_predict, treelite_module
 
 log = logging.getLogger(__name__)
 

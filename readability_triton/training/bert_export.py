@@ -22,18 +22,18 @@ import warnings
 import torch
 
 from .. import contracts
+from ..bert.modules import EagerReference, SequenceRegressor
+from ..bert.runner import onnx_session
 from ..errors import BertError, ExportError
 from ..layout import BERT_FORMATS, TRAINING_RECORD, update_manifest
-from .checkpoint import (
+from .bert_checkpoint import (
     check_compatible,
     load_sequence_regressor,
     load_tokenizer,
     special_ids,
     write_tokenizer,
 )
-from .modules import EagerReference, SequenceRegressor
-from .runner import onnx_session
-from .verify import (
+from .bert_verify import (
     FP16_TOLERANCE,
     FP32_TOLERANCE,
     VERIFY_BATCH_SIZES,

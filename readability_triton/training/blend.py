@@ -17,6 +17,7 @@ import logging
 
 import numpy as np
 
+from .. import contracts
 from ..data import data_digest, text_fingerprints
 from ..errors import EvaluationError
 from ..features.extract import count_words
@@ -86,11 +87,13 @@ def set_predictions(
             "models did not see, or the exact training CSV of a set trained with --folds"
         )
     pipeline = Pipeline.from_folder(folder, bert_format=bert_format)
-    if set(pipeline.branches) != {"bert", "forest", "score"}:
-        raise EvaluationError(f"{folder}: a blend needs both branches; it holds {', '.join(pipeline.branches)}")
+    if contracts.SCORE not in pipeline.outputs:
+        held = [name for name in (contracts.BERT_SCORE, contracts.FOREST_SCORE) if name in pipeline.outputs]
+        raise EvaluationError(f"{folder}: a blend needs both branches; it holds {', '.join(held) or 'neither'}")
     predicted = pipeline(texts, progress=progress)
     where = f"the set's predictions of {len(y)} texts it did not train on (as served, in process)"
-    return predicted["bert"].astype(np.float64), predicted["forest"].astype(np.float64), where
+    bert, forest = predicted[contracts.BERT_SCORE], predicted[contracts.FOREST_SCORE]
+    return bert.astype(np.float64), forest.astype(np.float64), where
 
 
 def fit_set_blend(folder: str, texts, targets, bert_format: str | None = None, progress=None) -> BlendRecord:

@@ -10,8 +10,8 @@ import os
 import random
 import re
 
-from ..data import COMMONLIT_CSV, read_table
-from ..errors import DemoError
+from .data import COMMONLIT_CSV, read_table
+from .errors import DemoError
 
 CORPUS_VERSION = 2
 DEFAULT_CORPUS_SIZE = 600

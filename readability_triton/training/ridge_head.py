@@ -29,7 +29,7 @@ def embed(
     mask; length-sorted batches trimmed to their longest row)."""
     import torch
 
-    from .modules import POOLINGS, length_batches, pool
+    from ..bert.modules import POOLINGS, length_batches, pool
 
     poolings = tuple(poolings or POOLINGS)
     out: dict[str, np.ndarray] = {}
@@ -99,7 +99,7 @@ def install_head(encoder, head: HeadChoice):
     """encoder + pooling + `nn.Linear` holding the ridge weights."""
     import torch
 
-    from .modules import PooledRegressor
+    from ..bert.modules import PooledRegressor
 
     coef = np.asarray(head["coef"], dtype=np.float32).reshape(1, -1)
     linear = torch.nn.Linear(coef.shape[1], 1)

@@ -17,19 +17,19 @@ import numpy as np
 import torch
 
 from .. import contracts
+from ..bert.modules import encode_texts, length_batches
 from ..data import data_digest, text_fingerprints
 from ..errors import BertError
 from ..folds import check_folds, out_of_fold
 from ..layout import TRAINING_RECORD
 from ..metrics import rmse
 from ..progress import no_progress
-from .checkpoint import (
+from .bert_checkpoint import (
     check_checkpoint_folder,
     check_compatible,
     load_tokenizer,
     write_tokenizer,
 )
-from .modules import encode_texts, length_batches
 
 log = logging.getLogger(__name__)
 
