@@ -31,8 +31,9 @@ nothing is decided on text alone:
   supervisor, which repairs on its own evidence (the processes, a canary) or releases the
   hold at once (`server.health.Supervisor.confirm`).
 
-Only a reader of the answers to its own requests reads words alone (`code` None: the
-supervisor's canary, `canary_kind`), where no client's words can be.
+Words alone decide only where there is no status: the supervisor's canary (`canary_kind`),
+whose requests are its own, so no client's words can be in them, and a client's error that
+carries none (a refused connection, a timeout of its own).
 
 tests/test_triton_messages.py holds the messages a real tritonserver 2.51 answers, one test
 each, and asks a served one for some of them again.

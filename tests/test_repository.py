@@ -17,6 +17,7 @@ from readability_triton import contracts as C
 from readability_triton import layout as M
 from readability_triton.repository import assemble as repository
 from readability_triton.repository import configs, profiles
+from readability_triton.repository.canary import Canary
 from readability_triton.repository.options import AssemblyOptions
 
 
@@ -249,3 +250,39 @@ def test_assemble_cli_fused(tiny_artifacts, tmp_path, capsys):
     )
     assert code == 2 and "only the portable profiles" in capsys.readouterr().err
     assert not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("keys", ["outputs", "before the one vocabulary"])
+def test_the_canary_comes_from_the_recorded_branch_scores_where_the_models_cannot_run(
+    tiny_artifacts, tmp_path, monkeypatch, caplog, keys
+):
+    """In an image whose Python has no runtime for the models (a native profile's), assemble
+    blends the branch scores the artifact set recorded at build time: the same canary as the
+    one the models compute, within float noise. A set built before the outputs had one
+    vocabulary recorded them as "bert" and "forest"; a set without them gets no canary, and
+    a warning that says why."""
+    import dataclasses
+
+    repo = str(tmp_path / "repo")
+    manifest = repository.assemble(tiny_artifacts, repo, AssemblyOptions("portable"))
+    computed = Canary.load(repo)
+    assert computed is not None
+    recorded = dict(manifest.info["canary"])
+    assert {C.BERT_SCORE, C.FOREST_SCORE} <= set(recorded)  # what build-demo records now
+    if keys != "outputs":
+        recorded["bert"], recorded["forest"] = recorded.pop(C.BERT_SCORE), recorded.pop(C.FOREST_SCORE)
+
+    def no_runtime(_repo):
+        raise ImportError("no module named 'onnxruntime'")
+
+    monkeypatch.setattr(repository, "repository_pipeline", no_runtime)
+    weights = manifest.blend_weights or (0.5, 0.5)
+    interval = repository.for_blend(manifest.info.get("interval"), weights, AssemblyOptions("portable").interval_level)
+    with_scores = dataclasses.replace(manifest, info={**manifest.info, "canary": recorded})
+    canary = repository.record_canary(repo, 1e-3, with_scores, weights, interval)
+    assert canary is not None and set(canary.expected) == set(C.OUTPUTS)
+    for name in C.OUTPUTS:
+        assert canary.expected[name] == pytest.approx(computed.expected[name], abs=1e-5, nan_ok=True), name
+    without = dataclasses.replace(manifest, info={**manifest.info, "canary": {"text": recorded["text"]}})
+    assert repository.record_canary(repo, 1e-3, without, weights, interval) is None
+    assert "no canary recorded" in caplog.text and "onnxruntime" in caplog.text

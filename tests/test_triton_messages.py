@@ -25,7 +25,7 @@ from readability_triton.errors import ClientError
 from readability_triton.stub.admission import Admission
 
 #: The models a front door of the portable repository serves (`Door.served`).
-SERVED = frozenset(C.ALL_MODELS)
+REPOSITORY_MODELS = frozenset(C.ALL_MODELS)
 
 # -- the recorded answers (status over HTTP, over gRPC, and the message) -------------------
 #: infer of a model the repository does not hold ("nosuch").
@@ -102,7 +102,7 @@ def _canary(answer) -> str:
 
 def _read(answer, kind: M.Kind, uncomputed: bool = False, models: tuple[str, ...] = ()) -> None:
     for code, message in _both(answer):
-        reading = M.classify(code, message, SERVED)
+        reading = M.classify(code, message, REPOSITORY_MODELS)
         assert (reading.kind, reading.uncomputed, reading.models) == (kind, uncomputed, models), (code, reading)
 
 
@@ -149,7 +149,7 @@ def test_a_full_queue_is_busy():
 
 def test_a_model_with_no_available_versions_is_the_servers_fault_for_a_served_model():
     _read(NO_VERSIONS, M.Kind.CLIENT_FAULT)  # 'sleepy_full' is no model of this repository
-    served = M.classify(404, NO_VERSIONS[2].replace("sleepy_full", C.ENSEMBLE), SERVED)
+    served = M.classify(404, NO_VERSIONS[2].replace("sleepy_full", C.ENSEMBLE), REPOSITORY_MODELS)
     assert served.kind is M.Kind.SERVER_FAULT and M.MISSING in served.signs
     assert all(is_transient(e) and not is_busy(e) for e in _client_errors(NO_VERSIONS))  # loading again
     assert _canary(NO_VERSIONS) == "missing"
@@ -159,8 +159,8 @@ def test_a_dead_stub_is_named_by_its_instance():
     _read(DEAD_STUB, M.Kind.DEAD_STUB, models=(C.POSTPROCESS,))
     assert M.classify(500, DEAD_STUB[2], {C.BERT}).kind is M.Kind.SERVER_FAULT  # not a model of this repository
     # the same words under a client's code are the client's (tritonserver echoes names)
-    assert M.classify(400, DEAD_STUB[2], SERVED).kind is M.Kind.CLIENT_FAULT
-    assert M.classify("StatusCode.NOT_FOUND", DEAD_STUB[2], SERVED).models == ()
+    assert M.classify(400, DEAD_STUB[2], REPOSITORY_MODELS).kind is M.Kind.CLIENT_FAULT
+    assert M.classify("StatusCode.NOT_FOUND", DEAD_STUB[2], REPOSITORY_MODELS).models == ()
     assert all(is_transient(e) and not is_busy(e) for e in _client_errors(DEAD_STUB))
     assert _canary(DEAD_STUB) == "dead"
 
@@ -187,7 +187,7 @@ def test_the_entrances_refusal_for_waiting_requests_is_busy_and_uncomputed():
 
 def test_a_deadline_that_passed_is_busy_but_no_refusal():
     code, message = DEADLINE_GRPC
-    reading = M.classify(f"StatusCode.{code}", message, SERVED)
+    reading = M.classify(f"StatusCode.{code}", message, REPOSITORY_MODELS)
     assert reading.kind is M.Kind.BUSY and not reading.uncomputed and not reading.busy
     exc = InferenceServerException(message, f"StatusCode.{code}")
     assert not is_busy(exc) and not is_transient(exc)  # the client's own deadline: not sent again
@@ -197,7 +197,7 @@ def test_a_deadline_that_passed_is_busy_but_no_refusal():
 
 def test_a_refused_connection_is_busy_and_uncomputed():
     code, message = REFUSED_GRPC
-    reading = M.classify(f"StatusCode.{code}", message, SERVED)
+    reading = M.classify(f"StatusCode.{code}", message, REPOSITORY_MODELS)
     assert (reading.kind, reading.uncomputed) == (M.Kind.BUSY, True) and M.is_no_connection(code, message)
     exc = InferenceServerException(message, f"StatusCode.{code}")
     assert is_transient(exc) and not is_busy(exc)

@@ -31,6 +31,7 @@ import time
 from typing import Sequence
 
 from .. import contracts as C
+from .. import triton_messages as M
 from ..client.readability import text_input, triton_client
 from .honest import (
     HONEST_SOURCE,
@@ -46,6 +47,13 @@ from .honest import (
     tally,
 )
 from .load import Outcome, process_name, process_tree
+
+
+def _status(exc: BaseException) -> str | None:
+    """The gRPC code name of a failed call's status (`triton_messages.status_name`)."""
+    status = getattr(exc, "status", None)
+    return M.status_name(status() if callable(status) else None)
+
 
 # -- the attacks ---------------------------------------------------------------------------
 
@@ -63,8 +71,8 @@ def deadlines(target: Target, seconds: float = 60.0, deadlines_ms=(1, 5, 20, 50)
                     client.infer(C.ENSEMBLE, [text_input(module, texts)], client_timeout=ms / 1000)
                     tally(counts, "answered")
                 except Exception as exc:  # noqa: BLE001 - expected: the deadline passes
-                    text = str(exc)
-                    tally(counts, "deadline" if "Deadline" in text or "deadline" in text else "other")
+                    late = _status(exc) == "DEADLINE_EXCEEDED"
+                    tally(counts, "deadline" if late else "other")
             client.close()
 
         run_all(loop, deadlines_ms)
@@ -189,8 +197,8 @@ def huge(target: Target, size: int = 300 << 20, count: int = 4) -> Report:
                 client.infer(C.ENSEMBLE, big, client_timeout=120)
                 tally(counts, "grpc_accepted")
             except Exception as exc:  # noqa: BLE001 - expected
-                code = next((c for c in ("RESOURCE_EXHAUSTED", "INVALID_ARGUMENT") if c in str(exc)), "other")
-                tally(counts, f"grpc_{code}")
+                code = _status(exc)
+                tally(counts, f"grpc_{code if code in ('RESOURCE_EXHAUSTED', 'INVALID_ARGUMENT') else 'other'}")
                 counts.setdefault("grpc_messages", []).append(first_line(exc))
         client.close()
         host, port = target.http.rsplit(":", 1)

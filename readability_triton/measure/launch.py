@@ -42,6 +42,9 @@ class Served(Target):
     folder: str = ""
     log: str = ""  # serve's stdout and stderr
     server_log: str = ""  # tritonserver's log (serve --log-file)
+    #: The processes serve had started once it was ready (tritonserver, the stubs), each with
+    #: its start time: what `reap` ends if serve itself is gone and left them.
+    started: list[tuple[int, str]] = field(default_factory=list)
 
     @property
     def running(self) -> subprocess.Popen:
@@ -101,6 +104,34 @@ class Served(Target):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signal.SIGKILL)
         return process.wait()
+
+    def remember_children(self) -> None:
+        """Note the processes serve has started (`started`)."""
+        self.started = [(pid, start_time(pid)) for pid in process_tree(self.pid)[1:]]
+
+    def reap(self) -> list[int]:
+        """SIGKILL, by PID, of each process serve had started that still runs (the same
+        process: its start time unchanged) once serve has exited: a serve killed, or dead,
+        leaves tritonserver and the stubs in sessions of their own. The PIDs it ended."""
+        if self.returncode is None:
+            return []
+        ended = []
+        for pid, started in self.started:
+            if started and start_time(pid) == started:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+                    ended.append(pid)
+        return ended
+
+
+def start_time(pid: int) -> str:
+    """A process's start time (/proc/PID/stat, field 22), "" where it is gone: a PID and its
+    start time name one process, even after the PID is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="utf-8", errors="replace") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
 
 
 def serve_command(repository: str, ports: Mapping[str, int], server_log: str, args: Sequence[str] = ()) -> list[str]:
@@ -196,6 +227,7 @@ def launch_serve(
     )
     try:
         _wait_ready(served, ready_timeout)
+        served.remember_children()
     except BaseException:
         served.stop(min(stop_timeout, 30.0))
         raise
@@ -203,3 +235,4 @@ def launch_serve(
         yield served
     finally:
         served.stop(stop_timeout)
+        served.reap()

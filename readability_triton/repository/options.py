@@ -1,10 +1,10 @@
 """`AssemblyOptions`: every choice that shapes a model repository, as one frozen value.
 
-The CLI (`assemble`, `serve --artifacts`, `demo`, `bench`) builds it once from its flags and
-passes it whole: `assemble(artifacts, out, options)` completes it from the artifact set (its
-sequence length and feature count, the BERT format it holds, the set's fitted weights and
-calibrated interval, the bucket set checked against the sequence length) and hands the
-completed value on to `write_configs`, `render_config` and `model_config`. A field nobody
+The CLI (`assemble`, `demo`) builds it once from its flags and passes it whole:
+`assemble(artifacts, out, options)` completes it from the artifact set (its sequence length
+and feature count, the BERT format it holds, the set's fitted weights and calibrated
+interval, the bucket set checked against the sequence length) and hands the completed value
+on to `write_configs`, `render_config` and `model_config`. A field nobody
 set keeps its default; nothing travels as a list of keywords.
 
 The space it spans: 5 profiles × fused or not × the Triton release (whose wiring is parallel
@@ -62,6 +62,11 @@ class AssemblyOptions:
     n_features: int = C.N_FEATURES
     #: The calibrated interval for these weights at `interval_level`; None: the uncalibrated range.
     interval: IntervalParameters | None = None
+
+    def __post_init__(self) -> None:
+        # a frozen value holds no list: buckets given as one become a tuple
+        if isinstance(self.buckets, list):
+            object.__setattr__(self, "buckets", tuple(self.buckets))
 
     def with_(self, **changes) -> "AssemblyOptions":
         """A copy with `changes` (a TypeError names a field that does not exist)."""

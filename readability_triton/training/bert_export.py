@@ -4,9 +4,9 @@ dynamo exporter, dynamic batch and length dimensions, opset 18) or traced to Tor
 padding and on real texts' tokens, before anything is written (the file is loaded back,
 by ONNX Runtime or torch.jit, and checked again); the tokenizer files the `preprocess`
 model needs are written next to it. `export_torchscript` also scans the traced graph for
-device constants and reports any. The checkpoint and tokenizer are read by `checkpoint`,
-the verification is `verify`'s; onnx, onnxscript and onnxruntime are imported inside the
-functions that need them.
+device constants and reports any. The checkpoint and tokenizer are read by
+`bert_checkpoint`, the verification is `bert_verify`'s; onnx, onnxscript and onnxruntime
+are imported inside the functions that need them.
 """
 
 from __future__ import annotations

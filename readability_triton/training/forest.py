@@ -14,8 +14,8 @@ is visible, scikit-learn's otherwise, with the same hyper-parameters.
 Cross-validation refits the vocabulary inside each fold (the held-out texts never choose
 the frequency words), so the reported RMSE is what unseen texts get.
 
-Checkpoints are Treelite 4.x (see `checkpoint.py`). Before export, every split threshold of a scikit-learn forest is
-replaced by the largest float32 not above it: features are float32, so for every float32
+Checkpoints are Treelite 4.x (see `forest.checkpoint`). Before export, every split threshold
+of a scikit-learn forest is replaced by the largest float32 not above it: features are float32, so for every float32
 input `x <= t` and `x <= float32_down(t)` agree and predictions do not change, while FIL
 (which compares in float32) then takes exactly the branches scikit-learn takes. The
 written checkpoint is read back and its Treelite (GTIL) predictions must equal the fitted

@@ -2,10 +2,10 @@
 (no fine-tuning, so it runs on a CPU in minutes).
 
 The encoder embeds every training text once (frozen weights, the serving tokenizer); for
-each pooling in `modules.POOLINGS` a ridge regression (alpha chosen by generalised
+each pooling in `bert.modules.POOLINGS` a ridge regression (alpha chosen by generalised
 cross-validation inside each training fold) is scored by K-fold CV, the pooling with the
 lowest CV RMSE is kept, and its ridge fitted on all texts becomes the `nn.Linear` head of
-a `PooledRegressor` (encoder + pooling + head), which `export.export_torchscript` traces.
+a `PooledRegressor` (encoder + pooling + head), which `bert_export.export_torchscript` traces.
 """
 
 from __future__ import annotations
