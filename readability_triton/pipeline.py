@@ -156,14 +156,15 @@ class Pipeline:
                         parts[name].append(column.reshape(-1))
                 if b is not None:
                     b.update(len(chunk))
+        outputs = self.outputs
         out = {
             name: (np.concatenate(values) if values else np.zeros(0, np.float32)).astype(np.float32)
             for name, values in parts.items()
-            if name in self.outputs
+            if name in outputs
         }
-        if contracts.SCORE in self.outputs:
+        if contracts.SCORE in outputs:
             counted = parts[contracts.WORDS]
             words = (np.concatenate(counted) if counted else np.zeros(0)).astype(np.float32)
             score, _, _, low, high = self.blender(out[bert], out[forest], words)
             out.update({contracts.SCORE: score, contracts.SCORE_LOW: low, contracts.SCORE_HIGH: high})
-        return {name: out[name] for name in self.outputs}
+        return {name: out[name] for name in outputs}

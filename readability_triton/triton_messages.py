@@ -279,28 +279,6 @@ def dead_stub_models(message: str | bytes | bytearray | None) -> list[str]:
     return sorted(set(_DEAD_STUB.findall(_text(message))))
 
 
-def dead_stub(
-    code: int | str | object | None, message: str | bytes | bytearray | None, served: Collection[str]
-) -> list[str]:
-    """The models of `served` whose stub an answer says is dead: only an internal error
-    (HTTP 500, gRPC INTERNAL) naming an instance of a served model counts; [] otherwise."""
-    return list(classify(code, message, served).models)
-
-
-def is_shed(code: int | str | object | None, message: str | bytes | bytearray | None) -> bool:
-    """Whether an answer is a refusal by the pipeline's entrance (UNAVAILABLE, with one of
-    SHED_SIGNS): nothing computed it."""
-    reading = classify(code, message)
-    return reading.uncomputed and SHED in reading.signs
-
-
-def is_no_connection(code: int | str | object | None, message: str | bytes | bytearray | None) -> bool:
-    """Whether an answer says the request never reached tritonserver (UNAVAILABLE, with
-    one of NO_CONNECTION_SIGNS)."""
-    reading = classify(code, message)
-    return reading.uncomputed and NO_CONNECTION in reading.signs
-
-
 def canary_kind(message: str) -> str:
     """The kind of a failed canary's error message (`server.canary_probe.Probe`): "dead",
     "busy", "missing" or "down". The canary's request is the supervisor's own (a served

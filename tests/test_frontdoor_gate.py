@@ -7,8 +7,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from test_triton_messages import dead_stubs, no_connection, shed
 
-from readability_triton import triton_messages as M
 from readability_triton.frontdoor.gate import Gate, Refusal, Ticket
 
 
@@ -443,7 +443,7 @@ def _door_run(
                 forward,
                 ok=lambda a: a == "ok",
                 dead_stub=lambda a: a == DEAD,
-                uncomputed=lambda a: M.is_shed(503, a),
+                uncomputed=lambda a: shed(503, a),
                 client_gone=gone_check or (lambda: gone_before),
             )
         )
@@ -478,13 +478,13 @@ def test_shed_signs_match_what_the_entrance_says():
     waiting = Admission(0, 1.0, ["bert"])
     waiting._judge(metrics, 1.0)
     stuck = waiting._judge(metrics, 3.0)
-    assert pending and stuck and M.is_shed(503, pending) and M.is_shed("UNAVAILABLE", stuck.encode())
-    assert not M.is_shed(503, "text 0 of the request is not valid UTF-8") and not M.is_shed(503, DEAD)
-    assert not M.is_shed(503, "in ensemble 'readability', Request timeout expired")  # may have been computed in part
+    assert pending and stuck and shed(503, pending) and shed("UNAVAILABLE", stuck.encode())
+    assert not shed(503, "text 0 of the request is not valid UTF-8") and not shed(503, DEAD)
+    assert not shed(503, "in ensemble 'readability', Request timeout expired")  # may have been computed in part
     refused = "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:38647: Connection refused"
-    assert M.is_no_connection("UNAVAILABLE", refused)
-    assert M.is_no_connection(503, b'{"error": "tritonserver refused the connection (X)"}')
-    assert not M.is_no_connection(503, "Socket closed") and not M.is_no_connection(503, SHED)
+    assert no_connection("UNAVAILABLE", refused)
+    assert no_connection(503, b'{"error": "tritonserver refused the connection (X)"}')
+    assert not no_connection(503, "Socket closed") and not no_connection(503, SHED)
 
 
 def test_the_same_words_under_a_client_errors_code_mean_nothing():
@@ -493,14 +493,14 @@ def test_the_same_words_under_a_client_errors_code_mean_nothing():
     import grpc
 
     echoed = f"Request for unknown model: '{SHED}' is not found"
-    assert not M.is_shed(404, echoed) and not M.is_shed(grpc.StatusCode.NOT_FOUND, echoed)
-    assert not M.is_no_connection(400, "unexpected input 'failed to connect to all addresses'")
+    assert not shed(404, echoed) and not shed(grpc.StatusCode.NOT_FOUND, echoed)
+    assert not no_connection(400, "unexpected input 'failed to connect to all addresses'")
     named = "Request for unknown model: 'Stub process 'bert_0_0' is not healthy' is not found"
-    assert M.dead_stub(404, named, {"bert"}) == [] and M.dead_stub(grpc.StatusCode.NOT_FOUND, named, {"bert"}) == []
-    assert M.dead_stub(500, "Request for unknown model: 'is not healthy'", {"bert"}) == []
-    assert M.dead_stub(500, "in ensemble 'readability', " + DEAD, {"bert", "readability"}) == ["bert"]
-    assert M.dead_stub(grpc.StatusCode.INTERNAL, DEAD, {"bert"}) == ["bert"]
-    assert M.dead_stub("StatusCode.INTERNAL", DEAD, {"featurize"}) == []  # not a model of this repository
+    assert dead_stubs(404, named, {"bert"}) == [] and dead_stubs(grpc.StatusCode.NOT_FOUND, named, {"bert"}) == []
+    assert dead_stubs(500, "Request for unknown model: 'is not healthy'", {"bert"}) == []
+    assert dead_stubs(500, "in ensemble 'readability', " + DEAD, {"bert", "readability"}) == ["bert"]
+    assert dead_stubs(grpc.StatusCode.INTERNAL, DEAD, {"bert"}) == ["bert"]
+    assert dead_stubs("StatusCode.INTERNAL", DEAD, {"featurize"}) == []  # not a model of this repository
 
 
 def test_a_shed_answer_is_sent_again_until_the_pipeline_takes_it():

@@ -27,6 +27,24 @@ from readability_triton.stub.admission import Admission
 #: The models a front door of the portable repository serves (`Door.served`).
 REPOSITORY_MODELS = frozenset(C.ALL_MODELS)
 
+
+def shed(code, message) -> bool:
+    """Whether the front door reads an answer as the entrance's refusal: sent again at once."""
+    reading = M.classify(code, message)
+    return reading.uncomputed and M.SHED in reading.signs
+
+
+def no_connection(code, message) -> bool:
+    """Whether the front door reads an answer as one that never reached tritonserver."""
+    reading = M.classify(code, message)
+    return reading.uncomputed and M.NO_CONNECTION in reading.signs
+
+
+def dead_stubs(code, message, served) -> list[str]:
+    """The models of `served` whose stub the front door reads an answer as saying died."""
+    return list(M.classify(code, message, served).models)
+
+
 # -- the recorded answers (status over HTTP, over gRPC, and the message) -------------------
 #: infer of a model the repository does not hold ("nosuch").
 UNKNOWN_MODEL = (404, "NOT_FOUND", "Request for unknown model: 'nosuch' is not found")
@@ -167,7 +185,7 @@ def test_a_dead_stub_is_named_by_its_instance():
 
 def test_the_entrances_refusal_for_queue_time_is_busy_and_uncomputed():
     _read(SHED_QUEUE, M.Kind.BUSY, uncomputed=True)
-    assert M.is_shed(503, SHED_QUEUE[2]) and M.is_shed("StatusCode.UNAVAILABLE", SHED_QUEUE[2])
+    assert shed(503, SHED_QUEUE[2]) and shed("StatusCode.UNAVAILABLE", SHED_QUEUE[2])
     assert all(is_busy(e) for e in _client_errors(SHED_QUEUE))
     assert _canary(SHED_QUEUE) == "busy"
     # the stub's own words (`stub.admission`), from the same definitions the door reads
@@ -198,7 +216,7 @@ def test_a_deadline_that_passed_is_busy_but_no_refusal():
 def test_a_refused_connection_is_busy_and_uncomputed():
     code, message = REFUSED_GRPC
     reading = M.classify(f"StatusCode.{code}", message, REPOSITORY_MODELS)
-    assert (reading.kind, reading.uncomputed) == (M.Kind.BUSY, True) and M.is_no_connection(code, message)
+    assert (reading.kind, reading.uncomputed) == (M.Kind.BUSY, True) and no_connection(code, message)
     exc = InferenceServerException(message, f"StatusCode.{code}")
     assert is_transient(exc) and not is_busy(exc)
     assert _canary((503, code, message)) == "down"

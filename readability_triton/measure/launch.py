@@ -19,7 +19,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 from typing import Iterator, Mapping, Sequence
 
@@ -105,6 +104,13 @@ class Served(Target):
                 os.kill(pid, signal.SIGKILL)
         return process.wait()
 
+    def wait_ready(self, timeout: float = 300.0) -> None:
+        """`Target.wait_ready`, its error with the end of serve's log."""
+        try:
+            super().wait_ready(timeout)
+        except RuntimeError as err:
+            raise RuntimeError(f"{err}; the end of its log ({self.log}):\n{self.said()[-3000:]}") from None
+
     def remember_children(self) -> None:
         """Note the processes serve has started (`started`)."""
         self.started = [(pid, start_time(pid)) for pid in process_tree(self.pid)[1:]]
@@ -167,16 +173,6 @@ def _environment(folder: str, key: str, key_file: bool, env: Mapping[str, str] |
     return out
 
 
-def _wait_ready(served: Served, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not served.ready():
-        code = served.returncode
-        if code is not None or time.monotonic() > deadline:
-            why = f"exited with status {code}" if code is not None else f"was not ready after {timeout:g} s"
-            raise RuntimeError(f"serve {why}; the end of its log ({served.log}):\n{served.said()[-3000:]}")
-        time.sleep(0.3)
-
-
 @contextlib.contextmanager
 def launch_serve(
     repository: str,
@@ -226,7 +222,7 @@ def launch_serve(
         server_log=server_log,
     )
     try:
-        _wait_ready(served, ready_timeout)
+        served.wait_ready(ready_timeout)
         served.remember_children()
     except BaseException:
         served.stop(min(stop_timeout, 30.0))

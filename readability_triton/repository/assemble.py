@@ -6,6 +6,7 @@ in-process pipeline that computes what it serves.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -125,7 +126,8 @@ def assemble(artifacts: str, out: str, options: AssemblyOptions, force: bool = F
         interval = for_blend(manifest.info.get("interval"), (bert_weight, forest_weight), level)
     except ValueError as err:
         raise AssemblyError(f"--interval: {err}") from None
-    options = options.with_(
+    options = dataclasses.replace(
+        options,
         bert_format=bert_format,
         bert_weight=bert_weight,
         forest_weight=forest_weight,
@@ -134,7 +136,7 @@ def assemble(artifacts: str, out: str, options: AssemblyOptions, force: bool = F
         buckets=C.check_buckets(options.buckets, manifest.max_length, "--buckets", AssemblyError),
         interval=interval,
     )
-    render_config(C.BERT, options.with_(fused=False))  # refuse early: BERT's format, TensorRT, buckets
+    render_config(C.BERT, dataclasses.replace(options, fused=False))  # refuse early: BERT's format, TensorRT, buckets
     if os.path.exists(out):
         if not force and os.listdir(out):
             raise AssemblyError(f"{out} exists and is not empty; pass --force to replace it")

@@ -14,7 +14,7 @@ limit, load shedding, buckets).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .. import contracts as C
 from ..intervals import DEFAULT_LEVEL, IntervalParameters
@@ -67,10 +67,6 @@ class AssemblyOptions:
         # a frozen value holds no list: buckets given as one become a tuple
         if isinstance(self.buckets, list):
             object.__setattr__(self, "buckets", tuple(self.buckets))
-
-    def with_(self, **changes) -> "AssemblyOptions":
-        """A copy with `changes` (a TypeError names a field that does not exist)."""
-        return replace(self, **changes)
 
     @property
     def chosen_bert_format(self) -> str:
