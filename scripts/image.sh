@@ -122,7 +122,7 @@ rm -rf "$keyshim" && mkdir -p "$keyshim"
   "$keyshim/keyshim.so"
 # The wheelhouse reaches pip over loopback (the build runs on the host's network), so that no
 # layer of the image keeps a copy of it.
-port=$("$PY" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$("$PY" -c 'from readability_triton.server.processes import free_port; print(free_port())')
 "$PY" -m http.server "$port" --bind 127.0.0.1 --directory "$wheelhouse" >/dev/null 2>&1 &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT

@@ -6,6 +6,7 @@ reaping of orphans adopted as a subreaper (or as PID 1 in a container).
 from __future__ import annotations
 
 import os
+import random
 import signal
 import socket
 import time
@@ -150,19 +151,48 @@ def http_connections(port: int) -> int:
     return count
 
 
+#: Where free ports are drawn from when the kernel's ephemeral range cannot be read.
+_EPHEMERAL_DEFAULT = (32768, 60999)
+_random = random.SystemRandom()
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """The kernel's range of ports for outgoing connections (ip_local_port_range)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range", encoding="ascii") as handle:
+            low, high = (int(word) for word in handle.read().split())
+        return low, high
+    except (OSError, ValueError):
+        return _EPHEMERAL_DEFAULT
+
+
 def free_ports(count: int, taken: tuple[int, ...] = ()) -> list[int]:
-    """`count` distinct ports free on 127.0.0.1 now, none of them in `taken`: each is held
-    bound until all are picked (ports picked one after another may repeat: a CI run's serve
-    got the same port for HTTP and metrics, and tritonserver refused to start)."""
+    """`count` distinct ports free on 127.0.0.1 now, none of them in `taken`, drawn at
+    random from outside the kernel's ephemeral range: a port the kernel hands out
+    (`bind(0)`) can be handed out again, before the server binds it, as the local port of
+    some client's outgoing connection (a CI run's tritonserver found its HTTP port taken
+    so). Each is held bound until all are picked, so the `count` never repeat."""
+    low, high = ephemeral_range()
+    pool = [(10000, low - 1), (high + 1, 65535)]
+    pool = [(a, b) for a, b in pool if b - a >= 1000] or [(1024, 65535)]
     held: list[socket.socket] = []
     try:
-        while len(held) < count:
+        for _ in range(count * 200):
+            if len(held) == count:
+                break
+            first, last = _random.choice(pool)
+            port = _random.randint(first, last)
+            if port in taken or any(sock.getsockname()[1] == port for sock in held):
+                continue
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            if sock.getsockname()[1] in taken:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
                 sock.close()
                 continue
             held.append(sock)
+        if len(held) < count:
+            raise OSError(f"found {len(held)} of {count} free ports on 127.0.0.1 outside {low}-{high}")
         return [sock.getsockname()[1] for sock in held]
     finally:
         for sock in held:
