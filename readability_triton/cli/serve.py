@@ -242,6 +242,15 @@ def register(subparsers) -> None:
         "closed to make room",
     )
     p.add_argument(
+        "--door-workers",
+        type=int,
+        default=int(env("READABILITY_TRITON_DOOR_WORKERS", "0")),
+        metavar="N",
+        help="front door processes, on the same ports, each gating the client networks the kernel steers to "
+        "it (docs/operations.md); one passes at most about 3,200 HTTP or 1,600 gRPC requests a second (default: "
+        "one per four CPUs, 1-8; $READABILITY_TRITON_DOOR_WORKERS)",
+    )
+    p.add_argument(
         "--allow-model-uploads",
         action="store_true",
         help="let holders of the admin key load models with file: content (python files the server then "
@@ -351,6 +360,7 @@ def cmd_serve(args) -> int:
         freeze_timeout=args.freeze_timeout,
         max_connections=args.max_connections,
         allow_model_uploads=args.allow_model_uploads,
+        door_workers=args.door_workers,
     )
     try:
         options.network_prefix = parse_prefixes(args.network_prefix)

@@ -40,7 +40,7 @@ from .. import contracts as C
 from .. import triton_messages as M
 from .clients import V4_PREFIX, V6_PREFIX, group_of
 from .connections import DEFAULT_MAX_CONNECTIONS, PER_GROUP_SHARE, Guard
-from .gate import RECHECK, UNIT, Gate, Refusal, Ticket
+from .gate import MAX_INSIDE_REQUESTS, RECHECK, UNIT, Gate, Refusal, Ticket
 from .uploads import Uploads
 from .wire import DEFAULT_MAX_REQUEST_BYTES, Weigher
 
@@ -86,7 +86,10 @@ class Door:
     IPv6 prefix lengths of a client group (`clients`); `max_connections`: the HTTP port's
     connections at most (`connections.Guard`; the gRPC port's too, by grpc's own cap);
     `max_text_bytes`: the steps' limit on a text; `allow_model_uploads`: pass on model loads
-    with file: content."""
+    with file: content; `workers`: how many doors share the ports (`workers`): this one then
+    listens beside the others (SO_REUSEPORT), steers each client network to one of them
+    (`steering`, unless a client header names the clients), and keeps its share of the
+    connections and of the requests inside tritonserver."""
 
     def __init__(
         self,
@@ -104,6 +107,7 @@ class Door:
         max_connections: int = DEFAULT_MAX_CONNECTIONS,
         allow_model_uploads: bool = False,
         max_text_bytes: int = C.DEFAULT_MAX_TEXT_BYTES,
+        workers: int = 1,
     ):
         self.upstream_http, self.upstream_grpc = upstream_http, upstream_grpc
         self.address, self.http_port, self.grpc_port = address, http_port, grpc_port
@@ -119,10 +123,15 @@ class Door:
         self.allow_model_uploads = allow_model_uploads
         self.uploads = Uploads()  # the folders tritonserver made for the uploads passed on
         # behind a proxy every connection comes from it: no cap per network there
+        self.workers = max(1, workers)
+        #: whether a client network's connections all reach one worker (`steering`)
+        self.steered = self.workers > 1 and not client_header
+        if self.workers > 1:
+            max_connections = max(16, max_connections // self.workers)
         per_group = max_connections if client_header else max(1, max_connections // PER_GROUP_SHARE)
         self.guard = Guard(self.group_of, max_connections, per_group)
         self.weigher = Weigher(max_text_bytes=max_text_bytes)  # (`serve` sets what its warm-up measured)
-        self.gate = Gate(max_wait=max_wait)
+        self.gate = Gate(max_wait=max_wait, max_inside_requests=max(2, MAX_INSIDE_REQUESTS // self.workers))
         self._trust_after = -math.inf  # dead-stub answers hold nothing before this (loop time)
         self.holds = 0  # holds of the queue for a suspected dead stub
         self.dismissed = 0  # of which the supervisor found nothing to repair
@@ -340,7 +349,22 @@ class Door:
             return header.split(",")[0].strip()[:MAX_CLIENT_NAME] or (address or "?")
         return address or "?"
 
+    @property
+    def max_text_bytes(self) -> int:
+        return self.weigher.max_text_bytes
+
     # -- control from serve's thread --------------------------------------------------
+    def seed(self, rate: float, byte_work: float | None = None) -> None:
+        """Start from what serve's warm-up measured (before `start`): the pipeline's rate
+        (texts/s), of which this door takes its share, and the work of a text's byte."""
+        self.gate.seed(rate / self.workers)
+        if byte_work is not None:
+            self.weigher.byte_work = byte_work
+
+    def remove_uploads(self) -> list[str]:
+        """Remove the folders of uploaded models tritonserver left (`uploads`); those removed."""
+        return self.uploads.remove()
+
     def pause(self) -> None:
         """Hold accepted work here (a repair of tritonserver is under way)."""
         self._call(self._pause)

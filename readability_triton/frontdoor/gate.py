@@ -72,6 +72,9 @@ RECHECK_FALL = 0.05
 #: stated wait of work: two requests of 64 full texts on MiniLM slowed to 15 texts/s were
 #: 8.4 s inside, past the 7.5 s admitted, and every newcomer was refused behind them.
 ALONE = 0.25
+#: Requests inside tritonserver at most (`Gate`), below the entrance's shedding bound of 64;
+#: the door workers share it (`Door`'s `workers`).
+MAX_INSIDE_REQUESTS = 48
 
 
 class Gate:
@@ -82,7 +85,7 @@ class Gate:
         self,
         max_wait: float = 10.0,
         inside: float = 0.2,
-        max_inside_requests: int = 48,
+        max_inside_requests: int = MAX_INSIDE_REQUESTS,
         rate: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
         warmup: int = WARMUP_ANSWERS,

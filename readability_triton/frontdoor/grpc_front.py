@@ -31,6 +31,7 @@ import grpc.aio
 from .. import triton_messages as M
 from .door import ClientLeft, Door
 from .gate import Refusal
+from .steering import steer
 from .uploads import REFUSAL as UPLOAD_REFUSAL
 from .uploads import grpc_uploads
 from .wire import BadRequest
@@ -247,7 +248,7 @@ async def open_grpc(
         options=[
             ("grpc.max_receive_message_length", limit),
             ("grpc.max_send_message_length", -1),
-            ("grpc.so_reuseport", 0),
+            ("grpc.so_reuseport", int(door.workers > 1)),  # beside the other door workers
             *connection_options(door.guard.max_connections, door.guard.header_timeout, door.guard.idle_timeout),
         ]
     )
@@ -261,6 +262,10 @@ async def open_grpc(
         await channel.close()
         raise OSError(f"gRPC port {door.grpc_port} cannot be bound")
     await server.start()
+    if door.steered and not steer(door.grpc_port, door.workers, *door.network_prefix):
+        await server.stop(None)
+        await channel.close()
+        raise OSError(f"gRPC port {door.grpc_port}: no listening socket found to steer client networks by")
 
     async def close() -> None:
         await server.stop(grace=2.0)

@@ -25,6 +25,7 @@ from aiohttp import ClientConnectorError, ClientError, ClientSession, ClientTime
 from .. import triton_messages as M
 from .door import ClientLeft, Door
 from .gate import Refusal
+from .steering import attach
 from .uploads import REFUSAL as UPLOAD_REFUSAL
 from .uploads import http_uploads
 from .wire import BadRequest
@@ -298,7 +299,11 @@ async def open_http(
             door.http_port,
             backlog=ACCEPT_BACKLOG,
             reuse_address=True,
+            reuse_port=door.workers > 1,  # beside the other door workers
         )
+        if door.steered:
+            for sock in listener.sockets:
+                attach(sock, door.workers, *door.network_prefix)
     except BaseException:
         await runner.cleanup()
         await sessions[0].close()

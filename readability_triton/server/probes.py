@@ -82,6 +82,7 @@ _METRICS = (
         "gauge",
         "Texts the pipeline lately finished per busy second",
     ),
+    ("workers", "readability_front_workers", "gauge", "Front door worker processes that answered (--door-workers)"),
 )
 
 

@@ -37,6 +37,7 @@ from ..frontdoor.connections import DEFAULT_MAX_CONNECTIONS, descriptor_budget
 from ..frontdoor.door import FrontDrain
 from ..frontdoor.front import FrontDoor
 from ..frontdoor.wire import DEFAULT_MAX_REQUEST_BYTES
+from ..frontdoor.workers import DoorWorkers, default_workers
 from ..repository.canary import Canary
 from ..repository.configs import max_text_bytes, present_models
 from .admin import ADMIN_HEADER, ADMIN_KEY_ENV
@@ -74,6 +75,7 @@ class ServeOptions:
     network_prefix: tuple[int, int] = (V4_PREFIX, V6_PREFIX)  # a client group's network (`frontdoor.clients`)
     max_connections: int | None = None  # the HTTP port's (None: DEFAULT_MAX_CONNECTIONS, within the descriptors)
     allow_model_uploads: bool = False  # model loads with file: content (code the server runs)
+    door_workers: int = 0  # front door processes on the same ports (0: `workers.default_workers()`)
 
 
 def check_repository(repository: str) -> None:
@@ -131,7 +133,7 @@ class Service:
     def __init__(self, options: ServeOptions):
         self.options = options
         self.server: TritonServer | None = None
-        self.door: FrontDoor | None = None
+        self.door: FrontDoor | DoorWorkers | None = None
         self.supervisor: Supervisor | None = None
         self.stopping: list[int] = []  # the signals received
         self.signalled = 0.0  # time.monotonic() of the first
@@ -172,9 +174,7 @@ class Service:
             stall_timeout=o.stall_timeout,
             freeze_timeout=o.freeze_timeout,
         )
-        door = self.door = FrontDoor(
-            server.http_url,
-            server.grpc_url,
+        options: dict[str, Any] = dict(
             address=o.address,
             http_port=o.http_port,
             grpc_port=o.grpc_port,
@@ -187,6 +187,12 @@ class Service:
             network_prefix=o.network_prefix,
             max_connections=self._connection_cap(),
             allow_model_uploads=o.allow_model_uploads,
+        )
+        workers = o.door_workers or default_workers()
+        door = self.door = (
+            FrontDoor(server.http_url, server.grpc_url, **options)
+            if workers == 1
+            else DoorWorkers(server.http_url, server.grpc_url, workers=workers, **options)
         )
         supervisor.hold, supervisor.release, supervisor.dismiss = door.pause, door.resume, door.dismiss
         previous = {
@@ -230,7 +236,7 @@ class Service:
                 door.release_upstream()  # its keep-alive connections would hold tritonserver's exit 10 s
             code = server.stop()
             door.stop()
-            left = door.uploads.remove()
+            left = door.remove_uploads()
             if left:
                 log.info(f"removed {len(left)} folder(s) of uploaded models tritonserver left: {', '.join(left)}")
             if probes is not None:
@@ -272,17 +278,15 @@ class Service:
         while time.monotonic() < self.signalled + grace and len(self.stopping) < 2:
             time.sleep(0.05)
 
-    def _warm_up(self, server: TritonServer, door: FrontDoor) -> None:
+    def _warm_up(self, server: TritonServer, door: FrontDoor | DoorWorkers) -> None:
         """Warm the pipeline and start the gate from its measured rate; a failure is logged
         (the supervisor judges health) and the gate starts from its guess."""
         try:
-            warm = warm_up(server.grpc_url, "grpc", max_text_bytes=door.weigher.max_text_bytes)
+            warm = warm_up(server.grpc_url, "grpc", max_text_bytes=door.max_text_bytes)
         except ReadabilityError as err:
             log.warning(f"the warm-up failed ({err}): the first clients pay a cold pipeline's start")
             return
-        door.gate.seed(warm.rate)
-        if warm.byte_work is not None:
-            door.weigher.byte_work = warm.byte_work
+        door.seed(warm.rate, warm.byte_work)
         log.info(warm.describe())
 
     def _announce(self, no_canary: bool, probes: bool) -> None:
@@ -303,6 +307,12 @@ class Service:
                 else " (none set: a key was generated for this run)"
             )
         )
+        if isinstance(self.door, DoorWorkers):
+            how = "by client network" if self.options.client_header is None else "by connection (behind a proxy)"
+            log.info(
+                f"the front door runs in {self.door.count} worker processes on the same ports (pids "
+                f"{', '.join(map(str, self.door.pids()))}), spread {how}"
+            )
         if no_canary:
             log.info(
                 "the repository holds no recorded canary (assemble it again with this version): the health "
