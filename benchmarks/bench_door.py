@@ -14,12 +14,17 @@ and the CPU time per request of serve's own process (the door, and the superviso
 canary runs in both ways: its share is what a direct round costs serve per request) and of
 tritonserver's process (the pipeline around the stubs).
 
+With `--baseline-code DIR`, a second serve of the same repository by the package in DIR (a
+checkout of an earlier commit, `git worktree add`) is measured in the same rounds, through its
+door: the way `baseline`, and a second table of this door against it.
+
     python benchmarks/bench_door.py --artifacts .cache/test-artifacts/tiny --rounds 3 --duration 5
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -79,6 +84,24 @@ def measure(url: str, protocol: str, texts: list[str], clients: int, seconds: fl
     }
 
 
+@contextlib.contextmanager
+def baseline_serve(repository: str, folder: str, code: str):
+    """`launch_serve` by the package in `code` (PYTHONPATH; started from a folder without a
+    package, since `python -m` puts its working folder first on sys.path)."""
+    here = os.getcwd()
+    os.makedirs(folder, exist_ok=True)
+    os.chdir(folder)
+    try:
+        launched = launch_serve(repository, folder, env={"PYTHONPATH": os.path.abspath(code)}, stop_timeout=120)
+        serve = launched.__enter__()
+    finally:
+        os.chdir(here)
+    try:
+        yield serve
+    finally:
+        launched.__exit__(None, None, None)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--artifacts", default=".cache/test-artifacts/tiny", help="the set to serve (portable)")
@@ -87,6 +110,12 @@ def main(argv=None) -> int:
     parser.add_argument("--duration", type=float, default=5.0)
     parser.add_argument("--concurrency", default="1,4,16")
     parser.add_argument("--protocols", default="grpc,http")
+    parser.add_argument(
+        "--baseline-code",
+        metavar="DIR",
+        help="also measure a serve of the same repository by another checkout's package (DIR holds its "
+        "readability_triton/): the way 'baseline', through its door",
+    )
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     texts = default_texts()[0][:400]
@@ -96,18 +125,24 @@ def main(argv=None) -> int:
         repo = args.repository or os.path.join(tmp, "repository")
         if not args.repository:
             repository.assemble(args.artifacts, repo, AssemblyOptions("portable"))
-        with launch_serve(repo, tmp, stop_timeout=120) as serve:
+        with contextlib.ExitStack() as stack:
+            serve = stack.enter_context(launch_serve(repo, os.path.join(tmp, "serve"), stop_timeout=120))
             ports = serve.ports
             server_pid = int(serve.status(timeout=10)["pid"])
             direct = server_ports(server_pid)
             pids = {"serve": serve.pid, "tritonserver": server_pid}
-            cells = [(p, c, way) for p in protocols for c in clients for way in ("door", "direct")]
+            ways = {"door": (ports, pids), "direct": (direct, pids)}
+            if args.baseline_code:
+                baseline = stack.enter_context(baseline_serve(repo, os.path.join(tmp, "baseline"), args.baseline_code))
+                watched = {"serve": baseline.pid, "tritonserver": int(baseline.status(timeout=10)["pid"])}
+                ways["baseline"] = (baseline.ports, watched)
+            cells = [(p, c, way) for p in protocols for c in clients for way in ways]
             samples: dict[tuple, list[dict]] = {}
             for r in range(args.rounds):
                 order = cells[r % len(cells) :] + cells[: r % len(cells)]
                 for protocol, n, way in order:
-                    port = ports[protocol] if way == "door" else direct[protocol]
-                    row = measure(f"127.0.0.1:{port}", protocol, texts, n, args.duration, pids)
+                    port_of, watched = ways[way]
+                    row = measure(f"127.0.0.1:{port_of[protocol]}", protocol, texts, n, args.duration, watched)
                     samples.setdefault((protocol, n, way), []).append(row)
                     print(
                         f"round {r + 1}: {protocol} {n:>2} client(s) {way:>6}: {row['texts_per_s']:7.1f} texts/s, "
@@ -150,6 +185,27 @@ def main(argv=None) -> int:
             f"{t['door_p50_ms'] - t['direct_p50_ms']:.2f} | {t['serve_cpu_ms_door']:.3f} | "
             f"{t['serve_cpu_ms_direct']:.3f} | {t['tritonserver_cpu_ms']:.3f} |"
         )
+    if args.baseline_code:
+        print(f"\nthis checkout's door against {args.baseline_code}'s (medians; ratios of the same rounds)\n")
+        print(
+            "| protocol | clients | door texts/s | baseline texts/s | door / baseline | p50 door | p50 baseline "
+            "| serve CPU ms/request | baseline's |"
+        )
+        print("|---|---|---|---|---|---|---|---|---|")
+        for t in table:
+            door, base = (
+                samples[(t["protocol"], t["clients"], "door")],
+                samples[(t["protocol"], t["clients"], "baseline")],
+            )
+            t["baseline_texts_per_s"] = statistics.median(r["texts_per_s"] for r in base)
+            t["baseline_ratio"] = statistics.median(d["texts_per_s"] / b["texts_per_s"] for d, b in zip(door, base))
+            t["baseline_p50_ms"] = statistics.median(r["p50_ms"] for r in base)
+            t["serve_cpu_ms_baseline"] = statistics.median(r["serve_cpu_ms"] for r in base)
+            print(
+                f"| {t['protocol']} | {t['clients']} | {t['door_texts_per_s']:.1f} | {t['baseline_texts_per_s']:.1f} | "
+                f"{t['baseline_ratio']:.2f} | {t['door_p50_ms']:.2f} | {t['baseline_p50_ms']:.2f} | "
+                f"{t['serve_cpu_ms_door']:.3f} | {t['serve_cpu_ms_baseline']:.3f} |"
+            )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump({"rounds": args.rounds, "duration": args.duration, "rows": table}, handle, indent=2)

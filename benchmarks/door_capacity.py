@@ -32,6 +32,8 @@ from readability_triton.measure.launch import launch_serve
 
 TICKS = os.sysconf("SC_CLK_TCK")
 TEXT = "The cat sat on the mat."
+#: A checkout whose serve has door workers holds this file.
+WORKERS = os.path.join("readability_triton", "frontdoor", "workers.py")
 
 #: The trivial pipeline: one python model under the ensemble's name, with the ensemble's
 #: input and outputs, answering zeros (serve's warm-up asks for every output).
@@ -230,6 +232,12 @@ def main(argv=None) -> int:
     parser.add_argument("--connections", type=int, default=32, help="closed loops (HTTP connections, gRPC calls)")
     parser.add_argument("--networks", type=int, default=8, help="HTTP client networks (gRPC: 127.0.0.1 only)")
     parser.add_argument("--senders", type=int, default=2, help="client processes")
+    parser.add_argument(
+        "--baseline-code",
+        metavar="DIR",
+        help="also serve with another checkout's package (DIR holds its readability_triton/; one door worker): "
+        "the way 'baseline'",
+    )
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.workers.split(",")]
@@ -251,6 +259,24 @@ def main(argv=None) -> int:
                     ways[(protocol, f"door x{n}")] = (int(serve.ports[protocol]), pids)
                 if (protocol, "direct") not in ways:
                     ways[(protocol, "direct")] = (direct[protocol], [])
+        if args.baseline_code:
+            code = os.path.abspath(args.baseline_code)
+            # `python -m` puts its working folder first on sys.path, before PYTHONPATH: start
+            # the baseline from one without a package
+            here = os.getcwd()
+            os.chdir(tmp)
+            serve = stack.enter_context(
+                launch_serve(
+                    repo,
+                    os.path.join(tmp, "serve-baseline"),
+                    args=["--door-workers", "1"] if os.path.exists(os.path.join(code, WORKERS)) else [],
+                    env={"PYTHONPATH": code},
+                    stop_timeout=120,
+                )
+            )
+            os.chdir(here)
+            for protocol in protocols:
+                ways[(protocol, "baseline")] = (int(serve.ports[protocol]), [serve.pid])
         names = list(ways)
         for r in range(args.rounds):
             for protocol, name in names[r % len(names) :] + names[: r % len(names)]:

@@ -247,7 +247,7 @@ def register(subparsers) -> None:
         default=int(env("READABILITY_TRITON_DOOR_WORKERS", "0")),
         metavar="N",
         help="front door processes, on the same ports, each gating the client networks the kernel steers to "
-        "it (docs/operations.md); one passes at most about 3,200 HTTP or 1,600 gRPC requests a second (default: "
+        "it (docs/operations.md); one passes at most about 4,100 HTTP or 1,500 gRPC requests a second (default: "
         "one per four CPUs, 1-8; $READABILITY_TRITON_DOOR_WORKERS)",
     )
     p.add_argument(

@@ -20,7 +20,7 @@ import json
 import re
 from typing import Awaitable, Callable
 
-from aiohttp import ClientConnectorError, ClientError, ClientSession, ClientTimeout, TCPConnector, web
+from aiohttp import web
 
 from .. import triton_messages as M
 from .door import ClientLeft, Door
@@ -28,6 +28,7 @@ from .gate import Refusal
 from .steering import attach
 from .uploads import REFUSAL as UPLOAD_REFUSAL
 from .uploads import http_uploads
+from .upstream import Refused, Upstream
 from .wire import BadRequest
 
 #: tritonserver 2.51's HTTP routes (src/http_server.cc, RE2::FullMatch on the path), as its
@@ -124,22 +125,13 @@ def _not_json(body: bytes) -> str | None:
     return None
 
 
-def _passed_on(headers, hop=_HOP) -> dict[str, str]:
-    return {k: v for k, v in headers.items() if k.lower() not in hop}
+def _passed_on(headers, hop=_HOP) -> list[tuple[str, str]]:
+    """The headers of a request or an answer that go on to the next hop."""
+    return [(k, v) for k, v in headers if k.lower() not in hop]
 
 
 #: How long `release` lets a call still on the old connections finish before it closes them.
 RELEASE_GRACE = 5.0
-
-
-def _upstream_session(door: Door, keep_alive: bool = True) -> ClientSession:
-    return ClientSession(
-        f"http://{door.upstream_http}",
-        auto_decompress=False,
-        skip_auto_headers=("Accept-Encoding", "User-Agent"),
-        connector=TCPConnector(limit=0, force_close=not keep_alive),
-        timeout=ClientTimeout(total=None, sock_connect=10),
-    )
 
 
 async def open_http(
@@ -151,11 +143,11 @@ async def open_http(
     drain: tritonserver 2.51 waits up to its exit timeout for open HTTP connections, the
     door's idle ones too, before it exits)."""
     limit = door.max_request_bytes
-    sessions = [_upstream_session(door)]
-    using: dict[int, int] = {}  # id(session): calls it carries now
+    upstreams = [Upstream(door.upstream_http)]
+    using: dict[int, int] = {}  # id(upstream): calls it carries now
 
     async def release() -> None:
-        old, sessions[0] = sessions[0], _upstream_session(door, keep_alive=False)
+        old, upstreams[0] = upstreams[0], Upstream(door.upstream_http, keep_alive=False)
         deadline = asyncio.get_running_loop().time() + RELEASE_GRACE
         while using.get(id(old)) and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(0.01)  # a call still on it (a load, statistics) finishes first
@@ -173,20 +165,15 @@ async def open_http(
         )
 
     async def forward(request: web.Request, body: bytes) -> web.Response:
-        session = sessions[0]
-        using[id(session)] = using.get(id(session), 0) + 1
+        upstream = upstreams[0]
+        using[id(upstream)] = using.get(id(upstream), 0) + 1
         try:
-            async with session.request(
-                request.method,
-                request.rel_url,
-                headers=_passed_on(request.headers, _REQUEST_HOP),
-                data=body if body else None,
-                allow_redirects=False,
-            ) as reply:
-                data = await reply.read()
-                return web.Response(status=reply.status, body=data, headers=_passed_on(reply.headers))
+            reply = await upstream.send(
+                request.method, request.raw_path, _passed_on(request.headers.items(), _REQUEST_HOP), body
+            )
+            return web.Response(status=reply.status, body=reply.body, headers=_passed_on(reply.headers))
         finally:
-            using[id(session)] -= 1
+            using[id(upstream)] -= 1
 
     async def handle(request: web.Request) -> web.StreamResponse:
         if request.content_length is not None and request.content_length > limit:
@@ -233,7 +220,7 @@ async def open_http(
                 if upload:
                     return await door.uploads.watch(lambda: forward(request, body))
                 return await forward(request, body)
-            except (OSError, ClientError) as err:
+            except OSError as err:
                 return _error(503, f"the server is not answering ({type(err).__name__}); retry in a moment")
         assert model is not None
         if door.served and model.group(1) not in door.served:
@@ -257,7 +244,7 @@ async def open_http(
         async def forward_infer() -> web.Response:
             try:
                 return await forward(request, body)
-            except ClientConnectorError as err:  # never reached tritonserver: may be sent again
+            except Refused as err:  # never reached tritonserver: may be sent again
                 return _error(503, f"{M.REFUSED_CONNECTION} ({type(err).__name__}); retry in a moment")
 
         def failed(reply: web.Response) -> M.Reading | None:
@@ -278,7 +265,7 @@ async def open_http(
             )
         except ClientLeft:
             return _error(499, "the client closed its connection before its request was sent on")
-        except (OSError, ClientError) as err:
+        except OSError as err:
             return _error(503, f"the server is not answering ({type(err).__name__}); retry in a moment")
 
     app = web.Application(client_max_size=limit)
@@ -306,7 +293,7 @@ async def open_http(
                 attach(sock, door.workers, *door.network_prefix)
     except BaseException:
         await runner.cleanup()
-        await sessions[0].close()
+        await upstreams[0].close()
         raise
     door.guard.start()
 
@@ -315,6 +302,6 @@ async def open_http(
         listener.close()
         await runner.cleanup()
         await listener.wait_closed()
-        await sessions[0].close()
+        await upstreams[0].close()
 
     return close

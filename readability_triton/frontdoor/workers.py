@@ -1,6 +1,6 @@
 """`DoorWorkers`: the front door on more than one core. One door (`front.FrontDoor`) is one
-asyncio loop under one GIL: in front of a trivial pipeline it passed at most about 3,200 HTTP
-or 1,600 gRPC requests a second (docs/performance.md). serve with `--door-workers N` runs N
+asyncio loop under one GIL: in front of a trivial pipeline it passed at most about 4,100 HTTP
+or 1,500 gRPC requests a second (docs/performance.md). serve with `--door-workers N` runs N
 of them, each a process of its own (`python -m readability_triton.frontdoor.workers`),
 listening on the same ports (SO_REUSEPORT).
 
