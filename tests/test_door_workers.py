@@ -285,3 +285,14 @@ def test_a_port_taken_by_another_process_stops_serve_with_the_reason(repo, tmp_p
     assert done.returncode != 0
     assert "door worker" in done.stderr and str(ports["http"]) in done.stderr, done.stderr[-2000:]
     assert workers_alive() <= before
+
+
+def test_a_negative_worker_count_is_refused_before_anything_starts(tmp_path):
+    done = subprocess.run(
+        [sys.executable, "-m", "readability_triton.cli", "serve", "--repository", str(tmp_path)]
+        + ["--door-workers", "-1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0 and "--door-workers -1" in done.stderr, done.stderr

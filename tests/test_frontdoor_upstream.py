@@ -14,7 +14,8 @@ from readability_triton.server.processes import free_port
 
 class StandIn:
     """An HTTP/1.1 server that records each request and answers with the next of `answers`
-    (raw bytes; None: close the connection without answering)."""
+    (raw bytes; None: close the connection without answering; (bytes, "close"): answer,
+    then close it)."""
 
     def __init__(self, answers):
         self.answers = list(answers)
@@ -34,9 +35,16 @@ class StandIn:
                 answer = self.answers.pop(0)
                 if answer is None:
                     break
+                closing = isinstance(answer, tuple)
+                answer = answer[0] if closing else answer
                 writer.write(answer)
                 await writer.drain()
-                if b"Connection: close" in answer or b"Content-Length" not in answer and b"chunked" not in answer:
+                if (
+                    closing
+                    or b"Connection: close" in answer
+                    or b"Content-Length" not in answer
+                    and b"chunked" not in answer
+                ):
                     break
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
@@ -108,13 +116,41 @@ def test_connection_close_is_honoured_and_no_keep_alive_makes_one_per_request():
     assert reply.status == 200 and stand_in.connections == 3  # /a alone, /b and /c, /d alone
 
 
-def test_a_connection_closed_while_idle_is_replaced_once():
+def test_a_connection_closed_while_idle_is_not_reused():
+    async def calls(upstream):
+        await upstream.send("GET", "/a", [], b"")  # answered, then the stand-in closes the connection
+        await asyncio.sleep(0.05)
+        return await upstream.send("GET", "/b", [], b"")
+
+    reply, stand_in = _run([(OK, "close"), OK], calls)
+    assert reply.status == 200 and stand_in.connections == 2
+
+
+def test_a_request_whose_connection_closes_unanswered_is_an_error_and_never_sent_twice():
+    """tritonserver may have read it (a stub killed mid-request): not sent again, and not
+    `Refused`, which would let the door send it again as never computed."""
+
     async def calls(upstream):
         await upstream.send("GET", "/a", [], b"")
-        return await upstream.send("GET", "/b", [], b"")  # the stand-in closes /b's connection unanswered
+        with pytest.raises(OSError, match="without an answer") as caught:
+            await upstream.send("POST", "/b", [], b"{}")  # the stand-in closes /b's connection unanswered
+        assert not isinstance(caught.value, Refused)
+        return await upstream.send("GET", "/c", [], b"")
 
     reply, stand_in = _run([OK, None, OK], calls)
-    assert reply.status == 200 and stand_in.connections == 2
+    assert reply.status == 200 and [r.split(b" ")[1] for r in stand_in.requests] == [b"/a", b"/b", b"/c"]
+
+
+def test_interim_answers_are_read_past_and_every_answer_reaches_its_own_request():
+    continued = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirst"
+    second = b"HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nsecond"
+
+    async def calls(upstream):
+        return [await upstream.send("POST", "/a", [], b"x"), await upstream.send("POST", "/b", [], b"y")]
+
+    (one, two), stand_in = _run([continued, second], calls)
+    assert (one.status, one.body, two.body) == (200, b"first", b"second")
+    assert stand_in.connections == 1
 
 
 def test_no_answer_on_a_new_connection_is_an_error_and_no_listener_is_refused():
@@ -133,6 +169,9 @@ def test_no_answer_on_a_new_connection_is_an_error_and_no_listener_is_refused():
     asyncio.run(nobody())
 
 
-def test_header_values_that_would_split_the_request_are_left_out():
+def test_header_values_that_would_split_the_request_are_left_out_and_others_pass_as_sent():
     head = _head("GET", "/", "h:1", [("X-Ok", "1"), ("X-Bad", "a\r\nX-Injected: 1")], b"")
     assert b"X-Ok: 1" in head and b"X-Injected" not in head
+    sent = b"caf\xc3\xa9 \xff"  # UTF-8, then a byte that is not: aiohttp hands them over decoded so
+    head = _head("GET", "/", "h:1", [("X-Name", sent.decode("utf-8", "surrogateescape"))], b"")
+    assert b"X-Name: " + sent + b"\r\n" in head

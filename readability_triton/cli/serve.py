@@ -338,6 +338,8 @@ def interval_words(manifest, weights, level: float) -> str:
 
 
 def cmd_serve(args) -> int:
+    if args.door_workers < 0:
+        raise CommandError(f"--door-workers {args.door_workers}: give 1 or more (0: one per four CPUs)")
     options = ServeOptions(
         args.repository,
         http_port=args.http_port,

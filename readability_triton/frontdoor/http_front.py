@@ -68,8 +68,9 @@ _HOP = frozenset(
         "content-length",
     }
 )
-#: A request's body is passed on inflated (aiohttp inflates it while it counts its size).
-_REQUEST_HOP = _HOP | {"content-encoding"}
+#: A request's body is passed on inflated (aiohttp inflates it while it counts its size), and
+#: whole (the door has read it: tritonserver's `100 Continue` would only come in between).
+_REQUEST_HOP = _HOP | {"content-encoding", "expect"}
 #: Seconds a refused upload may go on being read (and discarded) so that its client sees
 #: the answer before the connection closes.
 LINGER = 2.0
@@ -169,7 +170,7 @@ async def open_http(
         using[id(upstream)] = using.get(id(upstream), 0) + 1
         try:
             reply = await upstream.send(
-                request.method, request.raw_path, _passed_on(request.headers.items(), _REQUEST_HOP), body
+                request.method, str(request.rel_url), _passed_on(request.headers.items(), _REQUEST_HOP), body
             )
             return web.Response(status=reply.status, body=reply.body, headers=_passed_on(reply.headers))
         finally:

@@ -81,8 +81,13 @@ def listening_sockets(port: int) -> list[socket.socket]:
             if not link.startswith("socket:") or link in seen:
                 continue
             seen.add(link)
-            sock = socket.socket(fileno=os.dup(fd))
+            copy = os.dup(fd)
         except (OSError, ValueError):
+            continue
+        try:
+            sock = socket.socket(fileno=copy)
+        except OSError:
+            os.close(copy)
             continue
         try:
             listening = sock.type == socket.SOCK_STREAM and sock.getsockopt(socket.SOL_SOCKET, socket.SO_ACCEPTCONN)

@@ -8,7 +8,9 @@ multidicts, payload registry, timers); this passes bytes.
   tritonserver: the door may send it again), any other failure `OSError`.
 - An idle connection is reused for at most `IDLE` s (tritonserver may close one it has kept
   longer); one that tritonserver answered with `Connection: close`, or whose answer had no
-  length, is closed.
+  length, is closed. A request is never sent twice: a connection that closes without an
+  answer is an error, since tritonserver may have read the request.
+- Interim answers (`100 Continue`) are read past; the client's `Expect` is not passed on.
 - `keep_alive=False`: a connection per request (serve's stop, once drained: tritonserver
   waits for open HTTP connections before it exits); `close()` closes the idle ones, and
   those in use close once their answer is read.
@@ -32,10 +34,6 @@ class Refused(OSError):
     """No connection to tritonserver could be made: the request never reached it."""
 
 
-class _Closed(OSError):
-    """The connection closed before any byte of an answer."""
-
-
 class Reply(NamedTuple):
     status: int
     headers: list[tuple[str, str]]
@@ -56,7 +54,8 @@ def _head(method: str, target: str, host: str, headers: list[tuple[str, str]], b
     lines += [f"{name}: {value}" for name, value in headers if "\r" not in value and "\n" not in value]
     if body or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
         lines.append(f"Content-Length: {len(body)}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    # the bytes the client sent (aiohttp decodes them as UTF-8, surrogates for the rest)
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
 
 
 def _parse_head(head: bytes) -> tuple[int, list[tuple[str, str]]]:
@@ -106,37 +105,39 @@ class Upstream:
         return _Connection(reader, writer)
 
     def _reusable(self) -> _Connection | None:
+        """An idle connection still open (tritonserver has not closed it, as far as the loop
+        has seen), or None."""
         now = time.monotonic()
         while self._idle:
             connection = self._idle.pop()
-            if now - connection.idle_since < IDLE and not connection.reader.at_eof():
+            fresh = now - connection.idle_since < IDLE
+            if fresh and not connection.reader.at_eof() and not connection.writer.transport.is_closing():
                 return connection
             connection.close()
         return None
 
     async def send(self, method: str, target: str, headers: list[tuple[str, str]], body: bytes) -> Reply:
+        """The answer to one request. Never sent twice: a connection that closes without an
+        answer is an error (OSError), as tritonserver may have read the request."""
         request = _head(method, target, self.address, headers, body) + body
-        connection = self._reusable()
-        if connection is not None:
-            try:
-                return await self._exchange(connection, method, request, fresh=False)
-            except _Closed:
-                pass  # tritonserver closed it, unread, as it was taken: once more on a new one
-        return await self._exchange(await self._connect(), method, request, fresh=True)
-
-    async def _exchange(self, connection: _Connection, method: str, request: bytes, fresh: bool) -> Reply:
+        connection = self._reusable() or await self._connect()
         kept = False
         try:
             connection.writer.write(request)
             try:
                 head = await connection.reader.readuntil(b"\r\n\r\n")
-            except (asyncio.IncompleteReadError, ConnectionResetError, BrokenPipeError) as err:
-                if not fresh and not getattr(err, "partial", b""):
-                    raise _Closed() from None
-                raise OSError("tritonserver closed the connection without an answer") from None
-            status, reply_headers = _parse_head(head[:-4])
+                status, reply_headers = _parse_head(head[:-4])
+                while 100 <= status < 200 and status != 101:  # interim answers (100 Continue): the final one follows
+                    head = await connection.reader.readuntil(b"\r\n\r\n")
+                    status, reply_headers = _parse_head(head[:-4])
+            except asyncio.IncompleteReadError as err:
+                if not err.partial:
+                    raise OSError("tritonserver closed the connection without an answer") from None
+                raise
             fields = {name.lower(): value.lower() for name, value in reply_headers}
-            if method == "HEAD" or status in (204, 304) or 100 <= status < 200:
+            if status == 101:
+                raise OSError("tritonserver switched protocols: the door passes HTTP/1.1 only")
+            if method == "HEAD" or status in (204, 304):
                 data, delimited = b"", True
             elif "chunked" in fields.get("transfer-encoding", ""):
                 data, delimited = await _chunked(connection.reader), True
@@ -144,7 +145,9 @@ class Upstream:
                 data, delimited = await connection.reader.readexactly(int(fields["content-length"])), True
             else:  # its end is the connection's
                 data, delimited = await connection.reader.read(), False
-            kept = delimited and self.keep_alive and not self.closed and fields.get("connection") != "close"
+            # nothing may be left unread on a connection kept: the next answer would be off by one
+            clean = not getattr(connection.reader, "_buffer", b"")
+            kept = delimited and clean and self.keep_alive and not self.closed and fields.get("connection") != "close"
             return Reply(status, reply_headers, data)
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError) as err:
             raise OSError(f"tritonserver's answer broke off or is malformed ({type(err).__name__})") from None

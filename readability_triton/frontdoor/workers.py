@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from multiprocessing.connection import Connection
 from typing import Any, Callable
 
@@ -162,7 +163,8 @@ class _Worker:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        self.conn.close()
+        with self._send_lock:  # no send meanwhile to a descriptor number already reused
+            self.conn.close()
 
 
 class DoorWorkers:
@@ -229,21 +231,46 @@ class DoorWorkers:
             threading.Thread(target=self._replace, args=(worker,), daemon=True).start()
 
     def _replace(self, worker: _Worker) -> None:
+        """Start a worker in place of `worker`, which exited: tried until it starts (with a
+        growing pause) or serve stops; meanwhile the others serve its networks."""
         worker.close(5)
-        try:
-            fresh = self._spawn(worker.index)
-        except ServerError as err:
-            log.error(f"{err}: {self.count - 1} door worker(s) serve on")
-            return
+        pause = 1.0
+        while True:
+            try:
+                fresh = self._spawn(worker.index)
+                break
+            except ServerError as err:
+                with self._lock:
+                    if self._stopping:
+                        self._workers.remove(worker)
+                        return
+                log.error(f"{err}: trying again in {pause:g} s; the other door workers serve on")
+                time.sleep(pause)
+                pause = min(2 * pause, 30.0)
         with self._lock:
-            if self._stopping:
-                fresh.ask("stop")
-                return
-            self._workers[self._workers.index(worker)] = fresh
-            self.restarts += 1
+            stopping = self._stopping
+            if not stopping:
+                self._workers[self._workers.index(worker)] = fresh
+                self.restarts += 1
+        if stopping:  # serve's stop came while it started: stopped here, as stop() stops the rest
+            try:
+                self._left.extend(fresh.ask("stop").result(40))
+            except (ServerError, concurrent.futures.TimeoutError):
+                pass
+            fresh.close(10)
+            return
+        # what serve told the workers while this one started (its config was taken before)
+        if self._paused:
+            fresh.ask("pause")
+        else:
+            fresh.ask("resume")
+        if self.leaving:
+            fresh.ask("leave", self.leaving)
 
     def pids(self) -> list[int]:
-        return [worker.process.pid for worker in self._workers]
+        """The workers' process IDs (serve's supervisor leaves them to `DoorWorkers`)."""
+        with self._lock:
+            return [worker.process.pid for worker in self._workers]
 
     # -- what serve asks of a door ------------------------------------------------------
     def seed(self, rate: float, byte_work: float | None = None) -> None:
@@ -258,9 +285,14 @@ class DoorWorkers:
             raise
         return self
 
-    def _all(self, method: str, *args: Any, timeout: float = 10.0) -> list[Any]:
+    def _live(self) -> list[_Worker]:
+        """The workers running now (one that exited is being started again)."""
         with self._lock:
-            workers = list(self._workers)
+            return [worker for worker in self._workers if worker.process.poll() is None]
+
+    def _all(self, method: str, *args: Any, timeout: float = 10.0) -> list[Any]:
+        """Each running worker's answer to `method` (those that gave none are logged)."""
+        workers = self._live()
         futures = [worker.ask(method, *args) for worker in workers]
         answers = []
         for worker, future in zip(workers, futures):
@@ -282,19 +314,25 @@ class DoorWorkers:
         self._all("dismiss")
 
     def leave(self, reason: str = "shutting down") -> None:
-        """Not ready from now on (called from a signal handler: it does not wait)."""
+        """Not ready from now on. Called from a signal handler, which may have interrupted
+        this thread inside a send: the workers are told from a thread of its own."""
         self.leaving = reason
-        for worker in list(self._workers):
-            worker.ask("leave", reason)
+
+        def tell() -> None:
+            for worker in self._live():
+                worker.ask("leave", reason)
+
+        threading.Thread(target=tell, daemon=True, name="door-workers-leave").start()
 
     def status(self) -> dict[str, Any]:
         return merge_snapshots(self._all("status", timeout=2.0))
 
     def drain(self, timeout: float, reason: str = "shutting down") -> FrontDrain:
         self.leaving = self.leaving or reason
+        asked = len(self._live())
         answers = self._all("drain", timeout, reason, timeout=timeout + 10)
         return {
-            "drained": len(answers) == len(self._workers) and all(a["drained"] for a in answers),
+            "drained": len(answers) >= asked and all(a["drained"] for a in answers),
             "waiting": sum(a["waiting"] for a in answers),
             "inside": sum(a["inside"] for a in answers),
             "seconds": max((a["seconds"] for a in answers), default=0.0),

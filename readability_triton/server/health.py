@@ -113,6 +113,8 @@ class Supervisor:
         self.hold, self.release = hold or (lambda: None), release or (lambda: None)
         #: called when a suspicion (`poke`) found nothing to repair (the front door's hold ends)
         self.dismiss = dismiss or self.release
+        #: serve's other children, which their own owners wait for (the door workers): never reaped here
+        self.own_children: Callable[[], list[int]] = lambda: []
         self.freeze_timeout = freeze_timeout
         self._suspected = False  # a poke waits for its look
         self._answered_at = time.monotonic()  # tritonserver's /v2/health/live last answered
@@ -280,7 +282,8 @@ class Supervisor:
         """One round of checks; the repair it made ("restart"), or None."""
 
         process = self.server.process
-        reap_zombies(keep=(process.pid,) if process is not None else ())
+        keep = ((process.pid,) if process is not None else ()) + tuple(self.own_children())
+        reap_zombies(keep=keep)
         if process is not None and process.poll() is not None:
             return self.repair(f"tritonserver (pid {process.pid}) exited with status {process.returncode}", drain=False)
         dead = self.dead_stubs()

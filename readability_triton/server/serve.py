@@ -195,6 +195,8 @@ class Service:
             else DoorWorkers(server.http_url, server.grpc_url, workers=workers, **options)
         )
         supervisor.hold, supervisor.release, supervisor.dismiss = door.pause, door.resume, door.dismiss
+        if isinstance(door, DoorWorkers):
+            supervisor.own_children = door.pids
         previous = {
             sig: signal.signal(sig, lambda signum, _frame: self._signal(signum))
             for sig in (signal.SIGINT, signal.SIGTERM)
