@@ -26,14 +26,14 @@ import tempfile
 import time
 from queue import Empty
 
+from bench_door import baseline_serve, cpu_seconds, server_ports
+
 from readability_triton import contracts as C
 from readability_triton.measure.honest import infer_body
 from readability_triton.measure.launch import launch_serve
+from readability_triton.measure.load import process_tree
 
-TICKS = os.sysconf("SC_CLK_TCK")
 TEXT = "The cat sat on the mat."
-#: A checkout whose serve has door workers holds this file.
-WORKERS = os.path.join("readability_triton", "frontdoor", "workers.py")
 
 #: The trivial pipeline: one python model under the ensemble's name, with the ensemble's
 #: input and outputs, answering zeros (serve's warm-up asks for every output).
@@ -72,12 +72,6 @@ def write_trivial(repository: str) -> str:
     return repository
 
 
-def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat", encoding="ascii") as handle:
-        fields = handle.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
-
-
 def process_cpu(pids: list[int]) -> float:
     total = 0.0
     for pid in pids:
@@ -102,6 +96,7 @@ async def _connection(port: int, source: str, request: bytes, start: float, stop
             at = lower.find(b"content-length:")
             length = int(lower[at + 15 : lower.index(b"\r\n", at)]) if at >= 0 else 0
             await reader.readexactly(length)
+            tally["all"].append(0.0)
             if sent >= start:
                 tally["latencies" if status == 200 else "failed"].append(loop.time() - sent)
             if b"connection: close" in lower:
@@ -129,7 +124,7 @@ def _grpc_sender(port: int, calls: int, warm: float, seconds: float, queue) -> N
     import grpc.aio
 
     request = _grpc_request()
-    tally: dict[str, list[float]] = {"latencies": [], "failed": []}
+    tally: dict[str, list[float]] = {"latencies": [], "failed": [], "all": []}
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -150,6 +145,7 @@ def _grpc_sender(port: int, calls: int, warm: float, seconds: float, queue) -> N
                     ok = True
                 except grpc.aio.AioRpcError:
                     ok = False
+                tally["all"].append(0.0)
                 if sent >= start:
                     tally["latencies" if ok else "failed"].append(loop.time() - sent)
 
@@ -167,7 +163,7 @@ def _sender(port: int, sources: list[str], warm: float, seconds: float, queue) -
         f"POST /v2/models/{C.ENSEMBLE}/infer HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode() + body
-    tally: dict[str, list[float]] = {"latencies": [], "failed": []}
+    tally: dict[str, list[float]] = {"latencies": [], "failed": [], "all": []}
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -213,14 +209,9 @@ def blast(
         "requests_per_s": len(latencies) / seconds,
         "p50_ms": 1e3 * latencies[len(latencies) // 2] if latencies else float("nan"),
         "failed": sum(len(t["failed"]) for t in tallies),
+        # every answer, the warm-up's too: what the CPU measured over the whole blast served
+        "answered": sum(len(t["all"]) for t in tallies),
     }
-
-
-def server_ports(pid: int) -> dict[str, int]:
-    """tritonserver's HTTP and gRPC ports, from its command line."""
-    with open(f"/proc/{pid}/cmdline", "rb") as handle:
-        args = handle.read().decode().split("\0")
-    return {name: int(args[args.index(f"--{name}-port") + 1]) for name in ("http", "grpc")}
 
 
 def main(argv=None) -> int:
@@ -255,26 +246,13 @@ def main(argv=None) -> int:
             for protocol in protocols:
                 # gRPC's calls all come from 127.0.0.1, one network: one worker takes them all
                 if protocol == "http" or n == counts[0]:
-                    pids = [serve.pid, *_door_workers(serve.pid, server_pid)]
+                    # serve and its door workers: its process tree less tritonserver's
+                    pids = sorted(set(process_tree(serve.pid)) - set(process_tree(server_pid)))
                     ways[(protocol, f"door x{n}")] = (int(serve.ports[protocol]), pids)
                 if (protocol, "direct") not in ways:
                     ways[(protocol, "direct")] = (direct[protocol], [])
         if args.baseline_code:
-            code = os.path.abspath(args.baseline_code)
-            # `python -m` puts its working folder first on sys.path, before PYTHONPATH: start
-            # the baseline from one without a package
-            here = os.getcwd()
-            os.chdir(tmp)
-            serve = stack.enter_context(
-                launch_serve(
-                    repo,
-                    os.path.join(tmp, "serve-baseline"),
-                    args=["--door-workers", "1"] if os.path.exists(os.path.join(code, WORKERS)) else [],
-                    env={"PYTHONPATH": code},
-                    stop_timeout=120,
-                )
-            )
-            os.chdir(here)
+            serve = stack.enter_context(baseline_serve(repo, os.path.join(tmp, "serve-baseline"), args.baseline_code))
             for protocol in protocols:
                 ways[(protocol, "baseline")] = (int(serve.ports[protocol]), [serve.pid])
         names = list(ways)
@@ -283,8 +261,7 @@ def main(argv=None) -> int:
                 port, pids = ways[(protocol, name)]
                 before, started = process_cpu(pids), time.monotonic()
                 row = blast(port, protocol, args.connections, args.networks, args.senders, args.duration)
-                served = max(1.0, row["requests_per_s"] * args.duration)
-                row["door_cpu_ms"] = (process_cpu(pids) - before) * 1e3 / served
+                row["door_cpu_ms"] = (process_cpu(pids) - before) * 1e3 / max(1, row["answered"])
                 samples.setdefault((protocol, name), []).append(row)
                 print(
                     f"round {r + 1}: {protocol:>4} {name:>8}: {row['requests_per_s']:7.0f} requests/s, "
@@ -323,18 +300,6 @@ def main(argv=None) -> int:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump({"rounds": args.rounds, "duration": args.duration, "rows": table}, handle, indent=2)
     return 0
-
-
-def _door_workers(serve_pid: int, server_pid: int) -> list[int]:
-    """serve's children but tritonserver: its door workers."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            with contextlib.suppress(OSError, IndexError, ValueError):
-                with open(f"/proc/{name}/stat", encoding="utf-8") as handle:
-                    if int(handle.read().rsplit(")", 1)[1].split()[1]) == serve_pid and int(name) != server_pid:
-                        found.append(int(name))
-    return found
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from readability_triton.frontdoor import steering
 from readability_triton.frontdoor.workers import cpu_quota, default_workers, merge_snapshots
 from readability_triton.measure.honest import infer_body
 from readability_triton.measure.launch import PORTS, launch_serve, serve_command
+from readability_triton.measure.load import process_tree
 from readability_triton.server.processes import free_port, free_ports
 
 
@@ -135,19 +136,6 @@ def test_workers_by_machine(tmp_path):
 # -- a real serve with two door workers ------------------------------------------------------
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/stat", encoding="utf-8") as handle:
-                    if int(handle.read().rsplit(")", 1)[1].split()[1]) == pid:
-                        found.append(int(name))
-            except (OSError, IndexError, ValueError):
-                continue
-    return found
-
-
 def _state(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/stat", encoding="utf-8") as handle:
@@ -158,7 +146,7 @@ def _state(pid: int) -> str:
 
 def _door_workers(serve_pid: int) -> list[int]:
     pids = []
-    for pid in _children(serve_pid):
+    for pid in process_tree(serve_pid)[1:]:
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as handle:
                 if b"readability_triton.frontdoor.workers" in handle.read():
@@ -219,10 +207,11 @@ def test_two_door_workers_serve_every_network_and_outlive_one_killed(repo, tmp_p
             status, answer = _post(target.http, source, infer_body([text]))
             assert status == 200, (source, answer)
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and len(_door_workers(target.pid)) < 2:
-            time.sleep(0.2)
+        while time.monotonic() < deadline and target.status()["front"].get("worker_restarts") != 1:
+            time.sleep(0.2)  # counted once the new worker listens
         again = _door_workers(target.pid)
         assert len(again) == 2 and workers[0] not in again, again
+        assert target.status()["front"]["worker_restarts"] == 1
         for source in sources:
             assert _post(target.http, source, infer_body([text]))[0] == 200
         assert client.infer(C.ENSEMBLE, inputs).as_numpy(C.SCORE) is not None

@@ -183,11 +183,9 @@ class DoorWorkers:
         self.count = workers
         self.on_dead_stub = on_dead_stub
         self.options = {"upstream_http": upstream_http, "upstream_grpc": upstream_grpc, **options}
-        self.address = options.get("address", "127.0.0.1")
-        self.http_port, self.grpc_port = options.get("http_port", 8000), options.get("grpc_port", 8001)
         self.max_text_bytes: int = options.get("max_text_bytes", C.DEFAULT_MAX_TEXT_BYTES)
         self.leaving = ""
-        self.restarts = 0
+        self.restarts = 0  # workers started again after they exited
         self._seed: tuple[float, float | None] | None = None
         self._workers: list[_Worker] = []
         self._stopping = False
@@ -325,7 +323,7 @@ class DoorWorkers:
         threading.Thread(target=tell, daemon=True, name="door-workers-leave").start()
 
     def status(self) -> dict[str, Any]:
-        return merge_snapshots(self._all("status", timeout=2.0))
+        return {**merge_snapshots(self._all("status", timeout=2.0)), "worker_restarts": self.restarts}
 
     def drain(self, timeout: float, reason: str = "shutting down") -> FrontDrain:
         self.leaving = self.leaving or reason

@@ -83,6 +83,12 @@ _METRICS = (
         "Texts the pipeline lately finished per busy second",
     ),
     ("workers", "readability_front_workers", "gauge", "Front door worker processes that answered (--door-workers)"),
+    (
+        "worker_restarts",
+        "readability_front_worker_restarts_total",
+        "counter",
+        "Front door workers started again after they exited",
+    ),
 )
 
 
