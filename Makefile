@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 # CPU environment: the pinned CPU build of PyTorch (see constraints/cpu.txt).
 CONSTRAINTS := -c constraints/cpu.txt
-EXTRAS := serve,portable,torchscript,onnx,server,client,train,demo,plot,test
+EXTRAS := serve,portable,torchscript,native,onnx,server,client,train,demo,plot,test
 STAMP  := $(VENV)/.installed-$(shell cat setup.cfg constraints/cpu.txt | cksum | cut -d' ' -f1)
 TOOLS  := .venv-tools
 TOOLS_STAMP := $(TOOLS)/.installed-$(shell cksum < constraints/tools.txt | cut -d' ' -f1)

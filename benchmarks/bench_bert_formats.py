@@ -98,7 +98,7 @@ def main(argv=None) -> int:
         )
         runners: dict[str, Any] = {
             "torchscript": TorchScriptRunner.from_folder(tmp),
-            "onnxruntime": OnnxRunner(onnx_path, buckets=contracts.default_buckets(args.max_length)),
+            "onnxruntime": OnnxRunner(onnx_path, buckets=contracts.default_buckets(args.max_length, joined=True)),
             "onnxruntime_padded": OnnxRunner(onnx_path),
         }
         results["onnxruntime"] = runners["onnxruntime"].version

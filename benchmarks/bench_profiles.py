@@ -1,12 +1,13 @@
 """The served repository's speed by profile, BERT runtime and thread plan, in one run.
 
 Each variant is an assembled repository of the same artifact set, served by a test server
-of its own; all servers run for the whole benchmark, and `--rounds` rounds go over the
-variants in turn (each round starting one further along), each measured by `bench` (one
-text per request, gRPC, closed loop) at 1 and 4 clients, beside the same runners in process
-(the served BERT file, padding and thread plan, one thread of calls). On shared vCPUs the
-machine's speed drifts by tens of percent over minutes: medians over rounds, and each
-variant's ratio to the first one round by round, compare like with like.
+of its own; all servers run for the whole benchmark. In each of `--rounds` rounds, for each
+data set and client count (1 and 4), the variants are measured one after the other (each
+round starting one further along) by `bench` (one text per request, gRPC, closed loop),
+beside the same runners in process (the served BERT file, padding and thread plan, one
+thread of calls). On shared vCPUs the machine's speed drifts by tens of percent over
+minutes: medians over rounds, and each variant's ratio to the first one round by round,
+measured seconds apart, compare like with like (more, shorter rounds compare better).
 
 - `portable, TorchScript, no thread plan`: what `portable` served before (model.pt in a
   Python model; every runtime sized to all cores, OpenMP spinning);
@@ -16,7 +17,11 @@ variant's ratio to the first one round by round, compare like with like.
 - `cpu, onnxruntime_onnx` / `cpu, pytorch_libtorch`: bert on Triton's own backends and the
   forest on FIL (built by `make native-backends`), the Python steps as in `portable`;
 - `..., padded`: the same assembled with `--buckets <max_length>`: every text padded to the
-  sequence length, as before buckets (the others cut each request's ids to its bucket).
+  sequence length, as before buckets (the others cut each request's ids to its bucket);
+- `cpu, onnxruntime_onnx, not ragged`: assembled with `--no-ragged`: Triton's batcher joins
+  only requests of one bucket, and the default buckets are then the coarse set (16 apart to
+  128, then 256); the default `cpu` takes the ids ragged, every bucket in a batch, with
+  buckets 16 apart all the way (`--buckets` gives both variants one set).
 
 `--data excerpts,short` measures each variant on the CommonLit excerpts and on their first
 sentences (short texts) in every round. After the rounds, with `--buckets-seconds`, each
@@ -59,17 +64,19 @@ from readability_triton.server.installation import native_backends
 from readability_triton.server.tritonserver import TritonServer
 from readability_triton.threads import PLAN_ENV
 
-#: (name, profile, BERT format, thread plan: True, False or "2x" (two bert instances), padded:
-#: assembled with --buckets <max_length>)
-VARIANTS: tuple[tuple[str, str, str, bool | str, bool], ...] = (
-    ("portable, TorchScript, no thread plan", "portable", "torchscript", False, False),
-    ("portable, TorchScript", "portable", "torchscript", True, False),
-    ("portable, ONNX (default)", "portable", "onnx", True, False),
-    ("cpu, onnxruntime_onnx", "cpu", "onnx", True, False),
-    ("cpu, pytorch_libtorch", "cpu", "torchscript", True, False),
-    ("portable, ONNX, 2 bert instances", "portable", "onnx", "2x", False),
-    ("cpu, onnxruntime_onnx, padded", "cpu", "onnx", True, True),
-    ("portable, ONNX, padded", "portable", "onnx", True, True),
+#: (name, profile, BERT format, thread plan: True, False or "2x" (two bert instances), ids:
+#: "" (cut to the buckets), "padded" (assembled with --buckets <max_length>) or "not ragged"
+#: (--no-ragged: the batcher joins only requests of one bucket))
+VARIANTS: tuple[tuple[str, str, str, bool | str, str], ...] = (
+    ("portable, TorchScript, no thread plan", "portable", "torchscript", False, ""),
+    ("portable, TorchScript", "portable", "torchscript", True, ""),
+    ("portable, ONNX (default)", "portable", "onnx", True, ""),
+    ("cpu, onnxruntime_onnx", "cpu", "onnx", True, ""),
+    ("cpu, pytorch_libtorch", "cpu", "torchscript", True, ""),
+    ("portable, ONNX, 2 bert instances", "portable", "onnx", "2x", ""),
+    ("cpu, onnxruntime_onnx, padded", "cpu", "onnx", True, "padded"),
+    ("portable, ONNX, padded", "portable", "onnx", True, "padded"),
+    ("cpu, onnxruntime_onnx, not ragged", "cpu", "onnx", True, "not ragged"),
 )
 #: The texts of `--data`: the CommonLit excerpts (or the generated corpus), or their first sentences.
 DATA = {"excerpts": lambda texts: texts, "short": lambda texts: [t for t in first_sentences(texts) if t.strip()]}
@@ -162,14 +169,17 @@ def main(argv=None) -> int:
     extra: dict = {"buckets": {}, "agreement": {}}
     with tempfile.TemporaryDirectory(prefix="bench-profiles-") as tmp, contextlib.ExitStack() as stack:
         live = []  # every variant's server runs for the whole benchmark; the rounds go over them in turn
-        for name, profile, fmt, plan, padded in chosen:
+        for name, profile, fmt, plan, ids in chosen:
             if profile == "cpu" and native_backends() is None:
                 print(f"{name}: skipped (no native backends: make native-backends)", file=sys.stderr)
                 continue
             repo = os.path.join(tmp, "".join(c if c.isalnum() else "-" for c in name).strip("-"))
             # padded: --buckets <max_length>, every text padded to it
-            buckets = (load_manifest(args.artifacts).max_length,) if padded else args.buckets
-            repository.assemble(args.artifacts, repo, AssemblyOptions(profile, bert_format=fmt, buckets=buckets))
+            buckets = (load_manifest(args.artifacts).max_length,) if ids == "padded" else args.buckets
+            ragged = False if ids == "not ragged" else None
+            repository.assemble(
+                args.artifacts, repo, AssemblyOptions(profile, bert_format=fmt, buckets=buckets, ragged=ragged)
+            )
             if plan == "2x":
                 two_bert_instances(repo)
             # without the plan: every runtime its own default (all cores, OpenMP's own wait
@@ -192,13 +202,20 @@ def main(argv=None) -> int:
         os.environ[PLAN_ENV] = "on"
         for round_ in range(args.rounds):
             shift = round_ % len(live)  # each variant goes first in some round: no place in the order is favoured
-            for name, server, pipeline in live[shift:] + live[:shift]:
-                for label, texts in data.items():
-                    print(f"round {round_ + 1}/{args.rounds}: {name}, {label}", file=sys.stderr, flush=True)
-                    in_process = None if args.no_in_process else pipeline
-                    for row in bench.run(
-                        server.grpc_url, "grpc", texts, concurrency, (1,), args.duration, in_process, args.warmup
-                    ):
+            # the variants one after the other for each data set and client count: the rows a
+            # ratio compares are measured seconds apart (a shared vCPU's speed drifts over minutes)
+            for label, texts in data.items():
+                for clients in concurrency:
+                    for name, server, pipeline in live[shift:] + live[:shift]:
+                        print(
+                            f"round {round_ + 1}/{args.rounds}: {label}, {clients} client(s), {name}",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                        in_process = None if args.no_in_process else pipeline
+                        (row,) = bench.run(
+                            server.grpc_url, "grpc", texts, (clients,), (1,), args.duration, in_process, args.warmup
+                        )
                         bert = row.models.get(C.BERT, {})
                         samples.setdefault((name, label, row.concurrency), []).append(
                             {

@@ -18,8 +18,7 @@ VOCABULARY_SIZE = 100
 N_FEATURES = 7 + 2 * VOCABULARY_SIZE
 #: Default sequence length of the BERT branch.
 DEFAULT_MAX_LENGTH = 256
-#: The default buckets of the BERT branch: this many tokens apart up to 8 of them (16 ... 128),
-#: then each twice the one before (256, 512, ...) up to the sequence length (`default_buckets`).
+#: The default buckets of the BERT branch are this many tokens apart (`default_buckets`).
 BUCKET_STEP = 16
 #: Default limit on the UTF-8 size of one text accepted by the Python steps.
 DEFAULT_MAX_TEXT_BYTES = 100_000
@@ -97,6 +96,11 @@ HEADING = {
 INPUT_0 = "input__0"
 INPUT_1 = "input__1"
 OUTPUT_0 = "output__0"
+#: The ragged BERT graph's batch inputs (`bert.ragged`): each row's width of the ids and of
+#: the mask, int32 [rows, 1], which the onnxruntime backend fills (BATCH_ITEM_SHAPE of
+#: input__0 and of input__1).
+ROW_WIDTHS = "row_widths"
+MASK_WIDTHS = "mask_widths"
 
 #: The health check's canary text (plain English, well inside every limit): `assemble`
 #: records what the repository's own models answer it, `serve` compares.
@@ -174,31 +178,38 @@ def check_max_length(max_length, what: str = "max_length", error: type[Exception
     return int(max_length)
 
 
-def default_buckets(max_length: int = DEFAULT_MAX_LENGTH) -> tuple[int, ...]:
-    """BUCKET_STEP tokens apart up to 8 steps (16, 32, ..., 128), then each twice the one
-    before (256, 512, ...), below `max_length`; and `max_length`. Short texts, where padding
-    to 256 wastes most, get fine buckets; long ones share few shapes, so that Triton's
-    dynamic batcher, which joins only requests of one shape, still batches them under load
-    (finer buckets above 128 tokens served the CommonLit excerpts 1.06-1.13x the padded rate
-    at one client but 0.77-0.82x at four on 2 vCPUs: docs/performance.md, "Sequence-length
-    buckets")."""
+def default_buckets(max_length: int = DEFAULT_MAX_LENGTH, joined: bool = False) -> tuple[int, ...]:
+    """The default sequence-length buckets, below `max_length`, and `max_length`.
+
+    `joined` (bert's batcher joins requests of every bucket: the ragged graph on the
+    onnxruntime backend, or a Python bert): BUCKET_STEP tokens apart all the way, so that a
+    text is padded by less than BUCKET_STEP tokens. Otherwise (the batcher joins only
+    requests of one shape: libtorch, a GPU or TensorRT without `--ragged`): BUCKET_STEP apart
+    up to 8 steps (16, ..., 128), then each twice the one before (256, 512, ...), so that long
+    texts share few shapes and still batch under load (finer buckets served the CommonLit
+    excerpts 0.79x the padded rate at four clients on 2 vCPUs there: docs/performance.md,
+    "Sequence-length buckets")."""
     check_max_length(max_length)
     out, length = [], BUCKET_STEP
     while length < max_length:
         out.append(length)
-        length = length + BUCKET_STEP if length < 8 * BUCKET_STEP else 2 * length
+        length = length + BUCKET_STEP if joined or length < 8 * BUCKET_STEP else 2 * length
     return (*out, max_length)
 
 
 def check_buckets(
-    buckets, max_length: int = DEFAULT_MAX_LENGTH, what: str = "buckets", error: type[Exception] = ValueError
+    buckets,
+    max_length: int = DEFAULT_MAX_LENGTH,
+    what: str = "buckets",
+    error: type[Exception] = ValueError,
+    joined: bool = False,
 ) -> tuple[int, ...]:
-    """`buckets` (integers, or a string of comma-separated ones; None: `default_buckets`) as
-    an increasing tuple that ends at `max_length` (added where missing), or `error` naming
-    `what` unless each is an integer from 2 to `max_length`."""
+    """`buckets` (integers, or a string of comma-separated ones; None: `default_buckets`,
+    `joined` or not) as an increasing tuple that ends at `max_length` (added where missing),
+    or `error` naming `what` unless each is an integer from 2 to `max_length`."""
     check_max_length(max_length)
     if buckets is None:
-        return default_buckets(max_length)
+        return default_buckets(max_length, joined)
     if isinstance(buckets, str):
         try:
             buckets = [int(b) for b in buckets.split(",") if b.strip()]

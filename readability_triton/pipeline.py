@@ -101,7 +101,7 @@ class Pipeline:
             verify_files(folder, manifest, [BERT_FORMATS[chosen]] + present(folder, TOKENIZER_FILES))
             runners["tokenizer"] = TokenizerRunner.from_folder(folder, manifest.max_length, manifest=manifest)
             runners["bert"] = bert_runner(
-                folder, bert_format=chosen, buckets=contracts.default_buckets(manifest.max_length)
+                folder, bert_format=chosen, buckets=contracts.default_buckets(manifest.max_length, joined=True)
             )
         weights = weight_pair(bert_weight, forest_weight, EvaluationError) or manifest.blend_weights or (0.5, 0.5)
         interval = for_blend(manifest.info.get("interval"), weights)

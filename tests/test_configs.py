@@ -106,7 +106,10 @@ def test_profile_configs(profile, max_length, bert_format, wiring):
         for m in models
     }
     contracts = C.contracts(max_length)
-    buckets = ",".join(map(str, C.default_buckets(max_length)))
+    # the default set: 16 apart where bert's batcher joins every bucket on the CPU (the ragged
+    # graph, a Python bert), else 16 apart to 128 and then doubling (configs.bucket_set)
+    joined = profile == "portable" or (profile == "cpu" and bert_format == "onnx")
+    buckets = ",".join(map(str, C.default_buckets(max_length, joined)))
     for model, config in rendered.items():
         check_against_contract(config, contracts[model])
         # preprocess cuts to the buckets, and a Python bert runs rows by the same ones
@@ -157,6 +160,20 @@ def test_profile_configs(profile, max_length, bert_format, wiring):
         assert forest.parameters["model_type"].string_value == "treelite_checkpoint"
         key = "is_classifier" if releases.release(version).fil_is_classifier else "output_class"
         assert forest.parameters[key].string_value == "false"
+    # bert takes its ids ragged where the onnxruntime backend serves it on the CPU (configs.ragged_bert)
+    # (a Python bert takes requests of any width in one batch too, and needs no widths)
+    ragged = profile == "cpu" and bert_format == "onnx" and C.variable_length(None, max_length)
+    joins = ragged or (bert.backend == "python" and C.variable_length(None, max_length))
+    assert [t.allow_ragged_batch for t in bert.input] == [joins, joins], profile
+    if ragged:  # each row's widths, of the ids and of the mask
+        assert [model_config_pb2.BatchInput.Kind.Name(b.kind) for b in bert.batch_input] == ["BATCH_ITEM_SHAPE"] * 2
+        assert [(list(b.target_name), list(b.source_input)) for b in bert.batch_input] == [
+            ([C.ROW_WIDTHS], [C.INPUT_0]),
+            ([C.MASK_WIDTHS], [C.INPUT_1]),
+        ]
+        assert {b.data_type for b in bert.batch_input} == {model_config_pb2.TYPE_INT32}
+    else:
+        assert not bert.batch_input
     for model in C.PYTHON_MODELS:
         assert model not in rendered or rendered[model].backend == "python"
     # GPU Python models that read another model's output take it on the GPU (DLPack)
@@ -368,3 +385,27 @@ def test_tensorrt_needs_onnx_on_a_gpu(profile, bert_format):
 def test_unknown_profile_is_refused():
     with pytest.raises(AssemblyError, match="unknown profile"):
         configs.render_config(C.BERT, AssemblyOptions("tpu"))
+
+
+@pytest.mark.parametrize("profile", ["gpu", "hybrid", "cpu"])
+def test_ragged_is_asked_for_or_refused(profile):
+    """--ragged: also on a GPU; never with TensorRT, libtorch, or one bucket (configs.ragged_bert)."""
+    bert = configs.model_config(C.BERT, AssemblyOptions(profile, bert_format="onnx", ragged=True))
+    assert all(t.allow_ragged_batch for t in bert.input) and len(bert.batch_input) == 2
+    off = configs.model_config(C.BERT, AssemblyOptions(profile, bert_format="onnx", ragged=False))
+    assert not any(t.allow_ragged_batch for t in off.input) and not off.batch_input
+    refused = [
+        AssemblyOptions(profile, bert_format="torchscript", ragged=True),
+        AssemblyOptions(profile, bert_format="onnx", ragged=True, buckets=(256,)),
+    ]
+    if profile != "cpu":
+        refused.append(AssemblyOptions(profile, bert_format="onnx", ragged=True, tensorrt=True))
+    for options in refused:
+        with pytest.raises(AssemblyError, match="--ragged needs bert on the onnxruntime backend"):
+            configs.model_config(C.BERT, options)
+    # the default: ragged on the CPU only, and not beside TensorRT or one bucket
+    default = configs.model_config(C.BERT, AssemblyOptions(profile, bert_format="onnx"))
+    assert bool(default.batch_input) == (profile == "cpu")
+    assert not configs.model_config(C.BERT, AssemblyOptions(profile, bert_format="onnx", buckets=(256,))).batch_input
+    with pytest.raises(AssemblyError, match="--ragged needs"):
+        configs.model_config(C.BERT, AssemblyOptions("portable", bert_format="onnx", ragged=True))

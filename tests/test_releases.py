@@ -47,7 +47,7 @@ def test_only_the_gpu_profile_installs_cuda_wheels(version):
     gpu = r.requirements("gpu") + r.optional("gpu")
     assert any(w.startswith(f"cupy-cuda{r.cuda_major}x") for w in gpu)
     assert any(w.startswith(f"cudf-cu{r.cuda_major}") for w in gpu)
-    assert r.extras("portable") == "serve,portable,client" and r.extras("gpu") == "serve,client"
+    assert r.extras("portable") == "serve,portable,client" and r.extras("gpu") == "serve,native,client"
     assert "torch" not in " ".join(r.constraints("portable") + r.constraints("cpu") + r.constraints("gpu"))
     assert any(c.startswith("onnxruntime") for c in r.constraints("portable"))
 

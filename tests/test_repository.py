@@ -98,9 +98,17 @@ def _run_natively(out, bert, bert_format, inputs):
         session = onnxruntime.InferenceSession(
             str(out / "bert" / "1" / "model.onnx"), providers=["CPUExecutionProvider"]
         )
-        assert [i.name for i in session.get_inputs()] == [t.name for t in bert.input]
+        # the model's inputs: the config's, then its batch inputs (the ragged graph: each row's width)
+        batch_inputs = [name for b in bert.batch_input for name in b.target_name]
+        assert [i.name for i in session.get_inputs()] == [t.name for t in bert.input] + batch_inputs
         assert [o.name for o in session.get_outputs()] == [t.name for t in bert.output]
-        (result,) = session.run(None, {t.name: a for t, a in zip(bert.input, inputs)})
+        # fed as the backend feeds it: a ragged input flat, BATCH_ITEM_SHAPE [rows, 1] int32
+        feed = {t.name: a.reshape(-1) if t.allow_ragged_batch else a for t, a in zip(bert.input, inputs)}
+        widths = {t.name: a.shape[1] for t, a in zip(bert.input, inputs)}
+        for b in bert.batch_input:
+            assert model_config_pb2.BatchInput.Kind.Name(b.kind) == "BATCH_ITEM_SHAPE"
+            feed[b.target_name[0]] = np.full((len(inputs[0]), 1), widths[b.source_input[0]], dtype=np.int32)
+        (result,) = session.run(None, feed)
         assert result.dtype == np.float32 and result.shape == (3, *bert.output[0].dims)
     else:
         assert bert.platform == "pytorch_libtorch"

@@ -168,6 +168,31 @@ def test_read_array_requests_takes_any_width_of_a_variable_dimension_and_pads_to
     assert batch.items["A"].tolist() == [[1, 1, 1, 0, 0], [2] * 5, [2] * 5, [1, 1, 1, 0, 0]]
     same = runtime_requests.read_array_requests(pb_utils, [requests[0], requests[3]], ("A",), np, dims)
     assert same.items["A"].shape == (2, 3)
+    # a request run alone (run_batch's one-by-one pass) is cut back to its own width
+    assert batch.rows(0, 1, 0)["A"].tolist() == [[1, 1, 1]] and batch.rows(1, 3, 1)["A"].shape == (2, 5)
+    assert same.rows(0, 1, 0)["A"].shape == (1, 3) and not same.shapes
+
+
+def test_a_request_check_fails_a_request_alone_before_the_padding_hides_it():
+    """bert's check of each request's own shapes (`PythonModel.check_requests`): a request of
+    0 columns, or a mask wider than its ids, would look fine once padded to its neighbours'."""
+    from readability_triton.errors import RequestError
+
+    def check(arrays):
+        if arrays["A"].shape != arrays["B"].shape or not arrays["A"].shape[1]:
+            raise RequestError("A and B must have one shape, of at least one column")
+
+    dims = {"A": (-1,), "B": (-1,)}
+    requests = [
+        array_request(A=np.ones((1, 3), np.int64), B=np.ones((1, 3), np.int64)),
+        array_request(A=np.ones((1, 0), np.int64), B=np.ones((1, 0), np.int64)),
+        array_request(A=np.ones((1, 2), np.int64), B=np.ones((1, 4), np.int64)),
+        array_request(A=np.ones((1, 4), np.int64), B=np.ones((1, 4), np.int64)),
+    ]
+    batch = runtime_requests.read_array_requests(pb_utils, requests, ("A", "B"), np, dims, check=check)
+    assert batch.counts == [1, 0, 0, 1] and set(batch.errors) == {1, 2}
+    assert batch.errors[1][0] == "A and B must have one shape, of at least one column"
+    assert batch.items["A"].shape == (2, 4) and batch.rows(0, 1, 0)["B"].shape == (1, 3)
 
 
 def test_run_batch_takes_each_requests_rows_as_per_request_says():

@@ -10,7 +10,7 @@ GPU instance (`portable-gpu`: torch on CUDA, DLPack in and out).
 import triton_python_backend_utils as pb_utils
 
 from readability_triton import contracts as C
-from readability_triton.bert.runner import bert_runner
+from readability_triton.bert.runner import bert_runner, request_check
 from readability_triton.layout import BERT_FORMATS
 from readability_triton.stub.runtime import PythonModel
 
@@ -24,6 +24,7 @@ class TritonPythonModel:
         self.runner = self.model.build(
             bert_runner, folder, self.model.device, threads=self.model.threads, buckets=self.model.buckets(length)
         )
+        self.model.check_requests(request_check(self.runner))  # each request's own width, before they join
         self.model.log(self.runner.describe())
 
     def execute(self, requests):

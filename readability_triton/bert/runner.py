@@ -8,10 +8,12 @@ import os
 
 import numpy as np
 
+from .. import contracts as C
 from ..buckets import by_bucket, describe_buckets
 from ..device import Device, as_device
 from ..errors import RequestError
 from ..layout import MODEL_ONNX, MODEL_PT, choose_bert_format
+from .ragged import is_ragged, ragged_feed
 
 
 def embedding_rows(module) -> int | None:
@@ -23,16 +25,29 @@ def embedding_rows(module) -> int | None:
     return None
 
 
-def check_token_ids(ids, mask, vocab_size: int | None, buckets=None) -> None:
+def check_token_shapes(ids, mask, buckets=None) -> None:
     """RequestError (one line) unless the ids and the mask have one shape, with at least one
-    column and no more than the largest of `buckets` (where given), every id is in
-    [0, vocab_size) and the mask is 0/1."""
+    column and no more than the largest of `buckets` (where given)."""
     if ids.shape != mask.shape:
         raise RequestError(f"input__0 {list(ids.shape)} and input__1 {list(mask.shape)} must have the same shape")
     most = buckets[-1] if buckets is not None else None
     if ids.ndim != 2 or not ids.shape[1] or (most is not None and ids.shape[1] > most):
         limit = f"1 to {most}" if most is not None else "at least 1"
         raise RequestError(f"input__0 has shape {list(ids.shape)}: the model takes rows of {limit} tokens")
+
+
+def request_check(runner):
+    """A Python bert's check of one request's {input__0, input__1} before requests of several
+    widths are zero-padded together (`stub.runtime.PythonModel.check_requests`): its own
+    shapes (`check_token_shapes`), which the padding would hide."""
+    return lambda arrays: check_token_shapes(arrays[C.INPUT_0], arrays[C.INPUT_1], runner.buckets)
+
+
+def check_token_ids(ids, mask, vocab_size: int | None, buckets=None) -> None:
+    """RequestError (one line) unless the ids and the mask have one shape, with at least one
+    column and no more than the largest of `buckets` (where given), every id is in
+    [0, vocab_size) and the mask is 0/1."""
+    check_token_shapes(ids, mask, buckets)
     if ids.size:
         low, high = int(ids.min()), int(ids.max())
         if low < 0 or (vocab_size is not None and high >= vocab_size):
@@ -125,7 +140,10 @@ def onnx_session(path: str, threads: int = 0):
 
 
 def length_dynamic(session) -> bool:
-    """Whether an ONNX Runtime session's inputs take any length (`export-bert` writes them so)."""
+    """Whether an ONNX Runtime session's inputs take any length (`export-bert` writes them
+    so; the ragged form, `bert.ragged`, takes rows of any width)."""
+    if is_ragged(session):
+        return True
     return all(not isinstance(tensor.shape[1], int) for tensor in session.get_inputs())
 
 
@@ -135,7 +153,9 @@ class OnnxRunner:
     dimension is dynamic (`export-bert` writes it so), rows run by bucket (`buckets`: the
     smallest of `buckets` that holds each row's text, one run per bucket present, each cut
     or padded to its bucket: what the native route runs after preprocess's cut); `buckets`
-    None, or a model of fixed length (`dynamic` False): the batch as it came, in one run."""
+    None, or a model of fixed length (`dynamic` False): the batch as it came, in one run.
+    A model in the ragged form (`bert.ragged`: what `assemble` serves on the onnxruntime
+    backend) is fed each run as that backend feeds it (`ragged_feed`)."""
 
     FILES = (MODEL_ONNX,)
 
@@ -164,6 +184,7 @@ class OnnxRunner:
         self.version = onnxruntime.__version__
         #: False for a model of one fixed length (an old export): its rows run as they come
         self.dynamic = length_dynamic(self.session)
+        self.ragged = is_ragged(self.session)
         if not self.dynamic:
             buckets = None
         self.buckets = tuple(buckets) if buckets is not None else None
@@ -176,18 +197,18 @@ class OnnxRunner:
 
     def describe(self) -> str:
         return (
-            f"ONNX model.onnx with ONNX Runtime {self.version} on the CPU, {self.threads} thread(s), "
+            f"ONNX model.onnx{' (ragged form)' if self.ragged else ''} with ONNX Runtime {self.version} on the CPU, "
+            f"{self.threads} thread(s), "
             f"{describe_buckets(self.buckets)} (vocabulary of {self.vocab_size} ids)"
         )
 
     def _run(self, ids, mask):
-        out = self.session.run(
-            None,
-            {
-                "input__0": np.ascontiguousarray(ids, dtype=np.int64),
-                "input__1": np.ascontiguousarray(mask, dtype=np.int64),
-            },
-        )[0]
+        if self.ragged:
+            feed = ragged_feed(ids, mask)
+        else:
+            feed = {C.INPUT_0: np.ascontiguousarray(ids, dtype=np.int64)}
+            feed[C.INPUT_1] = np.ascontiguousarray(mask, dtype=np.int64)
+        out = self.session.run(None, feed)[0]
         return np.asarray(out, dtype=np.float32).reshape(-1, 1)
 
     def __call__(self, ids, mask):

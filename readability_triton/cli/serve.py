@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 
 from .. import contracts
@@ -11,7 +12,8 @@ from ..frontdoor.clients import parse_prefixes
 from ..frontdoor.door import DEFAULT_MAX_REQUEST_BYTES
 from ..intervals import DEFAULT_LEVEL, for_blend
 from ..repository import releases
-from ..repository.assemble import assemble, pick_bert_format
+from ..repository.assemble import assemble, pick_bert_format, repository_buckets
+from ..repository.configs import read_config
 from ..repository.options import AssemblyOptions
 from ..repository.profiles import DEFAULT_TENSORRT_CACHE, PROFILES
 from ..scoring import blend_weights
@@ -68,8 +70,17 @@ def register(subparsers) -> None:
         default=None,
         metavar="L1,L2,...",
         help="the sequence lengths preprocess cuts each request's token ids to: the smallest that holds "
-        "the request's longest text (default: 16 tokens apart up to 128, then doubling: 256, 512; the max_length "
+        "the request's longest text (default: 16 tokens apart where bert joins every bucket in one batch, i.e. "
+        "the ragged graph or a Python bert; else 16 apart up to 128, then doubling: 256, 512; the max_length "
         "alone pads every text to it, as before buckets)",
+    )
+    p.add_argument(
+        "--ragged",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="bert takes its ids ragged: Triton's dynamic batcher joins requests of every bucket and the graph "
+        "pads a batch to its widest (default: on where the onnxruntime backend serves BERT on the CPU; "
+        "--ragged also on a GPU, not yet run on one; --no-ragged: only requests of one bucket batch together)",
     )
     p.add_argument(
         "--tensorrt",
@@ -303,6 +314,7 @@ def cmd_assemble(args) -> int:
         interval_level=args.interval,
         fused=args.fused,
         buckets=args.buckets,
+        ragged=args.ragged,
     )
     manifest = assemble(args.artifacts, args.out, options, force=args.force)
     chosen = pick_bert_format(args.artifacts, args.profile, args.bert_format)
@@ -314,11 +326,14 @@ def cmd_assemble(args) -> int:
         bert_w, forest_w = manifest.blend_weights or (0.5, 0.5)
         how = "fitted" if manifest.blend_weights else "default: no fitted weights in the set"
     fused = " fused (bert in preprocess, the forest in featurize)" if args.fused else ""
+    bert_config = os.path.join(args.out, contracts.BERT, "config.pbtxt")
+    ragged = os.path.isfile(bert_config) and bool(read_config(bert_config).batch_input)
     print(
         f"assembled profile {args.profile!r}{fused} for Triton {releases.release(triton_version).version} in "
         f"{args.out} (max_length {manifest.max_length}, "
-        f"ids {describe_buckets(contracts.check_buckets(args.buckets, manifest.max_length))}, "
-        f"{manifest.n_features} features, BERT {chosen}{' with TensorRT FP16' if args.tensorrt else ''}; "
+        f"ids {describe_buckets(repository_buckets(args.out))}, "
+        f"{manifest.n_features} features, BERT {chosen}{' with TensorRT FP16' if args.tensorrt else ''}"
+        f"{', ragged' if ragged else ''}; "
         f"SCORE = {bert_w:.3f} BERT + {forest_w:.3f} forest, {how}); SCORE_LOW..SCORE_HIGH: "
         f"{interval_words(manifest, (bert_w, forest_w), args.interval)}"
     )

@@ -7,6 +7,7 @@ in-process pipeline that computes what it serves.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import os
 import shutil
@@ -17,6 +18,7 @@ import numpy as np
 from .. import contracts as C
 from .. import layout as M
 from .. import threads
+from ..bert.ragged import RaggedError, check_raggable, raggedize
 from ..bert.runner import bert_runner
 from ..buckets import describe_buckets
 from ..errors import AssemblyError
@@ -32,9 +34,11 @@ from ..tokenizer.runner import TokenizerRunner
 from . import releases
 from .canary import CANARY, Canary
 from .configs import (
+    bucket_set,
     edit_config,
     home,
     present_models,
+    ragged_bert,
     read_config,
     render_config,
     repository_models,
@@ -133,10 +137,17 @@ def assemble(artifacts: str, out: str, options: AssemblyOptions, force: bool = F
         forest_weight=forest_weight,
         max_length=manifest.max_length,
         n_features=manifest.n_features,
-        buckets=C.check_buckets(options.buckets, manifest.max_length, "--buckets", AssemblyError),
         interval=interval,
     )
+    C.check_buckets(options.buckets, manifest.max_length, "--buckets", AssemblyError)  # refused as --buckets
+    options = dataclasses.replace(options, buckets=bucket_set(options))  # the default depends on how bert batches
     render_config(C.BERT, dataclasses.replace(options, fused=False))  # refuse early: BERT's format, TensorRT, buckets
+    ragged = ragged_bert(options)
+    if ragged:  # before anything is written: onnx is here, and model.onnx can take that form
+        try:
+            check_raggable(os.path.join(artifacts, M.MODEL_ONNX))
+        except RaggedError as err:
+            raise AssemblyError(str(err)) from None
     if os.path.exists(out):
         if not force and os.listdir(out):
             raise AssemblyError(f"{out} exists and is not empty; pass --force to replace it")
@@ -147,13 +158,31 @@ def assemble(artifacts: str, out: str, options: AssemblyOptions, force: bool = F
     for model, names in {**M.MODEL_FILES, C.BERT: (M.BERT_FORMATS[bert_format],)}.items():
         target = os.path.join(out, C.FUSED_INTO.get(model, model) if fused else model, VERSION)
         for name in list(names) + M.present(artifacts, M.OPTIONAL_FILES.get(model, ())) + [M.MANIFEST]:
+            if ragged and model == C.BERT and name == M.MODEL_ONNX:  # the graph that takes every bucket in one batch
+                try:
+                    raggedize(os.path.join(artifacts, name), os.path.join(target, name))
+                except RaggedError as err:
+                    raise AssemblyError(str(err)) from None
+                continue
             shutil.copyfile(os.path.join(artifacts, name), os.path.join(target, name))
+    if ragged:  # the version folder's manifest holds the file it has, and what it was made from
+        record_ragged(os.path.join(out, C.BERT, VERSION), manifest)
     if PROFILE[profile].portable and PROFILE[profile].models == "KIND_GPU":
         # the forest as arrays, for the CuPy tree walk (no Treelite needed there)
         folder = os.path.join(out, home(out, C.FOREST), VERSION)
         export_forest_arrays(os.path.join(folder, M.CHECKPOINT), os.path.join(folder, FOREST_ARRAYS))
     record_canary(out, canary_tolerance(profile, options.tensorrt), manifest, options.weights, interval)
     return manifest
+
+
+def record_ragged(folder: str, manifest: M.Manifest) -> None:
+    """Rewrite the manifest copied into bert's version folder for the ragged model.onnx
+    there (`bert.ragged`): its checksum, and the exported file's under `info.ragged`."""
+    files = {**manifest.files, M.MODEL_ONNX: M.sha256(os.path.join(folder, M.MODEL_ONNX))}
+    info = {**manifest.info, "ragged": {"from_sha256": manifest.files.get(M.MODEL_ONNX), "by": "bert.ragged"}}
+    record = dataclasses.replace(manifest, files=files, info=info)
+    with open(os.path.join(folder, M.MANIFEST), "w", encoding="utf-8") as handle:
+        json.dump(record.to_dict(), handle, indent=2, sort_keys=True)
 
 
 def canary_tolerance(profile: str, tensorrt: bool = False) -> float:
@@ -233,7 +262,8 @@ def served_bert(repo: str) -> str:
         count = sum(group.count or 1 for group in config.instance_group) or 1
         inside = f" (inside {bert})" if bert != C.BERT else ""
         return f"{model} in a Python model{inside}, {threads.resolve(int(value), count)} thread(s), {padding}"
-    return f"{model} on Triton's {config.platform} backend (its default threads), {padding}"
+    ragged = ", ragged (the batcher joins every bucket; a batch padded to its widest)" if config.batch_input else ""
+    return f"{model} on Triton's {config.platform} backend (its default threads), {padding}{ragged}"
 
 
 def repository_buckets(repo: str) -> tuple[int, ...]:

@@ -156,6 +156,57 @@ def tensorrt_optimization(buckets, max_batch: int, cache: str = DEFAULT_TENSORRT
     return {"execution_accelerators": {"gpu_execution_accelerator": [{"name": "tensorrt", "parameters": params}]}}
 
 
+def ragged_bert(options: AssemblyOptions) -> bool:
+    """Whether bert takes its ids ragged (`bert.ragged`): the dynamic batcher then joins
+    requests of every bucket, and the graph pads a batch to its widest. `options.ragged`
+    None: where the onnxruntime backend serves model.onnx on the CPU, the ids vary in length
+    and there is no TensorRT; True: also on a GPU (not yet run on one); False: never. An
+    AssemblyError where True cannot be (another backend, TensorRT, or one bucket)."""
+    where = placement(C.BERT, options.profile, options.chosen_bert_format)
+    buckets = C.check_buckets(options.buckets, options.max_length, "buckets", AssemblyError)
+    possible = (
+        where.backend == "onnxruntime_onnx" and not options.tensorrt and C.variable_length(buckets, options.max_length)
+    )
+    if options.ragged is None:
+        return possible and where.kind == "KIND_CPU"
+    if options.ragged and not possible:
+        raise AssemblyError(
+            "--ragged needs bert on the onnxruntime backend (a native profile with --bert-format onnx), no "
+            f"--tensorrt, and more than one bucket; not {options.profile} with {options.chosen_bert_format}"
+            f"{' and TensorRT' if options.tensorrt else ''}, buckets {options.buckets or 'default'}"
+        )
+    return bool(options.ragged)
+
+
+def fine_buckets(options: AssemblyOptions) -> bool:
+    """Whether the default buckets are fine (`contracts.default_buckets` joined): where
+    bert's batcher joins requests of every bucket and one row costs its tokens, i.e. on the
+    CPU the ragged graph (`ragged_bert`) or a Python bert (which runs what it is handed by
+    bucket, one run per bucket present). On a GPU a Python bert batches better with few."""
+    where = placement(C.BERT, options.profile, options.chosen_bert_format)
+    return ragged_bert(options) or (where.backend == "python" and where.kind == "KIND_CPU")
+
+
+def bucket_set(options: AssemblyOptions) -> tuple[int, ...]:
+    """The repository's sequence-length buckets: `options.buckets`, or the default for how
+    bert batches (`fine_buckets`)."""
+    return C.check_buckets(options.buckets, options.max_length, "buckets", AssemblyError, fine_buckets(options))
+
+
+def ragged_batching(config: dict) -> None:
+    """bert's config (ModelConfig's JSON form) taking its ids ragged: both inputs
+    `allow_ragged_batch`, and each row's widths handed to the graph as batch inputs
+    (BATCH_ITEM_SHAPE of input__0 and of input__1, int32 [rows, 1]: `contracts.ROW_WIDTHS`,
+    `contracts.MASK_WIDTHS`; the mask's own, so that a request whose mask and ids differ
+    in width spoils only its own rows)."""
+    for tensor in config["input"]:
+        tensor["allow_ragged_batch"] = True
+    config["batch_input"] = [
+        {"kind": "BATCH_ITEM_SHAPE", "target_name": [target], "data_type": "TYPE_INT32", "source_input": [source]}
+        for target, source in ((C.ROW_WIDTHS, C.INPUT_0), (C.MASK_WIDTHS, C.INPUT_1))
+    ]
+
+
 def model_config(model: str, options: AssemblyOptions = CANONICAL):
     """The `ModelConfig` message of `model` as `options` shape it (`AssemblyOptions`: the
     profile, the Triton release, the BERT format; with `tensorrt`, the onnxruntime backend
@@ -175,7 +226,7 @@ def model_config(model: str, options: AssemblyOptions = CANONICAL):
             f"Triton {target.version} runs the serial wiring, which has no {model} model "
             "(featurize checks the text first: contracts.SERIAL_STEPS)"
         )
-    buckets = C.check_buckets(options.buckets, max_length, "buckets", AssemblyError)
+    buckets = bucket_set(options)
     contract = C.contracts(max_length, options.n_features, fused, buckets)[model]
     where = placement(model, profile, bert_format)
     if tensorrt and not (model != C.BERT or (where.backend == "onnxruntime_onnx" and where.kind == "KIND_GPU")):
@@ -206,6 +257,12 @@ def model_config(model: str, options: AssemblyOptions = CANONICAL):
             (dynamic_batching(m, where.kind) for m in C.runs(model, fused)),
             key=lambda batching: batching["max_queue_delay_microseconds"],
         )
+    if model == C.BERT and ragged_bert(options):
+        ragged_batching(config)
+    elif model == C.BERT and where.backend == "python" and C.variable_length(buckets, max_length):
+        # a Python bert takes requests of any width (zero-padded together, then run by bucket)
+        for tensor in config["input"]:
+            tensor["allow_ragged_batch"] = True
     config["instance_group"] = [{"kind": where.kind, "count": 1}]
     config["model_warmup"] = warmup_samples(config, buckets)
     if model == C.BERT and tensorrt:

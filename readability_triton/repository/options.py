@@ -53,6 +53,9 @@ class AssemblyOptions:
     fused: bool = False
     #: BERT's sequence-length buckets: a tuple, "16,32,..." or None (`contracts.check_buckets`).
     buckets: tuple[int, ...] | str | None = None
+    #: bert takes its ids ragged, every bucket in one batch (`configs.ragged_bert`); None: where
+    #: the onnxruntime backend serves it on the CPU.
+    ragged: bool | None = None
     #: The first step's load shedding (`profiles.DEFAULT_MAX_PENDING_REQUESTS`, ...).
     max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
     max_queue_seconds: float = DEFAULT_MAX_QUEUE_SECONDS

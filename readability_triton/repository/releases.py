@@ -108,9 +108,15 @@ class Release:
     def extras(self, profile: str) -> str:
         """The package's extras for `profile` in this image: what its Python models run, and
         the client `serve`'s health check uses. The native profiles (gpu, hybrid, cpu) run
-        BERT and the forest in Triton's own backends: no ONNX Runtime, Treelite or torch."""
+        BERT and the forest in Triton's own backends: no ONNX Runtime, Treelite or torch; their
+        `assemble` writes the ragged BERT graph with onnx (`native`)."""
         where = PROFILE[profile]
-        return "serve," + ("portable," if where.portable else "") + ("torchscript," if where.torch else "") + "client"
+        return (
+            "serve,"
+            + ("portable," if where.portable else "native,")
+            + ("torchscript," if where.torch else "")
+            + "client"
+        )
 
     def constraints(self, profile: str) -> list[str]:
         """The pins the image installs `profile` under (a pip constraints file): every heavy

@@ -7,12 +7,13 @@ reason; the good ones concatenated for one vectorized pass.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
 from .. import contracts, validation
 from ..device import host
+from ..errors import RequestError
 from ..triton_messages import IN_REQUEST
 
 
@@ -24,6 +25,9 @@ class Batch:
     counts: list[int] = field(default_factory=list)  # rows per request (0 for failed ones)
     errors: dict[int, tuple[str, str]] = field(default_factory=dict)  # index -> (message, code)
     items: list | dict = field(default_factory=list)  # the rows: texts, or {input name: array}
+    #: index -> {input name: the request's own shape after the batch axis}, where requests of
+    #: several widths were zero-padded together (`_join`): its rows alone are cut back to it
+    shapes: dict[int, dict[str, tuple[int, ...]]] = field(default_factory=dict)
 
     def fail(self, index: int, message: str, code: str = "INVALID_ARG") -> None:
         self.errors[index] = (message, code)
@@ -40,10 +44,18 @@ class Batch:
             yield index, slice(start, start + self.counts[index])
             start += self.counts[index]
 
-    def rows(self, start: int, stop: int):
-        """Rows `start:stop` of the good requests' concatenated inputs."""
+    def rows(self, start: int, stop: int, index: int | None = None):
+        """Rows `start:stop` of the good requests' concatenated inputs; with `index` (the
+        request they are), each input cut back to that request's own shape where it was
+        padded to join others (so that a request run alone is as it came)."""
         if isinstance(self.items, dict):
-            return {name: array[start:stop] for name, array in self.items.items()}
+            own = self.shapes.get(index, {}) if index is not None else {}
+            return {
+                name: array[(slice(start, stop),) + tuple(slice(0, n) for n in own[name])]
+                if name in own
+                else array[start:stop]
+                for name, array in self.items.items()
+            }
         return self.items[start:stop]
 
 
@@ -160,13 +172,16 @@ def read_array_requests(
     dims: dict[str, tuple[int, ...]],
     finite: bool = False,
     arrivals: dict[str, dict[str, int]] | None = None,
+    check: Callable[[dict[str, Any]], None] | None = None,
 ) -> Batch:
     """Collect numeric inputs of every request and concatenate each along the batch axis
     (`Batch.items` maps each name to the joined array). A request fails alone when an
     input is missing, has the wrong shape, its inputs' batch sizes differ or (with
     `finite`) it holds NaN or infinity; the finiteness check is one pass over the batch.
     A -1 in `dims` takes any length (requests of different lengths: `_join`).
-    `arrivals[name]["cpu" or "gpu"]` counts where each input tensor arrived (`is_cpu()`)."""
+    `arrivals[name]["cpu" or "gpu"]` counts where each input tensor arrived (`is_cpu()`).
+    `check(arrays)` (a request's {name: array}) fails a request alone where it raises
+    RequestError, before the arrays join the others'."""
     batch = Batch(len(requests), counts=[0] * len(requests))
     parts: dict[str, list] = {name: [] for name in names}
     order: list[int] = []
@@ -194,11 +209,21 @@ def read_array_requests(
             if len(counts) != 1:
                 batch.fail(index, f"inputs {', '.join(names)} have different batch sizes")
                 continue
+            if check is not None:
+                try:
+                    check(arrays)
+                except RequestError as exc:
+                    batch.fail(index, str(exc).strip().splitlines()[0] if str(exc).strip() else "bad input")
+                    continue
             batch.counts[index] = counts.pop()
             order.append(index)
             for name in names:
                 parts[name].append(arrays[name])
     joined: dict[str, Any] = {name: (_join(xp, parts[name]) if parts[name] else None) for name in names}
+    for name in names:  # requests of several widths, padded together: each one's own shape
+        if parts[name] and len({a.shape[1:] for a in parts[name]}) > 1:
+            for index, array in zip(order, parts[name]):
+                batch.shapes.setdefault(index, {})[name] = tuple(array.shape[1:])
     if finite and order and not _all_finite(xp, [joined[name] for name in names]):
         rows = sum(batch.counts[i] for i in order)
         ok = xp.ones(rows, dtype=bool)

@@ -149,7 +149,7 @@ def run_batch(
             results.append(batch.errors[index])
             continue
         try:
-            outputs = compute(batch.rows(rows.start, rows.stop))
+            outputs = compute(batch.rows(rows.start, rows.stop, index))
             own = slice(0, rows.stop - rows.start)
             refused = _refused(refuse, why, outputs, [(index, own)])
             results.append(refused.get(index) or (per_request or _rows)(outputs)(own))

@@ -152,6 +152,8 @@ class PythonModel:
         self.device: Device = instance_device(args)
         self.folder = version_dir(args)
         self.finite = finite
+        #: a check of one request's arrays before they join the others (`check_requests`)
+        self.request_check = None
         self.require_words = require_words or bool_parameter(self.params, contracts.REQUIRE_WORDS)
         # The ordering input (contracts.AFTER) only sequences the ensemble's steps: not read.
         self.inputs = [
@@ -243,6 +245,12 @@ class PythonModel:
         if got != list(names):
             raise ValueError(f"{self.name}: the config's inputs are {got}, the runner takes {list(names)}")
 
+    def check_requests(self, check) -> None:
+        """`check(arrays)` ({input name: one request's array}) runs on each request before
+        the batch joins them, raising RequestError for a request that must fail alone (what
+        zero-padding requests of several widths together would hide: its own width)."""
+        self.request_check = check
+
     def build(self, factory, *args, **kwargs):
         """`factory(*args, **kwargs)` (a runner's `from_folder`), its errors prefixed with
         the model's name."""
@@ -315,6 +323,7 @@ class PythonModel:
             {name: dims for name, _, dims in self.inputs},
             finite=self.finite,
             arrivals=self.arrivals,
+            check=self.request_check,
         )
         self._report_arrivals(first)
         if mark is not None:
