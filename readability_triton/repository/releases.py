@@ -126,6 +126,8 @@ class Release:
         pins = [self.numpy, "tokenizers>=0.19,<1", "tritonclient>=2.41,<3", "protobuf>=4,<7"]
         if PROFILE[profile].portable:
             pins += ["onnxruntime>=1.18,<2", "treelite>=4,<5"]
+        else:  # assemble writes the ragged BERT graph with it (the `native` extra)
+            pins.append("onnx>=1.16,<2")
         if PROFILE[profile].torch:
             pins.append("torch>=2.5,<3")
         return pins + self.requirements(profile)[1:]
