@@ -82,6 +82,14 @@ def test_a_request_whose_mask_and_ids_differ_in_width_spoils_only_its_own_rows(t
         got = ragged.session.run(None, feed)[0]
         np.testing.assert_allclose(got[1:], alone[1:], atol=1e-5, err_msg=f"mask {bad_width} wide")
         assert np.isfinite(got[0]).all()
+    # a batch whose every request sent an empty mask: answered (each row all padding), not an error
+    empty = {
+        C.INPUT_0: ids[:2, :8].reshape(-1),
+        C.INPUT_1: np.zeros(0, dtype=np.int64),
+        C.ROW_WIDTHS: np.full((2, 1), 8, dtype=np.int32),
+        C.MASK_WIDTHS: np.zeros((2, 1), dtype=np.int32),
+    }
+    assert ragged.session.run(None, empty)[0].shape == (2, 1)
 
 
 def test_what_cannot_be_made_ragged_is_refused(tiny_artifacts, ragged_model, tmp_path):

@@ -136,6 +136,7 @@ def raggedize(dense_path: str, out_path: str) -> dict:
         const("ragged__one", 1),
         helper.make_node("Constant", [], ["ragged__flat"], value=helper.make_tensor("f", TensorProto.INT64, [1], [-1])),
         helper.make_node("Constant", [], ["ragged__axis"], value=helper.make_tensor("a", TensorProto.INT64, [1], [1])),
+        helper.make_node("Constant", [], ["ragged__zero1"], value=helper.make_tensor("z", TensorProto.INT64, [1], [0])),
         helper.make_node("Cast", [C.ROW_WIDTHS], ["ragged__w2"], to=TensorProto.INT64),
         helper.make_node("Reshape", ["ragged__w2", "ragged__flat"], ["ragged__widths"]),  # [rows]
         helper.make_node("CumSum", ["ragged__widths", "ragged__zero"], ["ragged__starts"], exclusive=1),
@@ -155,8 +156,12 @@ def raggedize(dense_path: str, out_path: str) -> dict:
         helper.make_node("Add", ["ragged__mstarts2", "ragged__cols"], ["ragged__mindex"]),
         helper.make_node("Less", ["ragged__cols", "ragged__m2"], ["ragged__minside"]),
         helper.make_node("And", ["ragged__inside", "ragged__minside"], ["ragged__both"]),
-        helper.make_node("Where", ["ragged__both", "ragged__mindex", "ragged__zero"], ["ragged__mat"]),
-        helper.make_node("Gather", [C.INPUT_1, "ragged__mat"], ["ragged__mask"], axis=0),
+        # read from the mask after a leading 0: index 0 (outside a row) exists even where every
+        # request of the batch sent an empty mask
+        helper.make_node("Concat", ["ragged__zero1", C.INPUT_1], ["ragged__mpad"], axis=0),
+        helper.make_node("Add", ["ragged__mindex", "ragged__one"], ["ragged__mindex1"]),
+        helper.make_node("Where", ["ragged__both", "ragged__mindex1", "ragged__zero"], ["ragged__mat"]),
+        helper.make_node("Gather", ["ragged__mpad", "ragged__mat"], ["ragged__mask"], axis=0),
         helper.make_node("Where", ["ragged__both", "ragged__mask", "ragged__zero"], [mask]),
     ]
     nodes = list(graph.node)
@@ -179,7 +184,7 @@ def raggedize(dense_path: str, out_path: str) -> dict:
         onnx.save(model, temporary)
         try:
             onnx.checker.check_model(temporary, full_check=True)
-        except onnx.checker.ValidationError as exc:
+        except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RaggedError(
                 f"{dense_path}: its ragged form does not check ({first}); assemble with --no-ragged"

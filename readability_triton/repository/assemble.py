@@ -183,6 +183,7 @@ def record_ragged(folder: str, manifest: M.Manifest) -> None:
     record = dataclasses.replace(manifest, files=files, info=info)
     with open(os.path.join(folder, M.MANIFEST), "w", encoding="utf-8") as handle:
         json.dump(record.to_dict(), handle, indent=2, sort_keys=True)
+        handle.write("\n")
 
 
 def canary_tolerance(profile: str, tensorrt: bool = False) -> float:
