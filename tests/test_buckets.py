@@ -161,6 +161,19 @@ def test_the_ragged_bert_batches_requests_of_every_bucket_together(pair):
     # one bad neighbour: a mask 8 columns wider than its ids (a client calling bert directly)
     ids, mask = requests[5]
     requests[5] = (ids, np.concatenate([mask, np.ones((len(mask), 8), dtype=np.int64)], axis=1))
+    rows = []
+    for _ in range(5):  # a burst the server outruns (a loaded CI host) forms no queue: try again
+        row = _burst(bucketed, grpcclient, requests, alone, config.backend == "python")
+        rows.append(row)
+        # the shapes alternate: about a batch per request without ragged (31 of 32 measured), 8-18 with
+        if row["executions"] <= len(requests) * 3 // 4:
+            break
+    else:
+        raise AssertionError(f"no burst batched requests of several widths together: {rows}")
+
+
+def _burst(bucketed, grpcclient, requests, alone, python: bool) -> dict:
+    """The requests sent at once (async); each answer checked; bert's statistics for them."""
     before = settled_statistics(bucketed.grpc_url, "grpc")
     client = grpcclient.InferenceServerClient(bucketed.grpc_url)
     done: list = [None] * len(requests)
@@ -184,14 +197,13 @@ def test_the_ragged_bert_batches_requests_of_every_bucket_together(pair):
         client.close()
     for k, got in enumerate(done):
         if k == 5:  # refused alone (a Python bert), or answered from its own rows (the ragged graph)
-            assert isinstance(got, Exception) if config.backend == "python" else np.isfinite(got).all(), got
+            assert isinstance(got, Exception) if python else np.isfinite(got).all(), got
             continue
         assert not isinstance(got, Exception), got
         np.testing.assert_allclose(got, alone[k], atol=1e-5, err_msg=f"request {k}")
     row = breakdown(before, settled_statistics(bucketed.grpc_url, "grpc"), [C.BERT])[C.BERT]
     assert row["inferences"] >= sum(len(ids) for ids, _ in requests) - len(requests[5][0])
-    # the shapes alternate: about a batch per request without ragged (31 of 32 measured), 8-18 with
-    assert row["executions"] <= len(requests) * 3 // 4, row
+    return row
 
 
 def _bert_inputs(ids, mask):
