@@ -26,13 +26,15 @@ from typing import Any
 import numpy as np
 
 from .. import contracts as C
+from ..errors import AssemblyError
 
 #: The dense graph's inputs, renamed inside the ragged graph (its own inputs take their names).
 _DENSE = {C.INPUT_0: "dense__input__0", C.INPUT_1: "dense__input__1"}
 
 
-class RaggedError(ValueError):
-    """A model.onnx that cannot be put in the ragged form (says why and what to do)."""
+class RaggedError(AssemblyError):
+    """A model.onnx that cannot be put in the ragged form (says why and what to do): an
+    AssemblyError, as `assemble` reports it."""
 
 
 #: The ragged graph's batch inputs: each row's width of the ids, and of the mask.

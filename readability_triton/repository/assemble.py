@@ -18,7 +18,7 @@ import numpy as np
 from .. import contracts as C
 from .. import layout as M
 from .. import threads
-from ..bert.ragged import RaggedError, check_raggable, raggedize
+from ..bert.ragged import check_raggable, raggedize
 from ..bert.runner import bert_runner
 from ..buckets import describe_buckets
 from ..errors import AssemblyError
@@ -144,10 +144,7 @@ def assemble(artifacts: str, out: str, options: AssemblyOptions, force: bool = F
     render_config(C.BERT, dataclasses.replace(options, fused=False))  # refuse early: BERT's format, TensorRT, buckets
     ragged = ragged_bert(options)
     if ragged:  # before anything is written: onnx is here, and model.onnx can take that form
-        try:
-            check_raggable(os.path.join(artifacts, M.MODEL_ONNX))
-        except RaggedError as err:
-            raise AssemblyError(str(err)) from None
+        check_raggable(os.path.join(artifacts, M.MODEL_ONNX))
     if os.path.exists(out):
         if not force and os.listdir(out):
             raise AssemblyError(f"{out} exists and is not empty; pass --force to replace it")
@@ -159,10 +156,7 @@ def assemble(artifacts: str, out: str, options: AssemblyOptions, force: bool = F
         target = os.path.join(out, C.FUSED_INTO.get(model, model) if fused else model, VERSION)
         for name in list(names) + M.present(artifacts, M.OPTIONAL_FILES.get(model, ())) + [M.MANIFEST]:
             if ragged and model == C.BERT and name == M.MODEL_ONNX:  # the graph that takes every bucket in one batch
-                try:
-                    raggedize(os.path.join(artifacts, name), os.path.join(target, name))
-                except RaggedError as err:
-                    raise AssemblyError(str(err)) from None
+                raggedize(os.path.join(artifacts, name), os.path.join(target, name))
                 continue
             shutil.copyfile(os.path.join(artifacts, name), os.path.join(target, name))
     if ragged:  # the version folder's manifest holds the file it has, and what it was made from
