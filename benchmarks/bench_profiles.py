@@ -13,7 +13,7 @@ measured seconds apart, compare like with like (more, shorter rounds compare bet
   Python model; every runtime sized to all cores, OpenMP spinning);
 - `portable, TorchScript`: the same with the thread plan;
 - `portable, ONNX` (the default): model.onnx with ONNX Runtime in a Python model, rows
-  in bands of 8 tokens without their padding, thread plan;
+  by bucket (8 tokens apart), thread plan;
 - `cpu, onnxruntime_onnx` / `cpu, pytorch_libtorch`: bert on Triton's own backends and the
   forest on FIL (built by `make native-backends`), the Python steps as in `portable`;
 - `..., padded`: the same assembled with `--buckets <max_length>`: every text padded to the
@@ -21,7 +21,7 @@ measured seconds apart, compare like with like (more, shorter rounds compare bet
 - `cpu, onnxruntime_onnx, not ragged`: assembled with `--no-ragged`: Triton's batcher joins
   only requests of one bucket, and the default buckets are then the coarse set (16 apart to
   128, then 256); the default `cpu` takes the ids ragged, every bucket in a batch, with
-  buckets 16 apart all the way (`--buckets` gives both variants one set).
+  buckets 8 apart all the way (`--buckets` gives both variants one set).
 
 `--data excerpts,short` measures each variant on the CommonLit excerpts and on their first
 sentences (short texts) in every round. After the rounds, with `--buckets-seconds`, each

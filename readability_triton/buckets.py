@@ -46,6 +46,9 @@ def describe_buckets(buckets) -> str:
         return "rows as they come"
     if len(buckets) == 1:
         return f"padded to {buckets[0]} tokens"
+    steps = {b - a for a, b in zip(buckets, buckets[1:])}
+    if len(buckets) > 4 and len(steps) == 1:  # an even set: its ends and step
+        return f"rows by bucket of {buckets[0]} to {buckets[-1]} tokens, {steps.pop()} apart"
     return f"rows by bucket of {', '.join(map(str, buckets))} tokens"
 
 

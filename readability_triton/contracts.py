@@ -18,8 +18,11 @@ VOCABULARY_SIZE = 100
 N_FEATURES = 7 + 2 * VOCABULARY_SIZE
 #: Default sequence length of the BERT branch.
 DEFAULT_MAX_LENGTH = 256
-#: The default buckets of the BERT branch are this many tokens apart (`default_buckets`).
+#: The default buckets of the BERT branch are this many tokens apart where bert's batcher
+#: joins only requests of one shape (`default_buckets`), up to 8 steps.
 BUCKET_STEP = 16
+#: ... and this many apart, all the way, where it joins requests of every bucket.
+JOINED_BUCKET_STEP = 8
 #: Default limit on the UTF-8 size of one text accepted by the Python steps.
 DEFAULT_MAX_TEXT_BYTES = 100_000
 
@@ -182,18 +185,20 @@ def default_buckets(max_length: int = DEFAULT_MAX_LENGTH, joined: bool = False) 
     """The default sequence-length buckets, below `max_length`, and `max_length`.
 
     `joined` (bert's batcher joins requests of every bucket: the ragged graph on the
-    onnxruntime backend, or a Python bert): BUCKET_STEP tokens apart all the way, so that a
-    text is padded by less than BUCKET_STEP tokens. Otherwise (the batcher joins only
-    requests of one shape: libtorch, a GPU or TensorRT without `--ragged`): BUCKET_STEP apart
-    up to 8 steps (16, ..., 128), then each twice the one before (256, 512, ...), so that long
-    texts share few shapes and still batch under load (finer buckets served the CommonLit
-    excerpts 0.79x the padded rate at four clients on 2 vCPUs there: docs/performance.md,
-    "Sequence-length buckets")."""
+    onnxruntime backend, or a Python bert): JOINED_BUCKET_STEP tokens apart all the way, so
+    that a text is padded by less than JOINED_BUCKET_STEP tokens (a row costs its own width
+    there). Otherwise (the batcher
+    joins only requests of one shape: libtorch, a GPU or TensorRT without `--ragged`):
+    BUCKET_STEP apart up to 8 steps (16, ..., 128), then each twice the one before (256,
+    512, ...), so that long texts share few shapes and still batch under load (finer
+    buckets served the CommonLit excerpts 0.79x the padded rate at four clients on 2 vCPUs
+    there: docs/performance.md, "Sequence-length buckets")."""
     check_max_length(max_length)
-    out, length = [], BUCKET_STEP
+    step = JOINED_BUCKET_STEP if joined else BUCKET_STEP
+    out, length = [], step
     while length < max_length:
         out.append(length)
-        length = length + BUCKET_STEP if joined or length < 8 * BUCKET_STEP else 2 * length
+        length = length + step if joined or length < 8 * step else 2 * length
     return (*out, max_length)
 
 

@@ -13,6 +13,7 @@ from readability_triton.buckets import (
     bucket_groups,
     bucket_widths,
     by_bucket,
+    describe_buckets,
     fit_width,
     real_lengths,
     request_cutter,
@@ -30,6 +31,15 @@ def test_the_default_set_steps_by_16_to_128_then_doubles():
     assert C.check_buckets("64,32", 128) == (32, 64, 128)  # sorted; the sequence length added
     assert C.check_buckets([256], 256) == (256,)  # padded
     assert not C.variable_length((256,), 256) and C.variable_length(None, 256)
+
+
+def test_the_joined_set_steps_by_8_all_the_way():
+    # where bert's batcher joins every bucket a row costs its own width: a text is padded by
+    # fewer than 8 tokens
+    assert C.default_buckets(256, joined=True) == tuple(range(8, 257, 8))
+    assert C.default_buckets(100, joined=True)[-2:] == (96, 100)
+    assert C.default_buckets(8, joined=True) == (8,)
+    assert C.check_buckets(None, 64, joined=True) == (8, 16, 24, 32, 40, 48, 56, 64)
     for bad in ("", "x", "1,64", "300", [True], [2.5]):
         with pytest.raises(ValueError, match="--buckets"):
             C.check_buckets(bad, 256, "--buckets")
@@ -126,6 +136,14 @@ def test_the_onnx_runner_runs_each_bucket_apart_and_scores_what_the_padded_batch
     np.testing.assert_allclose(got, want, atol=1e-5)
     one = [bucketed(ids[k : k + 1], mask[k : k + 1]) for k in range(len(TEXTS))]
     np.testing.assert_allclose(np.concatenate(one), want, atol=1e-5)
+
+
+def test_an_even_bucket_set_is_described_by_its_ends_and_step():
+    assert describe_buckets(C.default_buckets(256, joined=True)) == "rows by bucket of 8 to 256 tokens, 8 apart"
+    assert describe_buckets(C.default_buckets(256)) == (
+        "rows by bucket of 16, 32, 48, 64, 80, 96, 112, 128, 256 tokens"
+    )
+    assert describe_buckets((256,)) == "padded to 256 tokens"
 
 
 def test_the_torchscript_runner_buckets_too(tiny_artifacts):

@@ -52,7 +52,7 @@ def pair(request, tiny_artifacts, tmp_path_factory):
         )
         native = native_backends() if request.param == "cpu" else None
         servers.append(start_server(repo, str(root / f"{name}.log"), native=native))
-    assert manifest.max_length == 64  # the tiny set: default buckets 16, 32, 48, 64
+    assert manifest.max_length == 64  # the tiny set: default buckets 8, 16, ..., 64
     yield servers[0], servers[1], manifest.max_length
     for server in servers:
         assert server.stop() == 0
@@ -84,14 +84,19 @@ def test_one_text_at_a_time_answers_the_same(pair, texts):
 
 def test_preprocess_hands_on_each_request_cut_to_its_bucket(pair):
     bucketed, padded, max_length = pair
-    cases = {("Tom ran.",): 16, ("Tom ran.", "word " * 20): 32, ("word " * 40,): 48, ("word " * 200,): 64}
-    for group, width in cases.items():
+    buckets = repository.repository_buckets(bucketed.repository)
+    assert buckets == C.default_buckets(max_length, joined=True)  # both profiles join every bucket here
+    widths = set()
+    for group in (("Tom ran.",), ("Tom ran.", "word " * 20), ("word " * 40,), ("word " * 200,)):
         rows = np.array([[t.encode()] for t in group], dtype=np.object_)
         got = infer(bucketed, "grpc", C.PREPROCESS, {C.TEXT: ("BYTES", rows)}, [C.INPUT_IDS, C.ATTENTION_MASK])
-        assert got[C.INPUT_IDS].shape == got[C.ATTENTION_MASK].shape == (len(group), width), group
         full = infer(padded, "grpc", C.PREPROCESS, {C.TEXT: ("BYTES", rows)}, [C.INPUT_IDS, C.ATTENTION_MASK])
         assert full[C.INPUT_IDS].shape == (len(group), max_length)
+        width = min(b for b in buckets if b >= full[C.ATTENTION_MASK].sum(axis=1).max())  # the longest text's bucket
+        assert got[C.INPUT_IDS].shape == got[C.ATTENTION_MASK].shape == (len(group), width), group
         assert (full[C.INPUT_IDS][:, :width] == got[C.INPUT_IDS]).all() and not full[C.ATTENTION_MASK][:, width:].any()
+        widths.add(width)
+    assert len(widths) == 4 and max(widths) == max_length, widths
 
 
 def test_bert_takes_any_width_and_a_python_bert_refuses_bad_ones_alone(pair):

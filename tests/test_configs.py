@@ -105,11 +105,12 @@ def test_profile_configs(profile, max_length, bert_format, wiring):
         )
         for m in models
     }
-    contracts = C.contracts(max_length)
-    # the default set: 16 apart where bert's batcher joins every bucket on the CPU (the ragged
+    # the default set: 8 apart where bert's batcher joins every bucket on the CPU (the ragged
     # graph, a Python bert), else 16 apart to 128 and then doubling (configs.bucket_set)
     joined = profile == "portable" or (profile == "cpu" and bert_format == "onnx")
-    buckets = ",".join(map(str, C.default_buckets(max_length, joined)))
+    bucket_set = C.default_buckets(max_length, joined)
+    contracts = C.contracts(max_length, buckets=bucket_set)
+    buckets = ",".join(map(str, bucket_set))
     for model, config in rendered.items():
         check_against_contract(config, contracts[model])
         # preprocess cuts to the buckets, and a Python bert runs rows by the same ones
@@ -162,8 +163,8 @@ def test_profile_configs(profile, max_length, bert_format, wiring):
         assert forest.parameters[key].string_value == "false"
     # bert takes its ids ragged where the onnxruntime backend serves it on the CPU (configs.ragged_bert)
     # (a Python bert takes requests of any width in one batch too, and needs no widths)
-    ragged = profile == "cpu" and bert_format == "onnx" and C.variable_length(None, max_length)
-    joins = ragged or (bert.backend == "python" and C.variable_length(None, max_length))
+    ragged = profile == "cpu" and bert_format == "onnx" and C.variable_length(bucket_set, max_length)
+    joins = ragged or (bert.backend == "python" and C.variable_length(bucket_set, max_length))
     assert [t.allow_ragged_batch for t in bert.input] == [joins, joins], profile
     if ragged:  # each row's widths, of the ids and of the mask
         assert [model_config_pb2.BatchInput.Kind.Name(b.kind) for b in bert.batch_input] == ["BATCH_ITEM_SHAPE"] * 2
@@ -409,3 +410,24 @@ def test_ragged_is_asked_for_or_refused(profile):
     assert not configs.model_config(C.BERT, AssemblyOptions(profile, bert_format="onnx", buckets=(256,))).batch_input
     with pytest.raises(AssemblyError, match="--ragged needs"):
         configs.model_config(C.BERT, AssemblyOptions("portable", bert_format="onnx", ragged=True))
+
+
+@pytest.mark.parametrize(
+    "profile, bert_format, spread",
+    [("cpu", "onnx", True), ("portable", "onnx", True), ("portable", "torchscript", False), ("gpu", "onnx", False)],
+)
+def test_bert_warms_up_at_each_length_that_builds_something(profile, bert_format, spread):
+    """ONNX Runtime on the CPU (the ragged graph, a Python bert) builds nothing per length:
+    bert warms up at 9 of its 32 buckets, spread to the largest; TorchScript, and a GPU (one
+    TensorRT profile per bucket), at every bucket."""
+    options = AssemblyOptions(profile, max_length=256, bert_format=bert_format)
+    config = parse(configs.render_config(C.BERT, options))
+    widths = [s.inputs[C.INPUT_0].dims[-1] for s in config.model_warmup]
+    buckets = configs.bucket_set(options)
+    if spread:
+        assert len(buckets) == 32 and widths == [8, 40, 72, 104, 136, 160, 192, 224, 256]
+    else:
+        assert widths == list(buckets)
+    assert set(widths) <= set(buckets) and widths[-1] == 256
+    assert warmup.warmup_lengths(buckets, shared=False) == buckets
+    assert warmup.warmup_lengths((16, 32, 256), shared=True) == (16, 32, 256)

@@ -23,10 +23,13 @@ from readability_triton import layout as M
 from readability_triton.device import Device
 from readability_triton.repository import configs
 
+#: The default buckets of max_length 64 in the cpu profile, where bert joins every bucket.
+BUCKETS_64 = contracts.default_buckets(64, joined=True)
 
-def cut(want, buckets=(16, 32, 48, 64)):
+
+def cut(want, buckets=BUCKETS_64):
     """Hugging Face's padded ids and mask cut to the bucket of the request's longest text, as
-    preprocess sends them (the default buckets of max_length 64)."""
+    preprocess sends them (BUCKETS_64: 8, 16, ..., 64)."""
     ids, mask = want
     longest = int(mask.sum(axis=1).max())
     width = min(b for b in buckets if b >= longest)
@@ -92,7 +95,7 @@ def test_bad_requests_fail_alone(model_64, vocab_dir):
         assert responses[bad].error().code() == pb_utils.TritonError.INVALID_ARG
         assert re.search(pattern, responses[bad].error().message())
     assert (output(responses[0], contracts.INPUT_IDS) == cut(hf_encode(vocab_dir, ["good one"], 64))[0]).all()
-    assert output(responses[3], contracts.ATTENTION_MASK).shape == (2, 16)
+    assert output(responses[3], contracts.ATTENTION_MASK).shape == (2, 8)  # 4 tokens: bucket 8
 
 
 def test_max_length_and_buckets_must_match_output_dims(vocab_dir, tmp_path):

@@ -70,7 +70,7 @@ def register(subparsers) -> None:
         default=None,
         metavar="L1,L2,...",
         help="the sequence lengths preprocess cuts each request's token ids to: the smallest that holds "
-        "the request's longest text (default: 16 tokens apart where bert joins every bucket in one batch, i.e. "
+        "the request's longest text (default: 8 tokens apart where bert joins every bucket in one batch, i.e. "
         "the ragged graph or a Python bert; else 16 apart up to 128, then doubling: 256, 512; the max_length "
         "alone pads every text to it, as before buckets)",
     )

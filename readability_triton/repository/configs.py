@@ -33,7 +33,7 @@ from .profiles import (
     dynamic_batching,
     placement,
 )
-from .warmup import WARMUP_FOLDER, warmup_samples, write_warmup
+from .warmup import WARMUP_FOLDER, warmup_lengths, warmup_samples, write_warmup
 
 #: The canonical `model_repository/`'s options: the gpu profile, every other choice at its default.
 CANONICAL = AssemblyOptions("gpu")
@@ -163,7 +163,8 @@ def ragged_bert(options: AssemblyOptions) -> bool:
     and there is no TensorRT; True: also on a GPU (not yet run on one); False: never. An
     AssemblyError where True cannot be (another backend, TensorRT, or one bucket)."""
     where = placement(C.BERT, options.profile, options.chosen_bert_format)
-    buckets = C.check_buckets(options.buckets, options.max_length, "buckets", AssemblyError)
+    # default buckets: the joined set, which ragged batching would serve
+    buckets = C.check_buckets(options.buckets, options.max_length, "buckets", AssemblyError, joined=True)
     possible = (
         where.backend == "onnxruntime_onnx" and not options.tensorrt and C.variable_length(buckets, options.max_length)
     )
@@ -264,7 +265,11 @@ def model_config(model: str, options: AssemblyOptions = CANONICAL):
         for tensor in config["input"]:
             tensor["allow_ragged_batch"] = True
     config["instance_group"] = [{"kind": where.kind, "count": 1}]
-    config["model_warmup"] = warmup_samples(config, buckets)
+    config["model_warmup"] = warmup_samples(
+        config,
+        # ONNX Runtime on the CPU builds nothing per length (TorchScript's executor may)
+        warmup_lengths(buckets, shared=model == C.BERT and fine_buckets(options) and bert_format == "onnx"),
+    )
     if model == C.BERT and tensorrt:
         config["optimization"] = tensorrt_optimization(buckets, C.MAX_BATCH_SIZE[C.BERT], options.tensorrt_cache)
     if model in CACHED_STEPS and options.response_cache:
