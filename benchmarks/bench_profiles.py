@@ -250,7 +250,7 @@ def main(argv=None) -> int:
 
 def summarize(samples: dict, order: list[str], labels: list[str], concurrency) -> list[dict]:
     """One row per variant, data set and client count: the medians over rounds, and the
-    variant's texts/s over the first variant's, round by round."""
+    variant's texts/s over the first variant's, round by round (their median and range)."""
     results = []
     first = order[0] if order else None
     for name in order:
@@ -270,9 +270,9 @@ def summarize(samples: dict, order: list[str], labels: list[str], concurrency) -
                 result["errors"] = sum(r["errors"] for r in rounds)
                 # against the first variant, round by round (both measured within minutes of each other)
                 base = samples.get((first, label, clients), [])
-                result["vs_first"] = median(
-                    r["texts_per_s"] / b["texts_per_s"] for r, b in zip(rounds, base) if b["texts_per_s"]
-                )
+                ratios = [r["texts_per_s"] / b["texts_per_s"] for r, b in zip(rounds, base) if b["texts_per_s"]]
+                result["vs_first"] = median(ratios)
+                result["vs_first_range"] = [min(ratios), max(ratios)] if ratios else None
                 results.append(result)
     return results
 
@@ -284,14 +284,15 @@ def report(results: list[dict], extra: dict, args, first: str | None) -> None:
     )
     print(
         f"{'variant':<40} {'data':<9} {'clients':>7} {'texts/s':>8} {'p50 ms':>7} {'in proc':>8} {'ratio':>6} "
-        f"{'vs first':>8} {'bert infer ms/req':>17} {'batch':>6} {'errors':>6}"
+        f"{'vs first':>8} {'(range)':>11} {'bert infer ms/req':>17} {'batch':>6} {'errors':>6}"
     )
     for r in results:
         infer = r["bert_infer_ms_per_request"]
+        spread = "({:.2f}-{:.2f})".format(*r["vs_first_range"]) if r.get("vs_first_range") else ""
         print(
             f"{r['variant']:<40} {r['data']:<9} {r['clients']:>7} {r['texts_per_s'] or 0:>8.1f} "
             f"{r['p50_ms'] or 0:>7.1f} {r['in_process'] or 0:>8.1f} {r['served_vs_in_process'] or 0:>6.2f} "
-            f"{r['vs_first'] or 0:>8.2f} {infer if infer is not None else float('nan'):>17.1f} "
+            f"{r['vs_first'] or 0:>8.2f} {spread:>11} {infer if infer is not None else float('nan'):>17.1f} "
             f"{r['bert_average_batch'] or 0:>6.2f} {r['errors']:>6}"
         )
     for name, rows in extra["buckets"].items():
