@@ -65,7 +65,7 @@ def test_batches_across_requests(model_64, vocab_dir, commonlit):
         want_ids, want_mask = cut(hf_encode(vocab_dir, group, 64))
         assert ids.shape == want_ids.shape and (ids == want_ids).all() and (mask == want_mask).all()
     widths = [output(r, contracts.INPUT_IDS).shape[1] for r in responses]
-    assert widths[0] == 64 and widths[1] == 16  # each request its own bucket
+    assert widths[0] == 64 and widths[1] == 8  # each request its own bucket
 
 
 def test_one_tokenizer_pass_per_execute(model_64, monkeypatch):
