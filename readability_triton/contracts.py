@@ -185,7 +185,7 @@ def default_buckets(max_length: int = DEFAULT_MAX_LENGTH, joined: bool = False) 
     """The default sequence-length buckets, below `max_length`, and `max_length`.
 
     `joined` (bert's batcher joins requests of every bucket: the ragged graph on the
-    onnxruntime backend, or a Python bert): JOINED_BUCKET_STEP tokens apart all the way, so
+    onnxruntime backend, or a Python bert on the CPU): JOINED_BUCKET_STEP tokens apart all the way, so
     that a text is padded by less than JOINED_BUCKET_STEP tokens (a row costs its own width
     there). Otherwise (the batcher
     joins only requests of one shape: libtorch, a GPU or TensorRT without `--ragged`):

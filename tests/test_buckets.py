@@ -125,10 +125,11 @@ def test_bert_takes_any_width_and_a_python_bert_refuses_bad_ones_alone(pair):
 
 
 def test_the_batcher_still_batches_within_a_bucket(pair, texts):
-    """Eight clients of one bucket's texts: bert runs fewer executions than requests."""
+    """Eight clients of short texts (fewer than 8 words: buckets 8 and 16, which both
+    servers' bert joins): bert runs fewer executions than requests."""
     bucketed, _, _ = pair
     before = settled_statistics(bucketed.grpc_url, "grpc")
-    # every one in bucket 16; 64 requests (the 27 such texts, again): with 27, eight clients of
+    # 64 requests (the 27 such texts, again): with 27, eight clients of
     # 3-4 requests each met no queue at bert once in four CI runs (27 executions)
     short = [t for t in texts["short"] if len(t.split()) < 8]
     short = (short * (64 // len(short) + 1))[:64]

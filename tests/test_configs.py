@@ -413,14 +413,20 @@ def test_ragged_is_asked_for_or_refused(profile):
 
 
 @pytest.mark.parametrize(
-    "profile, bert_format, spread",
-    [("cpu", "onnx", True), ("portable", "onnx", True), ("portable", "torchscript", False), ("gpu", "onnx", False)],
+    "profile, bert_format, ragged, spread",
+    [
+        ("cpu", "onnx", None, True),
+        ("portable", "onnx", None, True),
+        ("portable", "torchscript", None, False),
+        ("gpu", "onnx", None, False),
+        ("gpu", "onnx", True, False),  # the ragged graph's fine set, on a GPU: every bucket warmed
+    ],
 )
-def test_bert_warms_up_at_each_length_that_builds_something(profile, bert_format, spread):
+def test_bert_warms_up_at_each_length_that_builds_something(profile, bert_format, ragged, spread):
     """ONNX Runtime on the CPU (the ragged graph, a Python bert) builds nothing per length:
     bert warms up at 9 of its 32 buckets, spread to the largest; TorchScript, and a GPU (one
-    TensorRT profile per bucket), at every bucket."""
-    options = AssemblyOptions(profile, max_length=256, bert_format=bert_format)
+    TensorRT profile per bucket; CUDA's kernels per shape), at every bucket."""
+    options = AssemblyOptions(profile, max_length=256, bert_format=bert_format, ragged=ragged)
     config = parse(configs.render_config(C.BERT, options))
     widths = [s.inputs[C.INPUT_0].dims[-1] for s in config.model_warmup]
     buckets = configs.bucket_set(options)

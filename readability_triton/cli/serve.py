@@ -71,8 +71,8 @@ def register(subparsers) -> None:
         metavar="L1,L2,...",
         help="the sequence lengths preprocess cuts each request's token ids to: the smallest that holds "
         "the request's longest text (default: 8 tokens apart where bert joins every bucket in one batch, i.e. "
-        "the ragged graph or a Python bert; else 16 apart up to 128, then doubling: 256, 512; the max_length "
-        "alone pads every text to it, as before buckets)",
+        "the ragged graph or a Python bert on the CPU; else 16 apart up to 128, then doubling: 256, 512; "
+        "the max_length alone pads every text to it, as before buckets)",
     )
     p.add_argument(
         "--ragged",

@@ -181,9 +181,10 @@ def ragged_bert(options: AssemblyOptions) -> bool:
 
 def fine_buckets(options: AssemblyOptions) -> bool:
     """Whether the default buckets are fine (`contracts.default_buckets` joined): where
-    bert's batcher joins requests of every bucket and one row costs its tokens, i.e. on the
-    CPU the ragged graph (`ragged_bert`) or a Python bert (which runs what it is handed by
-    bucket, one run per bucket present). On a GPU a Python bert batches better with few."""
+    bert's batcher joins requests of every bucket and one row costs its tokens, i.e. the
+    ragged graph (`ragged_bert`: on the CPU by default, on a GPU with `--ragged`) or a
+    Python bert on the CPU (which runs what it is handed by bucket, one run per bucket
+    present). On a GPU a Python bert batches better with few."""
     where = placement(C.BERT, options.profile, options.chosen_bert_format)
     return ragged_bert(options) or (where.backend == "python" and where.kind == "KIND_CPU")
 
@@ -267,8 +268,12 @@ def model_config(model: str, options: AssemblyOptions = CANONICAL):
     config["instance_group"] = [{"kind": where.kind, "count": 1}]
     config["model_warmup"] = warmup_samples(
         config,
-        # ONNX Runtime on the CPU builds nothing per length (TorchScript's executor may)
-        warmup_lengths(buckets, shared=model == C.BERT and fine_buckets(options) and bert_format == "onnx"),
+        # ONNX Runtime on the CPU builds nothing per length (TorchScript's executor, and a
+        # GPU's kernels, may)
+        warmup_lengths(
+            buckets,
+            shared=model == C.BERT and fine_buckets(options) and bert_format == "onnx" and where.kind == "KIND_CPU",
+        ),
     )
     if model == C.BERT and tensorrt:
         config["optimization"] = tensorrt_optimization(buckets, C.MAX_BATCH_SIZE[C.BERT], options.tensorrt_cache)
