@@ -21,7 +21,10 @@ measured seconds apart, compare like with like (more, shorter rounds compare bet
 - `cpu, onnxruntime_onnx, not ragged`: assembled with `--no-ragged`: Triton's batcher joins
   only requests of one bucket, and the default buckets are then the coarse set (16 apart to
   128, then 256); the default `cpu` takes the ids ragged, every bucket in a batch, with
-  buckets 8 apart all the way (`--buckets` gives both variants one set).
+  buckets 8 apart all the way (`--buckets` gives both variants one set);
+- `cpu, onnxruntime_onnx, not packed`: assembled with `--no-packed`: the ragged graph runs
+  every row of a batch padded to its widest (the default runs the token-wise layers on the
+  real tokens only).
 
 `--data excerpts,short` measures each variant on the CommonLit excerpts and on their first
 sentences (short texts) in every round. After the rounds, with `--buckets-seconds`, each
@@ -65,8 +68,8 @@ from readability_triton.server.tritonserver import TritonServer
 from readability_triton.threads import PLAN_ENV
 
 #: (name, profile, BERT format, thread plan: True, False or "2x" (two bert instances), ids:
-#: "" (cut to the buckets), "padded" (assembled with --buckets <max_length>) or "not ragged"
-#: (--no-ragged: the batcher joins only requests of one bucket))
+#: "" (cut to the buckets), "padded" (assembled with --buckets <max_length>), "not ragged"
+#: (--no-ragged: the batcher joins only requests of one bucket) or "not packed" (--no-packed))
 VARIANTS: tuple[tuple[str, str, str, bool | str, str], ...] = (
     ("portable, TorchScript, no thread plan", "portable", "torchscript", False, ""),
     ("portable, TorchScript", "portable", "torchscript", True, ""),
@@ -77,6 +80,7 @@ VARIANTS: tuple[tuple[str, str, str, bool | str, str], ...] = (
     ("cpu, onnxruntime_onnx, padded", "cpu", "onnx", True, "padded"),
     ("portable, ONNX, padded", "portable", "onnx", True, "padded"),
     ("cpu, onnxruntime_onnx, not ragged", "cpu", "onnx", True, "not ragged"),
+    ("cpu, onnxruntime_onnx, not packed", "cpu", "onnx", True, "not packed"),
 )
 #: The texts of `--data`: the CommonLit excerpts (or the generated corpus), or their first sentences.
 DATA = {"excerpts": lambda texts: texts, "short": lambda texts: [t for t in first_sentences(texts) if t.strip()]}
@@ -177,8 +181,11 @@ def main(argv=None) -> int:
             # padded: --buckets <max_length>, every text padded to it
             buckets = (load_manifest(args.artifacts).max_length,) if ids == "padded" else args.buckets
             ragged = False if ids == "not ragged" else None
+            packed = False if ids == "not packed" else None
             repository.assemble(
-                args.artifacts, repo, AssemblyOptions(profile, bert_format=fmt, buckets=buckets, ragged=ragged)
+                args.artifacts,
+                repo,
+                AssemblyOptions(profile, bert_format=fmt, buckets=buckets, ragged=ragged, packed=packed),
             )
             if plan == "2x":
                 two_bert_instances(repo)

@@ -412,6 +412,22 @@ def test_ragged_is_asked_for_or_refused(profile):
         configs.model_config(C.BERT, AssemblyOptions("portable", bert_format="onnx", ragged=True))
 
 
+@pytest.mark.parametrize("profile", ["gpu", "hybrid", "cpu", "portable"])
+def test_the_ragged_graph_is_packed_on_the_cpu_unless_told(profile):
+    """configs.packed_bert: by default where the ragged graph serves on the CPU; --packed also
+    on a GPU; --no-packed never; --packed without a ragged graph refused."""
+    packed = lambda **kw: configs.packed_bert(AssemblyOptions(profile, bert_format="onnx", **kw))  # noqa: E731
+    assert packed() == (profile == "cpu")
+    assert not packed(packed=False) and not packed(ragged=False)
+    if profile == "portable":
+        with pytest.raises(AssemblyError, match="--packed needs bert's ragged graph"):
+            packed(packed=True)
+    else:
+        assert packed(ragged=True, packed=True) and packed(ragged=True) == (profile == "cpu")
+        with pytest.raises(AssemblyError, match="--packed needs bert's ragged graph"):
+            packed(ragged=False, packed=True)
+
+
 @pytest.mark.parametrize(
     "profile, bert_format, ragged, spread",
     [

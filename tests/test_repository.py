@@ -194,6 +194,28 @@ def test_assemble_cli(tiny_artifacts, tmp_path, capsys):
     assert "no such artifact folder" in capsys.readouterr().err
 
 
+def test_assemble_packs_the_ragged_graph_on_the_cpu_and_says_so(tiny_artifacts, tmp_path, capsys):
+    """cpu: the ragged graph packed (bert.packed), recorded in bert's manifest with its
+    source's checksum, and named by assemble's line and served_bert; --no-packed: plain."""
+    pytest.importorskip("onnx")
+    pytest.importorskip("onnxruntime")
+    for flag, packed in (([], True), (["--no-packed"], False)):
+        out = tmp_path / f"repo{int(packed)}"
+        args = ["assemble", "--profile", "cpu", "--artifacts", tiny_artifacts, "--out", str(out), *flag]
+        assert cli.main(args) == 0
+        line = capsys.readouterr().out
+        assert (", ragged, packed;" in line) == packed and ", ragged" in line, line
+        info = M.load_manifest(str(out / "bert" / "1")).info["ragged"]
+        assert info["packed"] is packed and info["from_sha256"] == M.load_manifest(tiny_artifacts).files["model.onnx"]
+        assert repository.packed_graph(str(out)) is packed
+        described = repository.served_bert(str(out))
+        assert ("token-wise layers on the real tokens only" in described) == packed, described
+        assert ("a batch padded to its widest" in described) != packed, described
+    assert cli.main(["assemble", "--profile", "cpu", "--artifacts", tiny_artifacts, "--out", str(tmp_path / "x"),
+                     "--no-ragged", "--packed"]) == 2  # fmt: skip
+    assert "--packed needs bert's ragged graph" in capsys.readouterr().err
+
+
 def test_a_checkout_on_pythonpath_writes_its_own_adapters(tmp_path):
     """`backends_root` is the source tree's backends/ beside the package: a checkout of
     another commit put on PYTHONPATH (bench_overhead --baseline-code) assembles with its own

@@ -7,15 +7,18 @@ request after the other) and, as batch inputs of kind BATCH_ITEM_SHAPE, each row
 the ids and of the mask (`contracts.ROW_WIDTHS`, `contracts.MASK_WIDTHS`, int32
 `[rows, 1]`). `raggedize` puts a few nodes in front of the exported graph that lay those
 rows out again as `[rows, widest]` ids and mask, zero (padding, masked) after each row's
-own width, and feed them to the graph unchanged. A batch of excerpts in bucket 256 and
-titles in bucket 16 then runs as one execution, padded only to 256: preprocess's buckets no
-longer split the batcher's batches (docs/performance.md, "Sequence-length buckets").
+own width, and feed them to the graph. A batch of excerpts in bucket 256 and titles in
+bucket 16 then runs as one execution, padded only to 256: preprocess's buckets no longer
+split the batcher's batches (docs/performance.md, "Sequence-length buckets"). With
+`pack`, the graph behind the front is the packed form (`bert.packed`): its token-wise layers
+run on the batch's real tokens only, and only attention sees the rows padded to the widest.
 
 A row's answer depends on its own tokens only (the mask hides the padding from every real
 token), so it equals the dense graph's at its own width within float32 rounding.
 
-`onnx` is imported inside `raggedize` and `check_raggable` (assemble); `is_ragged` and
-`ragged_feed` need only an ONNX Runtime session and NumPy (the runners).
+`onnx` (and, to check a packed form, `onnxruntime`) is imported inside the functions that
+write the graph (assemble); `is_ragged` and `ragged_feed` need only an ONNX Runtime session
+and NumPy (the runners).
 """
 
 from __future__ import annotations
@@ -104,18 +107,109 @@ def check_raggable(dense_path: str, model=None) -> None:
         )
 
 
-def raggedize(dense_path: str, out_path: str) -> dict:
+def raggedize(dense_path: str, out_path: str, pack: bool = False) -> dict:
     """Write the ragged form of the exported `dense_path` (`check_raggable`: export-bert's
     graph) to `out_path`, checked with `onnx.checker`. Returns what it did. The ids and the
     mask are laid out each by its own widths (`ROW_WIDTHS`, `MASK_WIDTHS`): a request whose
     mask is not as wide as its ids (a client calling bert directly) spoils only its own rows,
     the mask past its width counting as padding. RaggedError where the model does not have
-    that form, or `onnx` is missing."""
+    that form, or `onnx` is missing.
+
+    `pack`: the token-wise layers run on the batch's real tokens only (`bert.packed`), where
+    the rewrite knows the graph and the packed form answers as the plain one does on a
+    ragged batch of padded rows (`check_packed`, with ONNX Runtime). Where either fails, the
+    plain ragged form is written, and the result says why (`packed`: False, `unpacked_why`)."""
     onnx = _onnx()
-    from onnx import TensorProto, helper
 
     model = onnx.load(dense_path)
     check_raggable(dense_path, model)
+    plain = with_ragged_front(model)
+    added = len(plain.graph.node) - len(model.graph.node)
+    done: dict = {"ragged": True, "inputs": [C.INPUT_0, C.INPUT_1, *RAGGED_WIDTHS], "nodes_added": added}
+    if pack:
+        from .packed import PackError, pack_tokens
+
+        try:
+            packed, stats = pack_tokens(model)
+            packed = with_ragged_front(packed)
+            onnx.checker.check_model(packed, full_check=True)
+            done["largest_difference"] = check_packed(plain, packed)
+        except PackError as err:
+            done.update(packed=False, unpacked_why=str(err))
+        except Exception as exc:  # noqa: BLE001 - packing is optional: any failure leaves the plain form
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+            done.update(packed=False, unpacked_why=f"the rewrite failed ({type(exc).__name__}: {first})")
+        else:
+            done.update(packed=True, **stats)
+            entry = packed.metadata_props.add()
+            entry.key, entry.value = "packed", "token-wise layers on the real tokens only (bert.packed)"
+            plain = packed
+    _save_checked(plain, dense_path, out_path)
+    return done
+
+
+#: How far the packed graph's outputs may be from the plain one's on `check_packed`'s batch
+#: (float32 rounding: about 1e-6 on MiniLM).
+PACKED_TOLERANCE = 1e-4
+
+
+def check_packed(plain, packed) -> float:
+    """The largest difference between the outputs of the ragged forms `plain` and `packed`
+    on one ragged batch of three rows (widths 24, 16, 8; real tokens 24, 5, 8; random ids),
+    run by ONNX Runtime; PackError where it is over PACKED_TOLERANCE, or ONNX Runtime is
+    missing."""
+    from .packed import PackError
+
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise PackError("onnxruntime is not installed here, to check the packed graph against the plain one") from None
+    widths, real = np.array([24, 16, 8]), np.array([24, 5, 8])
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, _vocabulary(plain), int(widths.sum()))
+    mask = np.concatenate([np.arange(w) < n for w, n in zip(widths, real)]).astype(np.int64)
+    feed = {
+        C.INPUT_0: ids.astype(np.int64),
+        C.INPUT_1: mask,
+        C.ROW_WIDTHS: widths.astype(np.int32).reshape(-1, 1),
+        C.MASK_WIDTHS: widths.astype(np.int32).reshape(-1, 1),
+    }
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    answers = []
+    for name, model in (("plain", plain), ("packed", packed)):
+        try:
+            session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+            answers.append(session.run(None, feed))
+        except Exception as exc:  # noqa: BLE001 - ONNX Runtime's own errors, said in one line
+            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
+            raise PackError(f"ONNX Runtime could not run the {name} form to compare them ({first})") from None
+    for name, a, b in zip([o.name for o in plain.graph.output], *answers):
+        if a.shape != b.shape:
+            raise PackError(f"the packed graph's {name} is {list(b.shape)}, the plain one's {list(a.shape)}")
+    largest = max((float(np.max(np.abs(a - b))) for a, b in zip(*answers) if a.size), default=0.0)
+    if not largest <= PACKED_TOLERANCE:  # NaN too
+        raise PackError(f"the packed graph answers {largest:.3g} away from the plain one (allowed {PACKED_TOLERANCE})")
+    return largest
+
+
+def _vocabulary(model) -> int:
+    """The rows of the embedding table the ids index (what ids `check_packed` may draw)."""
+    sizes = {init.name: init.dims[0] for init in model.graph.initializer if init.dims}
+    for node in model.graph.node:
+        if node.op_type == "Gather" and node.input[1] == _DENSE[C.INPUT_0] and node.input[0] in sizes:
+            return int(sizes[node.input[0]])
+    return 100
+
+
+def with_ragged_front(dense):
+    """A copy of the dense graph `dense` with the nodes that lay the flat ragged inputs out
+    as `[rows, widest]` ids and mask in front."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    model = onnx.ModelProto()
+    model.CopyFrom(dense)
     graph = model.graph
     inputs = {tensor.name: tensor for tensor in graph.input}
 
@@ -181,6 +275,12 @@ def raggedize(dense_path: str, out_path: str) -> dict:
     )
     entry = model.metadata_props.add()
     entry.key, entry.value = "ragged", f"{C.INPUT_0},{C.INPUT_1} flat; {C.ROW_WIDTHS}, {C.MASK_WIDTHS}: each row's"
+    return model
+
+
+def _save_checked(model, dense_path: str, out_path: str) -> None:
+    import onnx
+
     temporary = f"{out_path}.tmp-{os.getpid()}"
     try:
         onnx.save(model, temporary)
@@ -195,4 +295,3 @@ def raggedize(dense_path: str, out_path: str) -> dict:
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
-    return {"ragged": True, "inputs": [C.INPUT_0, C.INPUT_1, *RAGGED_WIDTHS], "nodes_added": len(front)}

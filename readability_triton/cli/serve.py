@@ -12,7 +12,7 @@ from ..frontdoor.clients import parse_prefixes
 from ..frontdoor.door import DEFAULT_MAX_REQUEST_BYTES
 from ..intervals import DEFAULT_LEVEL, for_blend
 from ..repository import releases
-from ..repository.assemble import assemble, pick_bert_format, repository_buckets
+from ..repository.assemble import assemble, packed_graph, pick_bert_format, repository_buckets
 from ..repository.configs import read_config
 from ..repository.options import AssemblyOptions
 from ..repository.profiles import DEFAULT_TENSORRT_CACHE, PROFILES
@@ -79,8 +79,17 @@ def register(subparsers) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="bert takes its ids ragged: Triton's dynamic batcher joins requests of every bucket and the graph "
-        "pads a batch to its widest (default: on where the onnxruntime backend serves BERT on the CPU; "
+        "pads a batch to its widest, on the CPU for attention only (--packed) (default: on where the "
+        "onnxruntime backend serves BERT on the CPU; "
         "--ragged also on a GPU, not yet run on one; --no-ragged: only requests of one bucket batch together)",
+    )
+    p.add_argument(
+        "--packed",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="the ragged graph runs BERT's token-wise layers on the batch's real tokens only, attention on "
+        "the rows padded to the widest (default: on where the ragged graph serves on the CPU; --ragged --packed "
+        "also on a GPU, not yet run on one; --no-packed: every row padded to the batch's widest)",
     )
     p.add_argument(
         "--tensorrt",
@@ -315,6 +324,7 @@ def cmd_assemble(args) -> int:
         fused=args.fused,
         buckets=args.buckets,
         ragged=args.ragged,
+        packed=args.packed,
     )
     manifest = assemble(args.artifacts, args.out, options, force=args.force)
     chosen = pick_bert_format(args.artifacts, args.profile, args.bert_format)
@@ -328,12 +338,13 @@ def cmd_assemble(args) -> int:
     fused = " fused (bert in preprocess, the forest in featurize)" if args.fused else ""
     bert_config = os.path.join(args.out, contracts.BERT, "config.pbtxt")
     ragged = os.path.isfile(bert_config) and bool(read_config(bert_config).batch_input)
+    packed = ragged and packed_graph(args.out)
     print(
         f"assembled profile {args.profile!r}{fused} for Triton {releases.release(triton_version).version} in "
         f"{args.out} (max_length {manifest.max_length}, "
         f"ids {describe_buckets(repository_buckets(args.out))}, "
         f"{manifest.n_features} features, BERT {chosen}{' with TensorRT FP16' if args.tensorrt else ''}"
-        f"{', ragged' if ragged else ''}; "
+        f"{(', ragged, packed' if packed else ', ragged') if ragged else ''}; "
         f"SCORE = {bert_w:.3f} BERT + {forest_w:.3f} forest, {how}); SCORE_LOW..SCORE_HIGH: "
         f"{interval_words(manifest, (bert_w, forest_w), args.interval)}"
     )

@@ -37,6 +37,7 @@ from .configs import (
     bucket_set,
     edit_config,
     home,
+    packed_bert,
     present_models,
     ragged_bert,
     read_config,
@@ -142,7 +143,7 @@ def assemble(artifacts: str, out: str, options: AssemblyOptions, force: bool = F
     C.check_buckets(options.buckets, manifest.max_length, "--buckets", AssemblyError)  # refused as --buckets
     options = dataclasses.replace(options, buckets=bucket_set(options))  # the default depends on how bert batches
     render_config(C.BERT, dataclasses.replace(options, fused=False))  # refuse early: BERT's format, TensorRT, buckets
-    ragged = ragged_bert(options)
+    ragged, packed = ragged_bert(options), packed_bert(options)
     if ragged:  # before anything is written: onnx is here, and model.onnx can take that form
         check_raggable(os.path.join(artifacts, M.MODEL_ONNX))
     if os.path.exists(out):
@@ -152,15 +153,19 @@ def assemble(artifacts: str, out: str, options: AssemblyOptions, force: bool = F
     os.makedirs(out)
     write_configs(out, options)
     fused = options.fused
+    done: dict = {}  # what raggedize did
     for model, names in {**M.MODEL_FILES, C.BERT: (M.BERT_FORMATS[bert_format],)}.items():
         target = os.path.join(out, C.FUSED_INTO.get(model, model) if fused else model, VERSION)
         for name in list(names) + M.present(artifacts, M.OPTIONAL_FILES.get(model, ())) + [M.MANIFEST]:
             if ragged and model == C.BERT and name == M.MODEL_ONNX:  # the graph that takes every bucket in one batch
-                raggedize(os.path.join(artifacts, name), os.path.join(target, name))
+                done = raggedize(os.path.join(artifacts, name), os.path.join(target, name), pack=packed)
+                if packed and not done.get("packed"):
+                    why = done["unpacked_why"]
+                    log.warning("bert's ragged graph runs every row padded to the batch's widest: %s", why)
                 continue
             shutil.copyfile(os.path.join(artifacts, name), os.path.join(target, name))
     if ragged:  # the version folder's manifest holds the file it has, and what it was made from
-        record_ragged(os.path.join(out, C.BERT, VERSION), manifest)
+        record_ragged(os.path.join(out, C.BERT, VERSION), manifest, done)
     if PROFILE[profile].portable and PROFILE[profile].models == "KIND_GPU":
         # the forest as arrays, for the CuPy tree walk (no Treelite needed there)
         folder = os.path.join(out, home(out, C.FOREST), VERSION)
@@ -169,11 +174,16 @@ def assemble(artifacts: str, out: str, options: AssemblyOptions, force: bool = F
     return manifest
 
 
-def record_ragged(folder: str, manifest: M.Manifest) -> None:
+def record_ragged(folder: str, manifest: M.Manifest, done: dict) -> None:
     """Rewrite the manifest copied into bert's version folder for the ragged model.onnx
-    there (`bert.ragged`): its checksum, and the exported file's under `info.ragged`."""
+    there (`bert.ragged`): its checksum, and under `info.ragged` the exported file's and
+    whether it runs packed (`raggedize`'s `done`: `packed`, or why not)."""
     files = {**manifest.files, M.MODEL_ONNX: M.sha256(os.path.join(folder, M.MODEL_ONNX))}
-    info = {**manifest.info, "ragged": {"from_sha256": manifest.files.get(M.MODEL_ONNX), "by": "bert.ragged"}}
+    ragged = {"from_sha256": manifest.files.get(M.MODEL_ONNX), "by": "bert.ragged", "packed": bool(done.get("packed"))}
+    for key in ("unpacked_why", "largest_difference"):  # why not packed; how far from the plain form
+        if key in done:
+            ragged[key] = done[key]
+    info = {**manifest.info, "ragged": ragged}
     record = dataclasses.replace(manifest, files=files, info=info)
     with open(os.path.join(folder, M.MANIFEST), "w", encoding="utf-8") as handle:
         json.dump(record.to_dict(), handle, indent=2, sort_keys=True)
@@ -257,8 +267,23 @@ def served_bert(repo: str) -> str:
         count = sum(group.count or 1 for group in config.instance_group) or 1
         inside = f" (inside {bert})" if bert != C.BERT else ""
         return f"{model} in a Python model{inside}, {threads.resolve(int(value), count)} thread(s), {padding}"
-    ragged = ", ragged (the batcher joins every bucket; a batch padded to its widest)" if config.batch_input else ""
+    ragged = ""
+    if config.batch_input:
+        ragged = ", ragged (the batcher joins every bucket; " + (
+            "the token-wise layers on the real tokens only, attention padded to the widest)"
+            if packed_graph(repo)
+            else "a batch padded to its widest)"
+        )
     return f"{model} on Triton's {config.platform} backend (its default threads), {padding}{ragged}"
+
+
+def packed_graph(repo: str) -> bool:
+    """Whether an assembled repository's bert is the packed ragged graph (`record_ragged`)."""
+    try:
+        manifest = M.load_manifest(os.path.join(repo, home(repo, C.BERT), VERSION))
+    except M.ManifestError:
+        return False
+    return bool(manifest.info.get("ragged", {}).get("packed"))
 
 
 def repository_buckets(repo: str) -> tuple[int, ...]:

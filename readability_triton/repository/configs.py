@@ -179,6 +179,20 @@ def ragged_bert(options: AssemblyOptions) -> bool:
     return bool(options.ragged)
 
 
+def packed_bert(options: AssemblyOptions) -> bool:
+    """Whether the ragged graph runs BERT's token-wise layers on the batch's real tokens only
+    (`bert.packed`: the rows of a batch no longer padded to each other there). `options.packed`
+    None: where the ragged graph serves on the CPU (on a GPU the packed graph's token count,
+    a NonZero, would wait for the device each run, and it has not run on one); True: also on
+    a GPU; False: never. An AssemblyError where True has no ragged graph to pack."""
+    ragged = ragged_bert(options)
+    if options.packed is None:
+        return ragged and placement(C.BERT, options.profile, options.chosen_bert_format).kind == "KIND_CPU"
+    if options.packed and not ragged:
+        raise AssemblyError("--packed needs bert's ragged graph (see --ragged): the packed form is a form of it")
+    return bool(options.packed)
+
+
 def fine_buckets(options: AssemblyOptions) -> bool:
     """Whether the default buckets are fine (`contracts.default_buckets` joined): where
     bert's batcher joins requests of every bucket and one row costs its tokens, i.e. the

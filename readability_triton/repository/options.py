@@ -56,6 +56,9 @@ class AssemblyOptions:
     #: bert takes its ids ragged, every bucket in one batch (`configs.ragged_bert`); None: where
     #: the onnxruntime backend serves it on the CPU.
     ragged: bool | None = None
+    #: The ragged graph runs BERT's token-wise layers on the batch's real tokens only
+    #: (`configs.packed_bert`); None: where it serves on the CPU.
+    packed: bool | None = None
     #: The first step's load shedding (`profiles.DEFAULT_MAX_PENDING_REQUESTS`, ...).
     max_pending_requests: int = DEFAULT_MAX_PENDING_REQUESTS
     max_queue_seconds: float = DEFAULT_MAX_QUEUE_SECONDS

@@ -108,8 +108,9 @@ class Release:
     def extras(self, profile: str) -> str:
         """The package's extras for `profile` in this image: what its Python models run, and
         the client `serve`'s health check uses. The native profiles (gpu, hybrid, cpu) run
-        BERT and the forest in Triton's own backends: no ONNX Runtime, Treelite or torch; their
-        `assemble` writes the ragged BERT graph with onnx (`native`)."""
+        BERT and the forest in Triton's own backends: no Treelite or torch; their `assemble`
+        writes the ragged BERT graph with onnx and checks its packed form with ONNX Runtime
+        (`native`)."""
         where = PROFILE[profile]
         return (
             "serve,"
@@ -126,8 +127,8 @@ class Release:
         pins = [self.numpy, "tokenizers>=0.19,<1", "tritonclient>=2.41,<3", "protobuf>=4,<7"]
         if PROFILE[profile].portable:
             pins += ["onnxruntime>=1.18,<2", "treelite>=4,<5"]
-        else:  # assemble writes the ragged BERT graph with it (the `native` extra)
-            pins.append("onnx>=1.16,<2")
+        else:  # assemble writes the ragged BERT graph with onnx, checks it with ONNX Runtime (`native`)
+            pins += ["onnx>=1.16,<2", "onnxruntime>=1.18,<2"]
         if PROFILE[profile].torch:
             pins.append("torch>=2.5,<3")
         return pins + self.requirements(profile)[1:]
