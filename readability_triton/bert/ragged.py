@@ -30,6 +30,7 @@ import numpy as np
 
 from .. import contracts as C
 from ..errors import AssemblyError
+from .packed import PackError, pack_tokens
 
 #: The dense graph's inputs, renamed inside the ragged graph (its own inputs take their names).
 _DENSE = {C.INPUT_0: "dense__input__0", C.INPUT_1: "dense__input__1"}
@@ -127,8 +128,6 @@ def raggedize(dense_path: str, out_path: str, pack: bool = False) -> dict:
     added = len(plain.graph.node) - len(model.graph.node)
     done: dict = {"ragged": True, "inputs": [C.INPUT_0, C.INPUT_1, *RAGGED_WIDTHS], "nodes_added": added}
     if pack:
-        from .packed import PackError, pack_tokens
-
         try:
             packed, stats = pack_tokens(model)
             packed = with_ragged_front(packed)
@@ -158,8 +157,6 @@ def check_packed(plain, packed) -> float:
     on one ragged batch of three rows (widths 24, 16, 8; real tokens 24, 5, 8; random ids),
     run by ONNX Runtime; PackError where it is over PACKED_TOLERANCE, or ONNX Runtime is
     missing."""
-    from .packed import PackError
-
     try:
         import onnxruntime as ort
     except ImportError:
