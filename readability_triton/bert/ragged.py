@@ -136,14 +136,13 @@ def raggedize(dense_path: str, out_path: str, pack: bool = False) -> dict:
         except PackError as err:
             done.update(packed=False, unpacked_why=str(err))
         except Exception as exc:  # noqa: BLE001 - packing is optional: any failure leaves the plain form
-            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-            done.update(packed=False, unpacked_why=f"the rewrite failed ({type(exc).__name__}: {first})")
+            done.update(packed=False, unpacked_why=f"the rewrite failed ({type(exc).__name__}: {_first_line(exc)})")
         else:
             done.update(packed=True, **stats)
             entry = packed.metadata_props.add()
             entry.key, entry.value = "packed", "token-wise layers on the real tokens only (bert.packed)"
             plain = packed
-    _save_checked(plain, dense_path, out_path)
+    _save_checked(plain, dense_path, out_path, checked=bool(done.get("packed")))  # the packed form was, above
     return done
 
 
@@ -179,8 +178,8 @@ def check_packed(plain, packed) -> float:
             session = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
             answers.append(session.run(None, feed))
         except Exception as exc:  # noqa: BLE001 - ONNX Runtime's own errors, said in one line
-            first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else type(exc).__name__
-            raise PackError(f"ONNX Runtime could not run the {name} form to compare them ({first})") from None
+            why = _first_line(exc)
+            raise PackError(f"ONNX Runtime could not run the {name} form to compare them ({why})") from None
     for name, a, b in zip([o.name for o in plain.graph.output], *answers):
         if a.shape != b.shape:
             raise PackError(f"the packed graph's {name} is {list(b.shape)}, the plain one's {list(a.shape)}")
@@ -275,18 +274,26 @@ def with_ragged_front(dense):
     return model
 
 
-def _save_checked(model, dense_path: str, out_path: str) -> None:
+def _first_line(exc: BaseException) -> str:
+    """What an exception says, in one line of at most 300 characters."""
+    text = str(exc).strip()
+    return (text.splitlines()[0] if text else type(exc).__name__)[:300]
+
+
+def _save_checked(model, dense_path: str, out_path: str, checked: bool = False) -> None:
+    """Write `model` to `out_path` whole or not at all, checked with onnx's full checker
+    (from the file: a model over protobuf's 2 GB holds) unless `checked` already."""
     import onnx
 
     temporary = f"{out_path}.tmp-{os.getpid()}"
     try:
         onnx.save(model, temporary)
         try:
-            onnx.checker.check_model(temporary, full_check=True)
+            if not checked:
+                onnx.checker.check_model(temporary, full_check=True)
         except (onnx.checker.ValidationError, onnx.shape_inference.InferenceError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise RaggedError(
-                f"{dense_path}: its ragged form does not check ({first}); assemble with --no-ragged"
+                f"{dense_path}: its ragged form does not check ({_first_line(exc)}); assemble with --no-ragged"
             ) from None
         os.replace(temporary, out_path)
     finally:
