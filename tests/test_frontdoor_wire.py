@@ -160,6 +160,31 @@ def test_what_tritonserver_accepts_is_not_refused():
     assert W.http(_http(["x"])[:-1] + b', "parameters": {"x": 0.5, "priority": 3}}').texts == 1
 
 
+def test_the_quick_look_for_surrogate_escapes_never_changes_the_verdict():
+    """`_json_object` runs the lone-surrogate search only where a surrogate's escape appears
+    at all: over random mixes of escapes, backslashes and text, it refuses exactly what the
+    full search alone finds (a lone surrogate) and nothing else."""
+    import random
+
+    from readability_triton.frontdoor import wire
+
+    pieces = ["\\ud800", "\\uDBFF", "\\udc00", "\\uDFFF", "\\ud83d\\ude00", "\\u0041", "\\\\", "a", "\\u00e9", "u"]
+    rng = random.Random(54)
+    refused = 0
+    for _ in range(3000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))
+        body = ('{"inputs":[{"name":"TEXT","shape":[1,1],"datatype":"BYTES","data":["' + text + '"]}]}').encode()
+        lone = wire._LONE_SURROGATE.search(body) is not None
+        try:
+            wire._json_object(body, "the request")
+            said = False
+        except BadRequest as err:
+            said = "lone surrogate" in str(err)
+        assert said == lone, text
+        refused += lone
+    assert 0 < refused < 3000  # both verdicts were reached
+
+
 def test_generate_requests_are_weighed_by_their_texts():
     one = W.generate(json.dumps({"TEXT": "a" * 600}).encode())
     assert (one.texts, one.work) == (1, pytest.approx(0.5))

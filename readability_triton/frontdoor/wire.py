@@ -362,16 +362,24 @@ _LONE_SURROGATE = re.compile(
     rb"(?<!\\)(?:\\\\)*(?:\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
     rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2})"
 )
+#: Any \u escape of a surrogate: what `_LONE_SURROGATE` needs to match at all. A plain search
+#: (a literal prefix) that rules it out at about 1 us a request, where `_LONE_SURROGATE`
+#: itself tries its lookbehinds at every byte (55 us on a 0.9 kB request).
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+#: The request decoder (`json.loads` with these arguments builds one for every call).
+_DECODER = json.JSONDecoder(parse_float=_finite, parse_constant=_constant, object_pairs_hook=unique_keys)
 
 
 def _json_object(data: bytes | memoryview, what: str) -> dict:
     """The JSON object in `data`. Bytes that are not UTF-8 are kept as they came (the steps
     refuse such a text, naming it); a lone surrogate escape is the client's error."""
-    if _LONE_SURROGATE.search(data):
+    if _SURROGATE_ESCAPE.search(data) and _LONE_SURROGATE.search(data):
         raise BadRequest(f"{what} holds a \\u escape of a lone surrogate: not a Unicode character")
     try:
         text = bytes(data).decode("utf-8", "surrogateescape")
-        request = json.loads(text, parse_float=_finite, parse_constant=_constant, object_pairs_hook=unique_keys)
+        request = _DECODER.decode(text)
     except BadRequest:
         raise
     except RecursionError:
