@@ -33,3 +33,27 @@ def test_server_ports_are_read_from_tritonservers_command_line():
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_floor_benchmark_measures_every_way_and_each_answer_is_a_success(tmp_path):
+    """benchmarks/door_floor.py, briefly: the stand-in, the two bare proxies and the door
+    (and the door again as the 'baseline' of this same checkout) each answer every request
+    with a 200 (the benchmark fails on any other), and a proxy's CPU is counted."""
+    import json
+
+    out = tmp_path / "floor.json"
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    done = subprocess.run(
+        [sys.executable, os.path.join(root, "benchmarks", "door_floor.py"), "--rounds", "1", "--duration", "0.5"]
+        + ["--clients", "1,2", "--delay", "1", "--baseline-code", root, "--json", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {(row["clients"], row["way"]): row for row in json.loads(out.read_text())}
+    ways = ("direct", "protocol", "aiohttp", "door", "baseline")
+    assert set(rows) == {(n, way) for n in (1, 2) for way in ways}
+    assert all(row["requests_per_s"] > 20 for row in rows.values()), rows
+    assert all(rows[(n, way)]["cpu_ms"] > 0 for n in (1, 2) for way in ways[1:]), rows
+    assert "| 2 | door |" in done.stdout
