@@ -235,6 +235,61 @@ def test_oversized_bodies_and_messages_are_the_clients_error(served):
         client.close()
 
 
+def test_a_client_that_expects_100_continue_is_told_at_once(served):
+    """`Expect: 100-continue` (curl past its threshold, .NET and Java clients): the door
+    answers `100 Continue` as soon as the head is read, and the request is scored; a body
+    declared over the limit is refused 413 at once, without a `100 Continue`, so it is never
+    sent; an Expect the door does not meet is 417. curl with the header is answered in well
+    under its own 1 s wait for the 100."""
+    import socket
+
+    from readability_triton.measure.honest import infer_body
+
+    target, _ = served
+    host, port = target.http.rsplit(":", 1)
+    body = infer_body(TEXTS)
+
+    def head(length: int, expect: str = "100-continue") -> bytes:
+        return (
+            f"POST /v2/models/{C.ENSEMBLE}/infer HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Expect: {expect}\r\nContent-Length: {length}\r\n\r\n"
+        ).encode()
+
+    def read_until(sock: socket.socket, marker: bytes, data: bytes = b"") -> bytes:
+        while marker not in data:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+    with socket.create_connection((host, int(port)), timeout=0.5) as sock:  # 0.5 s: far under curl's 1 s
+        sock.sendall(head(len(body)))
+        interim = read_until(sock, b"\r\n\r\n")
+        assert interim.startswith(b"HTTP/1.1 100 Continue\r\n\r\n"), interim[:80]
+        sock.settimeout(60)
+        sock.sendall(body)
+        answer = read_until(sock, b'"outputs"', interim[len(b"HTTP/1.1 100 Continue\r\n\r\n") :])
+        assert answer.startswith(b"HTTP/1.1 200"), answer[:200]
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(head(4 * LIMIT))
+        refused = read_until(sock, b"\r\n\r\n")
+        assert refused.startswith(b"HTTP/1.1 413"), refused[:80]
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(head(len(body), "something-else"))
+        assert read_until(sock, b"\r\n\r\n").startswith(b"HTTP/1.1 417")
+    started = time.monotonic()
+    done = subprocess.run(
+        ["curl", "-s", "-X", "POST", f"http://{target.http}/v2/models/{C.ENSEMBLE}/infer"]
+        + ["-H", "Content-Type: application/json", "-H", "Expect: 100-continue", "--data-binary", body.decode()],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert json.loads(done.stdout)["outputs"][0]["name"] in C.OUTPUTS
+    assert time.monotonic() - started < 0.8, "curl waited for a 100 Continue that did not come"
+
+
 def test_streams_are_refused_with_a_reason(served):
     target, _ = served
     channel = grpc.insecure_channel(target.grpc)

@@ -6,8 +6,9 @@ serves; the other routes are passed on at once, but for `/v2/health/ready`, whic
 400 (not ready) once serve is stopping (`Door.leave`); any other path is answered 404 here,
 so that a route a later Triton adds is not an inference that skips the gate.
 `generate_stream` is answered whole (the models are not decoupled: one event). A body over
-the limit is answered 413 from its Content-Length, or as soon as the bytes read (inflated,
-for a compressed body) pass it. A client that closes its connection cancels its handler: while it waits in the gate, or
+the limit is answered 413 from its Content-Length (before a `100 Continue`, so that a client
+that asked for one never sends it), or as soon as the bytes read (inflated, for a compressed
+body) pass it. A client that closes its connection cancels its handler: while it waits in the gate, or
 when its close was already read as its request is sent on (a client that sends and closes at
 once), its request leaves uncomputed; once sent on, it still runs to its end in
 tritonserver.
@@ -20,7 +21,7 @@ import json
 import re
 from typing import Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import HttpVersion11, web
 
 from .. import triton_messages as M
 from .door import ClientLeft, Door
@@ -114,6 +115,17 @@ async def read_body(request: web.BaseRequest, limit: int) -> bytes:
         body += chunk
 
 
+async def continue_(request: web.BaseRequest) -> None:
+    """Tell a client that sent `Expect: 100-continue` to send its body: aiohttp's low-level
+    server leaves it to the handler, and without it such a client (curl past its threshold,
+    .NET and Java clients) waits its own timeout (curl: 1 s) before sending. Called once the
+    body's declared length is within the limit: a body over it is refused at once and never
+    sent."""
+    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    request.writer.output_size = 0  # the answer's own bytes are counted from here
+    await request.writer.drain()
+
+
 def _not_json(body: bytes) -> str | None:
     """Why a non-empty body of an API that takes JSON (the repository, logging, trace and
     shared-memory APIs) is not JSON, or None."""
@@ -190,8 +202,13 @@ async def open_http(
             late.append(True)
             this.cancel()
 
+        expect = request.headers.get("Expect")
+        if expect and request.version == HttpVersion11 and expect.lower() != "100-continue":
+            return _error(417, f"the Expect header {expect[:40]!r} is not one this server meets; send 100-continue")
         timer = asyncio.get_running_loop().call_later(BODY_TIMEOUT, expire)
         try:
+            if expect and request.version == HttpVersion11:
+                await continue_(request)  # the client waits for it before it sends the body
             body = await read_body(request, limit)
         except web.HTTPRequestEntityTooLarge:
             return too_large(None)
