@@ -160,29 +160,50 @@ def test_what_tritonserver_accepts_is_not_refused():
     assert W.http(_http(["x"])[:-1] + b', "parameters": {"x": 0.5, "priority": 3}}').texts == 1
 
 
-def test_the_quick_look_for_surrogate_escapes_never_changes_the_verdict():
-    """`_json_object` runs the lone-surrogate search only where a surrogate's escape appears
-    at all: over random mixes of escapes, backslashes and text, it refuses exactly what the
-    full search alone finds (a lone surrogate) and nothing else."""
+def _decodes_to_a_lone_surrogate(value) -> bool:
+    """The oracle: Python's json joins the escapes of a pair into one character, so any
+    surrogate left in a decoded string came from a lone escape."""
+    if isinstance(value, str):
+        return any(0xD800 <= ord(c) <= 0xDFFF for c in value)
+    if isinstance(value, dict):
+        return any(_decodes_to_a_lone_surrogate(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_decodes_to_a_lone_surrogate(v) for v in value)
+    return False
+
+
+def test_lone_surrogate_escapes_are_found_exactly_as_a_json_decoder_reads_them():
+    """Over random mixes of surrogate escapes (halves, pairs, upper and lower case), escaped
+    backslashes, other escapes and text, the door refuses exactly the requests whose decoded
+    text holds a lone surrogate, and no other: an escaped backslash before "u" is text, a
+    pair is one character, and a high half followed by the text "ud800" and then a low
+    escape is two lone halves."""
     import random
 
-    from readability_triton.frontdoor import wire
-
-    pieces = ["\\ud800", "\\uDBFF", "\\udc00", "\\uDFFF", "\\ud83d\\ude00", "\\u0041", "\\\\", "a", "\\u00e9", "u"]
+    pieces = ["\\ud800", "\\uDBFF", "\\udc00", "\\uDFFF", "\\ud83d\\ude00", "\\u0041", "\\\\", "a", "u", "\\u00e9"]
+    pieces += ["d800", "\\n"]
     rng = random.Random(54)
-    refused = 0
-    for _ in range(3000):
-        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))
+    verdicts = set()
+    for _ in range(5000):
+        text = "".join(rng.choice(pieces) for _ in range(rng.randint(0, 7)))
         body = ('{"inputs":[{"name":"TEXT","shape":[1,1],"datatype":"BYTES","data":["' + text + '"]}]}').encode()
-        lone = wire._LONE_SURROGATE.search(body) is not None
+        lone = _decodes_to_a_lone_surrogate(json.loads(body))
         try:
-            wire._json_object(body, "the request")
+            W.http(body)
             said = False
         except BadRequest as err:
             said = "lone surrogate" in str(err)
         assert said == lone, text
-        refused += lone
-    assert 0 < refused < 3000  # both verdicts were reached
+        verdicts.add(lone)
+    assert verdicts == {True, False}
+    # an escaped backslash, the text "ud800", then a lone low escape
+    with pytest.raises(BadRequest, match="lone surrogate"):
+        W.http(b'{"inputs":[{"name":"TEXT","shape":[1,1],"datatype":"BYTES","data":["\\\\ud800\\udc00"]}]}')
+
+
+def test_a_body_with_a_byte_order_mark_is_told_so():
+    with pytest.raises(BadRequest, match="byte order mark"):
+        W.http("\ufeff".encode() + _http(["x y"]))
 
 
 def test_generate_requests_are_weighed_by_their_texts():
