@@ -16,9 +16,14 @@ CPU) is reached four ways, each its own process, in rotating rounds:
   of an earlier commit, `git worktree add`).
 
 Closed loops of `--clients` raw-socket clients (threads of one process, one 0.9 kB text
-per request, keep-alive) per way and round. Per (clients, way): requests/s, p50, the p50
-added to direct's, and the proxy process's CPU (user and system) per request, each the
-median over the rounds.
+per request in JSON, keep-alive) per way and round. Per (clients, way): requests/s, p50,
+the p50 added to direct's, and the proxy process's CPU (user and system, read from just
+before its clients start to just after they stop) per request, each the median over the
+rounds; with a baseline, the door's CPU, requests/s and p50 against the baseline's as the
+medians (and ranges) of their per-round ratios. The proxies and the door run this checkout's
+package, the baseline DIR's (PYTHONPATH); the package each imports is printed and recorded.
+Rounds rotate the order of the ways: a multiple of their number (4, or 5 with a baseline)
+gives each the same share of every position.
 
     python benchmarks/door_floor.py --rounds 5 --duration 3 --delay 5
 """
@@ -37,10 +42,6 @@ import tempfile
 import threading
 import time
 from typing import Callable
-
-from bench_door import cpu_seconds
-
-from readability_triton.server.tritonserver import free_ports
 
 ANSWER = json.dumps(
     {
@@ -188,9 +189,13 @@ def door(port: int, upstream: int, grpc_port: int) -> None:
 
 
 def clients(port: int, count: int, seconds: float, out: str) -> None:
-    """`count` closed loops on kept connections for `seconds`; their latencies to `out`."""
+    """`count` closed loops on kept connections for `seconds`; their latencies to `out`.
+    Says "ready" (stdout) once started, begins when told "go" (stdin), and says "done" once
+    the loops have ended: the proxy's CPU is read between, not over the interpreter's start."""
     latencies: list[float] = []
     failed: list[str] = []
+    print("ready", flush=True)
+    sys.stdin.readline()
     stop = time.monotonic() + seconds
 
     def loop() -> None:
@@ -220,6 +225,7 @@ def clients(port: int, count: int, seconds: float, out: str) -> None:
         thread.start()
     for thread in threads:
         thread.join()
+    print("done", flush=True)
     with open(out, "w", encoding="utf-8") as handle:
         json.dump({"latencies": latencies, "failed": failed}, handle)
 
@@ -258,21 +264,49 @@ def main(argv=None) -> int:
         else:
             ROLES[name](*(int(v) for v in values))
         return 0
+    # here, not at the top: the proxies' processes import only what their role needs
+    from bench_door import cpu_seconds
+
+    from readability_triton.server.tritonserver import free_ports
+
     ports = free_ports(7)
     upstream, ways = ports[0], {"direct": ports[0], "protocol": ports[1], "aiohttp": ports[2], "door": ports[3]}
     me = os.path.abspath(__file__)
-    processes = {"stand-in": subprocess.Popen([sys.executable, me, "stand-in", str(upstream), str(args.delay)])}
-    for name in ("protocol", "aiohttp"):
-        processes[name] = subprocess.Popen([sys.executable, me, name, str(ways[name]), str(upstream)])
-    processes["door"] = subprocess.Popen([sys.executable, me, "door", str(ways["door"]), str(upstream), str(ports[4])])
+    here = os.path.dirname(os.path.dirname(me))  # this checkout: what the proxies and the door run
+
+    def env_of(code: str) -> dict[str, str]:
+        return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [code, os.environ.get("PYTHONPATH")]))}
+
+    codes = {"protocol": here, "aiohttp": here, "door": here}
     if args.baseline_code:
         ways["baseline"] = ports[5]
-        env = {**os.environ, "PYTHONPATH": os.path.abspath(args.baseline_code)}
-        processes["baseline"] = subprocess.Popen(
-            [sys.executable, me, "door", str(ports[5]), str(upstream), str(ports[6])], env=env
-        )
+        codes["baseline"] = os.path.abspath(args.baseline_code)
+    # which package each process imports (recorded: a wrong one would measure the wrong code)
+    packages = {
+        name: subprocess.run(
+            [sys.executable, "-c", "import readability_triton as p; print(p.__file__)"],
+            env=env_of(code),
+            cwd=tempfile.gettempdir(),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+        for name, code in codes.items()
+    }
+    processes = {"stand-in": subprocess.Popen([sys.executable, me, "stand-in", str(upstream), str(args.delay)])}
+    for name in ("protocol", "aiohttp", "door", "baseline"):
+        if name in ways:
+            extra = [str(ports[4 if name == "door" else 6])] if name in ("door", "baseline") else []
+            role = "door" if name == "baseline" else name
+            processes[name] = subprocess.Popen(
+                [sys.executable, me, role, str(ways[name]), str(upstream), *extra], env=env_of(codes[name])
+            )
     counts = [int(n) for n in args.clients.split(",")]
     samples: dict[tuple[int, str], list[dict]] = {}
+    code = (
+        "import sys; sys.path.insert(0, sys.argv[1]); import door_floor; "
+        "door_floor.clients(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5])"
+    )
     try:
         for port in ways.values():
             _wait_for(port)
@@ -283,23 +317,30 @@ def main(argv=None) -> int:
                 for count in counts:
                     for name in names[r % len(names) :] + names[: r % len(names)]:
                         pid = processes[name].pid if name != "direct" else None
-                        before = cpu_seconds(pid) if pid else 0.0
-                        code = (
-                            "import sys; sys.path.insert(0, sys.argv[1]); import door_floor; "
-                            "door_floor.clients(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5])"
-                        )
-                        subprocess.run(
+                        loops = subprocess.Popen(
                             [sys.executable, "-c", code, os.path.dirname(me), str(ways[name]), str(count)]
                             + [str(args.duration), out],
-                            check=True,
+                            stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE,
+                            text=True,
                         )
+                        assert loops.stdin is not None and loops.stdout is not None
+                        if loops.stdout.readline().strip() != "ready":
+                            raise RuntimeError(f"the clients for {name} did not start (exit {loops.wait()})")
+                        before = cpu_seconds(pid) if pid else 0.0
+                        loops.stdin.write("go\n")
+                        loops.stdin.flush()
+                        said = loops.stdout.readline().strip()
                         after = cpu_seconds(pid) if pid else 0.0
+                        if said != "done" or loops.wait(60) != 0:
+                            raise RuntimeError(f"the clients for {name} failed (exit {loops.wait()})")
                         with open(out, encoding="utf-8") as handle:
                             got = json.load(handle)
                         if got["failed"]:
                             raise RuntimeError(f"{name}, {count} clients: {got['failed'][:3]}")
                         n = len(got["latencies"])
                         sample = {
+                            "round": r,
                             "requests_per_s": n / args.duration,
                             "p50_ms": 1e3 * statistics.median(got["latencies"]),
                             "cpu_ms": 1e3 * (after - before) / n if pid else 0.0,
@@ -320,7 +361,9 @@ def main(argv=None) -> int:
         f"\none proxy hop against the door ({args.rounds} rounds of {args.duration:g} s, answers after "
         f"{args.delay:g} ms; medians)\n"
     )
-    print("| clients | way | requests/s | p50 ms | p50 added ms | proxy CPU ms/request |")
+    for name, package in packages.items():
+        print(f"- {name}: {package}")
+    print("\n| clients | way | requests/s | p50 ms | p50 added ms | proxy CPU ms/request |")
     print("|---|---|---|---|---|---|")
     for count in counts:
         direct_p50 = statistics.median(s["p50_ms"] for s in samples[(count, "direct")])
@@ -329,6 +372,7 @@ def main(argv=None) -> int:
             row = {
                 "clients": count,
                 "way": name,
+                "package": packages.get(name, ""),
                 "requests_per_s": statistics.median(s["requests_per_s"] for s in got),
                 "p50_ms": statistics.median(s["p50_ms"] for s in got),
                 "cpu_ms": statistics.median(s["cpu_ms"] for s in got),
@@ -340,9 +384,30 @@ def main(argv=None) -> int:
                 f"| {count} | {name} | {row['requests_per_s']:.0f} | {row['p50_ms']:.2f} | "
                 f"{row['p50_added_ms']:+.2f} | {cpu} |"
             )
+    against = []
+    if args.baseline_code:
+        print(
+            "\nthe door against the baseline's, in the same rounds (medians of the per-round ratios, and their range)\n"
+        )
+        print("| clients | CPU per request | requests/s | p50 |")
+        print("|---|---|---|---|")
+        for count in counts:
+            pairs = list(zip(samples[(count, "door")], samples[(count, "baseline")]))
+            ratios = {
+                key: [d[key] / b[key] for d, b in pairs if b[key] > 0] for key in ("cpu_ms", "requests_per_s", "p50_ms")
+            }
+            against.append({"clients": count, **{key: sorted(values) for key, values in ratios.items()}})
+            print(
+                f"| {count} | "
+                + " | ".join(
+                    f"{statistics.median(v):.2f} ({min(v):.2f}-{max(v):.2f})"
+                    for v in (ratios["cpu_ms"], ratios["requests_per_s"], ratios["p50_ms"])
+                )
+                + " |"
+            )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump(rows, handle, indent=1)
+            json.dump({"rows": rows, "against_baseline": against}, handle, indent=1)
     return 0
 
 

@@ -1,5 +1,6 @@
 """Unit: what `benchmarks/bench_door.py` reads of the processes it measures: a process's own
-CPU time, and the ports of serve's tritonserver from its command line."""
+CPU time, and the ports of serve's tritonserver from its command line; and (slow, no
+tritonserver) `benchmarks/door_floor.py` run briefly."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import pytest
 from harness import load_benchmark
 
 
@@ -35,6 +37,7 @@ def test_server_ports_are_read_from_tritonservers_command_line():
         child.wait()
 
 
+@pytest.mark.slow
 def test_the_floor_benchmark_measures_every_way_and_each_answer_is_a_success(tmp_path):
     """benchmarks/door_floor.py, briefly: the stand-in, the two bare proxies and the door
     (and the door again as the 'baseline' of this same checkout) each answer every request
@@ -51,9 +54,13 @@ def test_the_floor_benchmark_measures_every_way_and_each_answer_is_a_success(tmp
         timeout=300,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    rows = {(row["clients"], row["way"]): row for row in json.loads(out.read_text())}
+    measured = json.loads(out.read_text())
+    rows = {(row["clients"], row["way"]): row for row in measured["rows"]}
     ways = ("direct", "protocol", "aiohttp", "door", "baseline")
     assert set(rows) == {(n, way) for n in (1, 2) for way in ways}
     assert all(row["requests_per_s"] > 20 for row in rows.values()), rows
     assert all(rows[(n, way)]["cpu_ms"] > 0 for n in (1, 2) for way in ways[1:]), rows
     assert "| 2 | door |" in done.stdout
+    # the proxies and the door run this checkout's package; the baseline the one it was given
+    assert all(rows[(1, way)]["package"].startswith(os.path.join(root, "readability_triton")) for way in ways[1:])
+    assert [row["clients"] for row in measured["against_baseline"]] == [1, 2]
