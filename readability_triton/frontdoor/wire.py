@@ -43,12 +43,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import struct
 from dataclasses import dataclass, replace
 
 from .. import contracts as C
 from .protobuf import Malformed, fields, varint
+from .surrogates import lone_surrogate
 
 #: Default largest request body or gRPC message: 64 texts of the largest text the steps
 #: accept (100,000 bytes), escaped as JSON, with room to spare.
@@ -356,36 +356,6 @@ def _constant(name: str) -> float:
     raise BadRequest(f"{name} is not a JSON number")
 
 
-#: A run of backslashes, then "u" and the hex digits of a surrogate (D800-DFFF): the
-#: candidates of a lone surrogate's escape. Python's re finds it by its literal prefix (a
-#: leading group would hide that prefix from it), at about 1 us on a 0.9 kB request without
-#: one; the pattern it replaces tried a lookbehind at every byte (55 us).
-_SURROGATE_ESCAPE = re.compile(rb"\\(?:\\*)u[dD]([89a-fA-F])[0-9a-fA-F]{2}")
-_HIGH = frozenset(b"89abAB")
-
-
-def _lone_surrogate(data: bytes | memoryview) -> bool:
-    """Whether JSON text holds a \\u escape of a surrogate that is not one half of a pair:
-    a high one (D800-DBFF) not followed at once by a low one (DC00-DFFF), or a low one not
-    right after a high one. An escape is a "u" after an odd run of backslashes (an even run
-    is escaped backslashes, and the "u" is text)."""
-    pending = -1  # where the last high escape ended, while it waits for its low half
-    for found in _SURROGATE_ESCAPE.finditer(data):
-        run = found.end() - found.start() - 5  # the backslashes before "uDXXX"
-        if run % 2 == 0:
-            continue  # "\\\\ud800": text, not an escape
-        high = found.group(1)[0] in _HIGH
-        if pending >= 0:
-            if not high and run == 1 and found.start() == pending:
-                pending = -1  # the pair is whole
-                continue
-            return True  # the high escape before this one had no low half after it
-        if not high:
-            return True  # a low half with no high one before it
-        pending = found.end()
-    return pending >= 0
-
-
 #: The request decoder (`json.loads` with these arguments builds one for every call).
 _DECODER = json.JSONDecoder(parse_float=_finite, parse_constant=_constant, object_pairs_hook=unique_keys)
 
@@ -393,7 +363,7 @@ _DECODER = json.JSONDecoder(parse_float=_finite, parse_constant=_constant, objec
 def _json_object(data: bytes | memoryview, what: str) -> dict:
     """The JSON object in `data`. Bytes that are not UTF-8 are kept as they came (the steps
     refuse such a text, naming it); a lone surrogate escape is the client's error."""
-    if _lone_surrogate(data):
+    if lone_surrogate(data):
         raise BadRequest(f"{what} holds a \\u escape of a lone surrogate: not a Unicode character")
     try:
         text = bytes(data).decode("utf-8", "surrogateescape")
