@@ -294,13 +294,12 @@ def main(argv=None) -> int:
         for name, code in codes.items()
     }
     processes = {"stand-in": subprocess.Popen([sys.executable, me, "stand-in", str(upstream), str(args.delay)])}
-    for name in ("protocol", "aiohttp", "door", "baseline"):
-        if name in ways:
-            extra = [str(ports[4 if name == "door" else 6])] if name in ("door", "baseline") else []
-            role = "door" if name == "baseline" else name
-            processes[name] = subprocess.Popen(
-                [sys.executable, me, role, str(ways[name]), str(upstream), *extra], env=env_of(codes[name])
-            )
+    grpc_ports = {"door": ports[4], "baseline": ports[6]}  # the doors' own, unused
+    for name, code in codes.items():
+        role, extra = ("door", [str(grpc_ports[name])]) if name in grpc_ports else (name, [])
+        processes[name] = subprocess.Popen(
+            [sys.executable, me, role, str(ways[name]), str(upstream), *extra], env=env_of(code)
+        )
     counts = [int(n) for n in args.clients.split(",")]
     samples: dict[tuple[int, str], list[dict]] = {}
     code = (
@@ -340,7 +339,6 @@ def main(argv=None) -> int:
                             raise RuntimeError(f"{name}, {count} clients: {got['failed'][:3]}")
                         n = len(got["latencies"])
                         sample = {
-                            "round": r,
                             "requests_per_s": n / args.duration,
                             "p50_ms": 1e3 * statistics.median(got["latencies"]),
                             "cpu_ms": 1e3 * (after - before) / n if pid else 0.0,
