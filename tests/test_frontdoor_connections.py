@@ -1,7 +1,7 @@
 """The front door's bounds that need no tritonserver: connections capped in all and per
 client network, idle and half-sent connections timed out, a log that says each kind of
 trouble once a second, and client groups (networks) that one sender's many addresses do
-not multiply. Each against a real aiohttp server on 127.0.0.1 where sockets matter."""
+not multiply. Each against the door's own HTTP server (`http_server`) on 127.0.0.1 where sockets matter."""
 
 from __future__ import annotations
 
@@ -11,32 +11,35 @@ import socket
 import time
 
 import pytest
-from aiohttp import web
-from aiohttp.web_protocol import RequestHandler
 
 from readability_triton.frontdoor import clients
 from readability_triton.frontdoor.connections import Guard, Quiet, descriptor_budget
 from readability_triton.frontdoor.gate import Gate, Refusal, Ticket
+from readability_triton.frontdoor.http_server import Answer, HTTPConnection
 
 
-def test_the_handler_state_the_guard_reads_is_still_there():
-    """The guard tells a connection waiting for a request by aiohttp's own test: a pending
-    `_waiter` (what aiohttp's keep-alive timer reads)."""
-    assert "_waiter" in RequestHandler.__slots__
+class _Listener:
+    def __init__(self, server: asyncio.Server, guard: Guard):
+        self.server, self.guard = server, guard
+
+    async def cleanup(self) -> None:
+        self.guard.stop()
+        self.server.close()
+        self.guard.close_all()
+        await self.server.wait_closed()
 
 
 async def _server(guard: Guard):
     async def hello(request):
-        await asyncio.sleep(float(request.query.get("sleep", "0")))
-        return web.Response(text="ok")
+        query = request.target.partition("?")[2]
+        await asyncio.sleep(float(query.removeprefix("sleep=") or "0"))
+        return Answer(200, [("Content-Type", "text/plain")], b"ok")
 
-    app = web.Application()
-    app.router.add_get("/", hello)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    listener = await asyncio.get_running_loop().create_server(guard.factory(runner.server), "127.0.0.1", 0)
+    listener = await asyncio.get_running_loop().create_server(
+        guard.factory(lambda: HTTPConnection(hello, 1 << 20, 30.0, 2.0)), "127.0.0.1", 0
+    )
     guard.start()
-    return runner, listener, listener.sockets[0].getsockname()[1]
+    return _Listener(listener, guard), listener, listener.sockets[0].getsockname()[1]
 
 
 async def _get(port: int, source: str = "127.0.0.1", path: str = "/") -> bytes:

@@ -498,7 +498,8 @@ def test_a_command_imports_only_the_module_that_registers_it():
         "import sys\n"
         "from readability_triton.cli.app import build_parser\n"
         "build_parser('score').parse_args(['score', 'a text'])\n"
-        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('aiohttp', 'grpc', 'sklearn', 'torch')\n"
+        "print(sorted(m for m in sys.modules\n"
+        "      if m.split('.')[0] in ('aiohttp', 'httptools', 'grpc', 'sklearn', 'torch')\n"
         "      or m.startswith(('readability_triton.server', 'readability_triton.frontdoor',\n"
         "                       'readability_triton.repository', 'readability_triton.training'))))\n"
     )
@@ -515,7 +516,7 @@ def test_the_health_probe_imports_only_the_standard_librarys_http_client():
         "from readability_triton.cli.app import main\n"
         "code = main(['health', '--serve', '127.0.0.1:1', '--timeout', '1'])\n"
         "print(code, sorted(m for m in sys.modules if m.split('.')[0] in\n"
-        "      ('numpy', 'aiohttp', 'grpc', 'tritonclient', 'requests', 'tqdm')\n"
+        "      ('numpy', 'aiohttp', 'httptools', 'grpc', 'tritonclient', 'requests', 'tqdm')\n"
         "      or m.startswith(('readability_triton.server', 'readability_triton.frontdoor',\n"
         "                       'readability_triton.client'))))\n"
     )

@@ -7,7 +7,7 @@ What broke without it: 20,673 idle TCP connections (or 1,100 slowloris connectio
 logged a traceback for every failed accept() (76 MB in 60 s). Nothing closed a connection
 that never finished its headers.
 
-`Guard` wraps the HTTP server's protocol factory (aiohttp's `RequestHandler`s):
+`Guard` wraps the HTTP server's protocol factory (`http_server.HTTPConnection`s):
 
 - **a cap in all and per client group** (`max_connections`, `max_per_group`: a group is an
   address's network, `clients.group_of`). A new connection over a cap makes room by closing
@@ -22,8 +22,8 @@ that never finished its headers.
   connection. A request being handled is never touched (its body has a deadline of its own,
   `http_front.BODY_TIMEOUT`).
 
-A connection is waiting for a request while aiohttp's handler has a pending `_waiter` (the
-test aiohttp's own keep-alive timer makes; `tests/test_frontdoor_connections.py` pins it).
+A connection is waiting for a request while its protocol says so (`waiting()`: nothing is
+being read past a head, or answered).
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def descriptor_budget() -> int:
 
 
 class _Guarded(asyncio.Protocol):
-    """One connection: aiohttp's handler, and what the guard knows of it."""
+    """One connection: its protocol (`http_server.HTTPConnection`), and what the guard knows of it."""
 
     def __init__(self, guard: "Guard", inner: Any):
         self.guard, self.inner = guard, inner
@@ -79,8 +79,7 @@ class _Guarded(asyncio.Protocol):
         self.new = True  # no request yet
 
     def waiting(self) -> bool:
-        waiter = getattr(self.inner, "_waiter", None)
-        return waiter is not None and not waiter.done()
+        return self.inner.waiting()
 
     def connection_made(self, transport) -> None:
         self.transport = transport
@@ -137,7 +136,8 @@ class Guard:
         self._sweeper: asyncio.Task | None = None
 
     def factory(self, make: Callable[[], Any]) -> Callable[[], asyncio.Protocol]:
-        """The protocol factory for `loop.create_server`: `make()` is aiohttp's."""
+        """The protocol factory for `loop.create_server`: `make()` makes a connection's own
+        protocol, which says whether it waits for a request (`waiting()`)."""
         return lambda: _Guarded(self, make())
 
     # -- admission ----------------------------------------------------------------------
@@ -182,6 +182,13 @@ class Guard:
         self.forget(connection)
         if connection.transport is not None:
             connection.transport.abort()
+
+    def close_all(self) -> None:
+        """Close every connection, each once what it has written is sent (the port is closing)."""
+        for connection in list(self.open):
+            self.forget(connection)
+            if connection.transport is not None:
+                connection.transport.close()
 
     def forget(self, connection: _Guarded) -> None:
         if connection in self.open:
@@ -262,7 +269,7 @@ class Quiet(logging.Filter):
 
 
 #: The loggers that speak per connection or per request under attack.
-NOISY_LOGGERS = ("asyncio", "aiohttp.server", "aiohttp.access", "aiohttp.web", "grpc._cython.cygrpc", __name__)
+NOISY_LOGGERS = ("asyncio", "readability_triton.frontdoor.http_server", "grpc._cython.cygrpc", __name__)
 
 
 def quiet_logs(every: float = 1.0) -> Quiet:

@@ -1,17 +1,16 @@
-"""The front door's HTTP port (aiohttp): KServe v2 over HTTP/1.1, passed on to tritonserver's
-HTTP endpoint. Only tritonserver 2.51's own routes (`ROUTES`, as its binary spells them) are
-known here: every request that creates an inference (`POST /v2/models/<model>[/versions/<v>]/`
-`infer`, `generate` and `generate_stream`) passes the gate, for a model this repository
-serves; the other routes are passed on at once, but for `/v2/health/ready`, which answers
-400 (not ready) once serve is stopping (`Door.leave`); any other path is answered 404 here,
-so that a route a later Triton adds is not an inference that skips the gate.
-`generate_stream` is answered whole (the models are not decoupled: one event). A body over
-the limit is answered 413 from its Content-Length (before a `100 Continue`, so that a client
-that asked for one never sends it), or as soon as the bytes read (inflated, for a compressed
-body) pass it. A client that closes its connection cancels its handler: while it waits in the gate, or
-when its close was already read as its request is sent on (a client that sends and closes at
-once), its request leaves uncomputed; once sent on, it still runs to its end in
-tritonserver.
+"""The front door's HTTP port: KServe v2 over HTTP/1.1 (`http_server`, the door's own
+protocol), passed on to tritonserver's HTTP endpoint. Only tritonserver 2.51's own routes
+(`ROUTES`, as its binary spells them) are known here: every request that creates an inference
+(`POST /v2/models/<model>[/versions/<v>]/` `infer`, `generate` and `generate_stream`) passes
+the gate, for a model this repository serves; the other routes are passed on at once, but for
+`/v2/health/ready`, which answers 400 (not ready) once serve is stopping (`Door.leave`); any
+other path is answered 404 here, so that a route a later Triton adds is not an inference that
+skips the gate. `generate_stream` is answered whole (the models are not decoupled: one
+event). The framing (the body's limit, `Expect`, the body's deadline, compressed and chunked
+bodies) is `http_server`'s. A client that closes its connection cancels its handler: while
+it waits in the gate, or when its close was already read as its request is sent on (a client
+that sends and closes at once), its request leaves uncomputed; once sent on, it still runs to
+its end in tritonserver.
 """
 
 from __future__ import annotations
@@ -21,11 +20,10 @@ import json
 import re
 from typing import Awaitable, Callable
 
-from aiohttp import HttpVersion11, web
-
 from .. import triton_messages as M
 from .door import ClientLeft, Door
 from .gate import Refusal
+from .http_server import Answer, HTTPConnection, Request, error
 from .steering import attach
 from .uploads import REFUSAL as UPLOAD_REFUSAL
 from .uploads import http_uploads
@@ -69,8 +67,9 @@ _HOP = frozenset(
         "content-length",
     }
 )
-#: A request's body is passed on inflated (aiohttp inflates it while it counts its size), and
-#: whole (the door has read it: tritonserver's `100 Continue` would only come in between).
+#: A request's body is passed on inflated (`http_server` inflates it while it counts its
+#: size), and whole (the door has read it: tritonserver's `100 Continue` would only come in
+#: between).
 _REQUEST_HOP = _HOP | {"content-encoding", "expect"}
 #: Seconds a refused upload may go on being read (and discarded) so that its client sees
 #: the answer before the connection closes.
@@ -84,46 +83,13 @@ OFFLOAD_BYTES = 1 << 20
 
 #: The listen queue, which is also how many connections asyncio accepts each time the port
 #: is ready (`BaseSelectorEventLoop._accept_connection`); the next turn of the loop sets
-#: each one up (a transport, a request handler) beside every other socket's work. Under a
+#: each one up (a transport, a protocol) beside every other socket's work. Under a
 #: flood of send-and-close connections (4 loops from one address, the image limited to 0.4
 #: CPUs, 60 s) a queue of 1,024 made the turns so long that 2 honest keep-alive clients got
 #: 4 answers, p50 31.6 s; with 128, 2,551 answers, p99 296 ms (64: 3,130, p99 189 ms).
 #: Connections beyond it wait in the kernel (a client's SYN is retried), where a flood
 #: should wait.
 ACCEPT_BACKLOG = 128
-
-
-def _error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
-    return web.Response(
-        status=status, text=json.dumps({"error": message}), content_type="application/json", headers=headers
-    )
-
-
-async def read_body(request: web.BaseRequest, limit: int) -> bytes:
-    """The request's body (inflated), refused (HTTPRequestEntityTooLarge) as soon as it
-    passes `limit` bytes. Read in aiohttp's own 64 KiB pieces: its `request.read()` asks for
-    pieces of the whole limit, and a compression bomb then held 80-130 MB of 16-32 MiB
-    buffers at once, which glibc kept in the front door's thread arena after they were freed
-    (3 bombs of 1 GiB left serve up to 224 MB larger)."""
-    body = bytearray()
-    while True:
-        chunk = await request.content.readany()
-        if not chunk:
-            return bytes(body)
-        if len(body) + len(chunk) > limit:
-            raise web.HTTPRequestEntityTooLarge(max_size=limit, actual_size=len(body) + len(chunk))
-        body += chunk
-
-
-async def continue_(request: web.BaseRequest) -> None:
-    """Tell a client that sent `Expect: 100-continue` to send its body: aiohttp's low-level
-    server leaves it to the handler, and without it such a client (curl past its threshold,
-    .NET and Java clients) waits its own timeout (curl: 1 s) before sending. Called once the
-    body's declared length is within the limit: a body over it is refused at once and never
-    sent."""
-    await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-    request.writer.output_size = 0  # the answer's own bytes are counted from here
-    await request.writer.drain()
 
 
 def _not_json(body: bytes) -> str | None:
@@ -169,82 +135,43 @@ async def open_http(
     if releasers is not None:
         releasers.append(release)
 
-    def too_large(size: int | None) -> web.Response:
-        got = f"{size} bytes" if size is not None else f"more than {limit} bytes"
-        return _error(
-            413,
-            f"the request body has {got}, over the limit of {limit} bytes; send fewer or shorter texts per request",
-            {"Connection": "close"},
-        )
-
-    async def forward(request: web.BaseRequest, body: bytes) -> web.Response:
+    async def forward(request: Request, body: bytes) -> Answer:
         upstream = upstreams[0]
         using[id(upstream)] = using.get(id(upstream), 0) + 1
         try:
-            reply = await upstream.send(
-                request.method, str(request.rel_url), _passed_on(request.headers.items(), _REQUEST_HOP), body
-            )
-            return web.Response(status=reply.status, body=reply.body, headers=_passed_on(reply.headers))
+            reply = await upstream.send(request.method, request.target, _passed_on(request.headers, _REQUEST_HOP), body)
+            return Answer(reply.status, _passed_on(reply.headers), reply.body)
         finally:
             using[id(upstream)] -= 1
 
-    async def handle(request: web.BaseRequest) -> web.StreamResponse:
-        if request.content_length is not None and request.content_length > limit:
-            return too_large(request.content_length)
-        # the body's deadline cancels this handler (no task of its own, as asyncio.wait_for
-        # would make: a body already here is read in this turn, before a close that came
-        # with it is seen)
-        late: list[bool] = []
-        this = asyncio.current_task()
-        assert this is not None
-
-        def expire() -> None:
-            late.append(True)
-            this.cancel()
-
-        expect = request.headers.get("Expect") if request.version == HttpVersion11 else None  # HTTP/1.0: ignored
-        if expect and expect.lower() != "100-continue":
-            return _error(417, f"the Expect header {expect[:40]!r} is not one this server meets; send 100-continue")
-        timer = asyncio.get_running_loop().call_later(BODY_TIMEOUT, expire)
-        try:
-            if expect:
-                await continue_(request)  # the client waits for it before it sends the body
-            body = await read_body(request, limit)
-        except web.HTTPRequestEntityTooLarge:
-            return too_large(None)
-        except asyncio.CancelledError:
-            if not late:
-                raise  # the client left
-            message = f"the request body did not arrive within {BODY_TIMEOUT:g} s; send it at once"
-            return _error(408, message, {"Connection": "close"})
-        finally:
-            timer.cancel()
+    async def handle(request: Request) -> Answer:
+        body = request.body
         if door.leaving and request.path == READY_PATH:  # KServe v2: 4xx is "not ready"
-            return _error(400, f"{door.leaving}: this server is not ready; use another replica")
+            return error(400, f"{door.leaving}: this server is not ready; use another replica")
         model = _MODEL.fullmatch(request.path)
         inference = model is not None and model.group(3) in INFERENCE_ACTIONS and request.method == "POST"
         if not inference:
             if model is None and not any(route.fullmatch(request.path) for route in _OTHERS):
-                return _error(404, "Not Found")  # as tritonserver answers a path it does not serve
+                return error(404, "Not Found")  # as tritonserver answers a path it does not serve
             problem = None
             if request.method == "POST":  # a large body is parsed in a thread, as an inference's is
                 problem = await asyncio.to_thread(_not_json, body) if len(body) > OFFLOAD_BYTES else _not_json(body)
             if problem:  # tritonserver 2.51 answers 500 "failed to parse the request JSON buffer"
-                return _error(400, problem)
+                return error(400, problem)
             upload = _LOAD.fullmatch(request.path) is not None and http_uploads(body)
             if upload and not door.allow_model_uploads:
-                return _error(403, UPLOAD_REFUSAL)
+                return error(403, UPLOAD_REFUSAL)
             try:
                 if upload:
                     return await door.uploads.watch(lambda: forward(request, body))
                 return await forward(request, body)
             except OSError as err:
-                return _error(503, f"the server is not answering ({type(err).__name__}); retry in a moment")
+                return error(503, f"the server is not answering ({type(err).__name__}); retry in a moment")
         assert model is not None
         if door.served and model.group(1) not in door.served:
-            return _error(404, M.not_served(model.group(1)))
+            return error(404, M.not_served(model.group(1)))
         try:
-            header_length = request.headers.get("Inference-Header-Content-Length")
+            header_length = request.header("Inference-Header-Content-Length")
             weigh = (
                 (lambda: door.weigher.http(body, header_length))
                 if model.group(3) == "infer"
@@ -253,25 +180,25 @@ async def open_http(
             # a large body is read in a thread: its JSON would hold every client's turn
             weighed = await asyncio.to_thread(weigh) if len(body) > OFFLOAD_BYTES else weigh()
         except BadRequest as err:
-            return _error(400, str(err))
-        client = door.client_of(request.remote, request.headers.get(door.client_header) if door.client_header else None)
+            return error(400, str(err))
+        client = door.client_of(request.remote, request.header(door.client_header) if door.client_header else None)
         outcome = await door.admit(client, weighed.work)
         if isinstance(outcome, Refusal):
-            return _error(503, outcome.reason, {"Retry-After": str(max(1, round(outcome.retry_after)))})
+            return error(503, outcome.reason, {"Retry-After": str(max(1, round(outcome.retry_after)))})
 
-        async def forward_infer() -> web.Response:
+        async def forward_infer() -> Answer:
             try:
                 return await forward(request, body)
             except Refused as err:  # never reached tritonserver: may be sent again
-                return _error(503, f"{M.REFUSED_CONNECTION} ({type(err).__name__}); retry in a moment")
+                return error(503, f"{M.REFUSED_CONNECTION} ({type(err).__name__}); retry in a moment")
 
-        def failed(reply: web.Response) -> M.Reading | None:
+        def failed(reply: Answer) -> M.Reading | None:
             """What a failed answer means (`triton_messages.classify`); None for an answer."""
             if reply.status == 200:
                 return None
-            body = reply.body  # the bytes `forward` read (never a streamed payload)
-            return M.classify(reply.status, body if isinstance(body, (bytes, bytearray)) else None, door.served)
+            return M.classify(reply.status, reply.body, door.served)
 
+        request.hold()  # sent on from here (or not, if its client has left): never cancelled
         try:
             return await door.run(
                 outcome,
@@ -279,31 +206,21 @@ async def open_http(
                 ok=lambda reply: reply.status == 200,
                 dead_stub=lambda reply: (f := failed(reply)) is not None and f.kind is M.Kind.DEAD_STUB,
                 uncomputed=lambda reply: (f := failed(reply)) is not None and f.uncomputed,
-                client_gone=lambda: request.transport is None or request.transport.is_closing(),
+                client_gone=request.gone,
+                inline=True,
             )
         except ClientLeft:
-            return _error(499, "the client closed its connection before its request was sent on")
+            return error(499, "the client closed its connection before its request was sent on")
         except OSError as err:
-            return _error(503, f"the server is not answering ({type(err).__name__}); retry in a moment")
+            return error(503, f"the server is not answering ({type(err).__name__}); retry in a moment")
 
-    # aiohttp's low-level server: `handle` takes every path, reads the body itself (to its
-    # own limit) and answers `Expect` itself (`continue_`), so an Application's router,
-    # middleware chain and request subclass would only add to each request's cost (about
-    # 0.03-0.05 ms of the door's CPU at one client)
-    runner = web.ServerRunner(
-        web.Server(
-            handle,
-            handler_cancellation=True,
-            access_log=None,
-            lingering_time=LINGER,
-            keepalive_timeout=door.guard.idle_timeout + 5,  # the guard's sweep closes them first
-        )
-    )
-    await runner.setup()
-    assert runner.server is not None
+    def connection() -> HTTPConnection:
+        return HTTPConnection(handle, limit, BODY_TIMEOUT, LINGER)
+
+    listener: asyncio.Server | None = None
     try:
         listener = await asyncio.get_running_loop().create_server(
-            door.guard.factory(runner.server),
+            door.guard.factory(connection),
             door.address,
             door.http_port,
             backlog=ACCEPT_BACKLOG,
@@ -314,16 +231,18 @@ async def open_http(
             for sock in listener.sockets:
                 attach(sock, door.workers, *door.network_prefix)
     except BaseException:
-        await runner.cleanup()
+        if listener is not None:
+            listener.close()
         await upstreams[0].close()
         raise
+    serving = listener
     door.guard.start()
 
     async def close() -> None:
         door.guard.stop()
-        listener.close()
-        await runner.cleanup()
-        await listener.wait_closed()
+        serving.close()
+        door.guard.close_all()
+        await serving.wait_closed()
         await upstreams[0].close()
 
     return close

@@ -1,0 +1,301 @@
+"""The front door's own HTTP/1.1 server (`frontdoor.http_server`), on 127.0.0.1 with raw
+sockets and a handler that says what it was given: framing (pipelining, HTTP/1.0, chunked and
+compressed bodies, HEAD), the refusals of bad framing (each with its status, then the
+connection's end), a client that leaves, a handler that fails, a client that reads slowly,
+and what the guard reads (`waiting()`)."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import socket
+import threading
+import time
+import zlib
+
+import pytest
+
+from readability_triton.frontdoor.http_server import Answer, HTTPConnection, Request, error
+
+LIMIT = 1 << 16
+
+
+class _Server:
+    """The server in a loop of its own thread; `seen` holds each request handled."""
+
+    def __init__(self, delay: float = 0.0, answer_bytes: int = 0):
+        self.seen: list[Request] = []
+        self.cancelled = 0
+        self.connections: list[HTTPConnection] = []
+        self.delay, self.answer_bytes = delay, answer_bytes
+        self.loop = asyncio.new_event_loop()
+        ready = threading.Event()
+
+        async def handle(request: Request):
+            self.seen.append(request)
+            if request.path == "/fail":
+                raise RuntimeError("a handler's bug")
+            try:
+                await asyncio.sleep(self.delay)
+            except asyncio.CancelledError:
+                self.cancelled += 1
+                raise
+            body = json.dumps(
+                {"method": request.method, "path": request.path, "target": request.target, "body": len(request.body)}
+            ).encode()
+            if self.answer_bytes:
+                body = b"x" * self.answer_bytes
+            return Answer(200, [("Content-Type", "application/json")], body)
+
+        def connection() -> HTTPConnection:
+            made = HTTPConnection(handle, LIMIT, 1.0, 0.5)
+            self.connections.append(made)
+            return made
+
+        async def start() -> None:
+            self.server = await self.loop.create_server(connection, "127.0.0.1", 0)
+            self.port = self.server.sockets[0].getsockname()[1]
+            ready.set()
+
+        self.thread = threading.Thread(target=lambda: (self.loop.run_until_complete(start()), self.loop.run_forever()))
+        self.thread.start()
+        ready.wait(5)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.server.close)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+
+
+@pytest.fixture
+def server():
+    made = _Server()
+    yield made
+    made.close()
+
+
+def _connect(port: int) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+    return sock
+
+
+def _read_answer(sock: socket.socket, buffer: bytearray, head_only: bool = False) -> tuple[int, dict, bytes]:
+    """One answer from `sock` (what is left over stays in `buffer`)."""
+    while b"\r\n\r\n" not in buffer:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError(f"closed before an answer: {bytes(buffer)[:80]!r}")
+        buffer += chunk
+    end = buffer.index(b"\r\n\r\n")
+    lines = bytes(buffer[:end]).decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    length = 0 if head_only else int(headers.get("content-length", 0))
+    while len(buffer) < end + 4 + length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed inside an answer")
+        buffer += chunk
+    body = bytes(buffer[end + 4 : end + 4 + length])
+    del buffer[: end + 4 + length]
+    return int(lines[0].split()[1]), headers, body
+
+
+def _closed(sock: socket.socket, within: float = 3.0) -> bool:
+    sock.settimeout(within)
+    try:
+        while True:
+            if sock.recv(65536) == b"":
+                return True
+    except (socket.timeout, TimeoutError):
+        return False
+    except OSError:
+        return True
+
+
+def _post(path: str, body: bytes, *headers: str, version: str = "1.1") -> bytes:
+    extra = "".join(f"{h}\r\n" for h in headers)
+    return f"POST {path} HTTP/{version}\r\nHost: x\r\nContent-Length: {len(body)}\r\n{extra}\r\n".encode() + body
+
+
+def test_pipelined_requests_are_answered_in_order_on_one_connection(server):
+    sock = _connect(server.port)
+    sock.sendall(b"".join(_post(f"/v2/{i}", b"a" * i) for i in range(1, 6)))
+    buffer = bytearray()
+    answers = [_read_answer(sock, buffer) for _ in range(5)]
+    assert [json.loads(body)["path"] for _, _, body in answers] == [f"/v2/{i}" for i in range(1, 6)]
+    assert [json.loads(body)["body"] for _, _, body in answers] == [1, 2, 3, 4, 5]
+    assert all(status == 200 and "connection" not in headers for status, headers, _ in answers)
+
+
+def test_http_10_closes_unless_it_asks_to_keep_alive(server):
+    sock = _connect(server.port)
+    sock.sendall(b"GET /a HTTP/1.0\r\n\r\n")
+    status, headers, _ = _read_answer(sock, bytearray())
+    assert status == 200 and headers["connection"] == "close" and _closed(sock)
+    sock = _connect(server.port)
+    buffer = bytearray()
+    for _ in range(2):
+        sock.sendall(b"GET /a HTTP/1.0\r\nConnection: keep-alive\r\n\r\n")
+        status, headers, _ = _read_answer(sock, buffer)
+        assert status == 200 and headers["connection"] == "keep-alive"
+    sock.sendall(b"GET /a HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    status, headers, _ = _read_answer(sock, buffer)
+    assert headers["connection"] == "close" and _closed(sock)
+
+
+def test_chunked_and_compressed_bodies_reach_the_handler_whole_and_inflated(server):
+    text = json.dumps({"inputs": [{"data": ["a text " * 300]}]}).encode()
+    raw_deflate = zlib.compressobj(6, zlib.DEFLATED, -zlib.MAX_WBITS)
+    bodies = {
+        "gzip": gzip.compress(text),
+        "deflate": zlib.compress(text),
+        "raw deflate": raw_deflate.compress(text) + raw_deflate.flush(),
+    }
+    try:
+        import brotli
+
+        bodies["br"] = brotli.compress(text)
+    except ImportError:
+        pass
+    sock = _connect(server.port)
+    buffer = bytearray()
+    for name, body in bodies.items():
+        sock.sendall(_post("/b", body, f"Content-Encoding: {name.split()[-1]}"))
+        status, _, answer = _read_answer(sock, buffer)
+        assert status == 200 and json.loads(answer)["body"] == len(text), name
+    chunks = [text[i : i + 1000] for i in range(0, len(text), 1000)]
+    chunked = b"".join(b"%x\r\n%s\r\n" % (len(c), c) for c in chunks) + b"0\r\n\r\n"
+    sock.sendall(b"POST /c HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+    for i in range(0, len(chunked), 700):  # in pieces, as a slow client sends them
+        sock.sendall(chunked[i : i + 700])
+        time.sleep(0.002)
+    status, _, answer = _read_answer(sock, buffer)
+    assert status == 200 and json.loads(answer)["body"] == len(text)
+    assert server.seen[-1].body == text
+
+
+@pytest.mark.parametrize(
+    "request_bytes, status, says",
+    [
+        (b"GARBAGE\r\n\r\n", 400, "not valid HTTP"),
+        (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414, "request target is over"),
+        (b"GET / HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(200)) + b"\r\n", 431, "headers"),
+        (b"GET / HTTP/1.1\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n", 431, "head is over"),
+        (_post("/z", b"xx", "Content-Encoding: zstd-from-the-future"), 415, "not one this server reads"),
+        (_post("/z", b"not gzip at all", "Content-Encoding: gzip"), 400, "does not inflate"),
+        (_post("/z", gzip.compress(b"a" * 1000)[:-12], "Content-Encoding: gzip"), 400, "incomplete"),
+        (_post("/z", b"{}", "Expect: something-else"), 417, "Expect header"),
+        (_post("/z", b"x" * (LIMIT + 1)), 413, f"over the limit of {LIMIT} bytes"),
+        (_post("/z", gzip.compress(bytes(1 << 24)), "Content-Encoding: gzip"), 413, "over the limit"),
+    ],
+    ids=[
+        "garbage",
+        "long target",
+        "many headers",
+        "long head",
+        "unknown encoding",
+        "not gzip",
+        "cut gzip",
+        "expect",
+        "too large",
+        "bomb",
+    ],
+)
+def test_refused_framing_is_answered_then_the_connection_ends(server, request_bytes, status, says):
+    sock = _connect(server.port)
+    try:
+        sock.sendall(request_bytes)
+    except OSError:
+        pass  # refused before it was all sent
+    got, headers, body = _read_answer(sock, bytearray())
+    assert got == status and says in json.loads(body)["error"], body
+    assert headers["connection"] == "close" and _closed(sock)
+    assert not server.seen  # no handler saw it
+
+
+def test_a_declared_oversized_body_is_refused_before_a_100_continue_and_a_good_one_gets_it(server):
+    sock = _connect(server.port)
+    sock.sendall(f"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: {LIMIT * 4}\r\nExpect: 100-continue\r\n\r\n".encode())
+    status, _, _ = _read_answer(sock, bytearray())
+    assert status == 413
+    sock = _connect(server.port)
+    sock.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n")
+    sock.settimeout(0.5)
+    assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    sock.settimeout(5)
+    sock.sendall(b"{}")
+    status, _, body = _read_answer(sock, bytearray())
+    assert status == 200 and json.loads(body)["body"] == 2
+
+
+def test_a_body_that_does_not_come_is_answered_408(server):
+    sock = _connect(server.port)
+    sock.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
+    started = time.monotonic()
+    status, headers, body = _read_answer(sock, bytearray())
+    assert status == 408 and 0.9 <= time.monotonic() - started <= 2.0
+    assert _closed(sock)
+
+
+def test_head_targets_and_a_failing_handler(server):
+    sock = _connect(server.port)
+    buffer = bytearray()
+    sock.sendall(b"HEAD /v2/health/ready HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, headers, body = _read_answer(sock, buffer, head_only=True)
+    assert status == 200 and int(headers["content-length"]) > 0 and body == b""
+    sock.sendall(b"GET http://example.test:8000/v2/m%2Fx/ready?a=%2F&b=c%20d HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, _, body = _read_answer(sock, buffer)
+    seen = json.loads(body)
+    assert seen["path"] == "/v2/m/x/ready" and seen["target"] == "/v2/m%2Fx/ready?a=%2F&b=c%20d"
+    sock.sendall(b"GET /fail HTTP/1.1\r\nHost: x\r\n\r\n")
+    status, _, body = _read_answer(sock, buffer)
+    assert status == 500 and "failed" in json.loads(body)["error"]
+    sock.sendall(b"GET /after HTTP/1.1\r\nHost: x\r\n\r\n")  # the connection goes on
+    assert _read_answer(sock, buffer)[0] == 200
+
+
+def test_a_client_that_leaves_cancels_its_handler_and_waiting_is_what_the_guard_reads():
+    made = _Server(delay=0.5)
+    try:
+        sock = _connect(made.port)
+        time.sleep(0.1)
+        (connection,) = made.connections
+        assert connection.waiting()  # new: waits for a head
+        sock.sendall(b"GET /x HTTP/1.1\r\nHost: x\r\n")
+        time.sleep(0.1)
+        assert connection.waiting()  # part of a head
+        sock.sendall(b"\r\n")
+        time.sleep(0.1)
+        assert not connection.waiting()  # its handler runs
+        _read_answer(sock, bytearray())
+        assert connection.waiting()  # between requests
+        sock.sendall(b"GET /y HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.1)
+        sock.shutdown(socket.SHUT_WR)  # it leaves while its handler runs
+        time.sleep(0.2)
+        assert made.cancelled == 1
+        assert _closed(sock)
+    finally:
+        made.close()
+
+
+def test_a_client_that_reads_slowly_gets_every_answer_whole_and_in_order():
+    made = _Server(answer_bytes=32 << 20)  # 32 MiB answers: far over what the sockets hold
+    try:
+        sock = _connect(made.port)
+        sock.sendall(b"".join(b"GET /%d HTTP/1.1\r\nHost: x\r\n\r\n" % i for i in range(3)))
+        time.sleep(0.5)
+        assert len(made.seen) == 1  # the next request waits until its answer is taken
+        buffer = bytearray()
+        for _ in range(3):
+            status, _, body = _read_answer(sock, buffer)
+            assert status == 200 and len(body) == 32 << 20
+        assert [r.path for r in made.seen] == ["/0", "/1", "/2"]
+    finally:
+        made.close()
+
+
+def test_error_answers_are_kserve_error_objects():
+    status, headers, body = error(503, "busy", {"Retry-After": "2"})
+    assert status == 503 and ("Retry-After", "2") in headers and json.loads(body) == {"error": "busy"}
