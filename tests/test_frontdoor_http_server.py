@@ -24,7 +24,7 @@ LIMIT = 1 << 16
 class _Server:
     """The server in a loop of its own thread; `seen` holds each request handled."""
 
-    def __init__(self, delay: float = 0.0, answer_bytes: int = 0):
+    def __init__(self, delay: float = 0.0, answer_bytes: int = 0, body_timeout: float = 1.0):
         self.seen: list[Request] = []
         self.cancelled = 0
         self.connections: list[HTTPConnection] = []
@@ -49,7 +49,7 @@ class _Server:
             return Answer(200, [("Content-Type", "application/json")], body)
 
         def connection() -> HTTPConnection:
-            made = HTTPConnection(handle, LIMIT, 1.0, 0.5)
+            made = HTTPConnection(handle, LIMIT, body_timeout, 0.5)
             self.connections.append(made)
             return made
 
@@ -186,6 +186,18 @@ def test_chunked_and_compressed_bodies_reach_the_handler_whole_and_inflated(serv
         (_post("/z", b"not gzip at all", "Content-Encoding: gzip"), 400, "does not inflate"),
         (_post("/z", gzip.compress(b"a" * 1000)[:-12], "Content-Encoding: gzip"), 400, "incomplete"),
         (_post("/z", b"{}", "Expect: something-else"), 417, "Expect header"),
+        (b"GET / HTTP/2.0\r\nHost: x\r\n\r\n", 505, "HTTP/1.1 and 1.0 only"),
+        (
+            [b"POST /z HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nX-T: "]
+            + [b"a" * 10000] * 30,
+            413,
+            "over the limit",
+        ),
+        (
+            b"POST /z HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n{}\n",
+            400,
+            "Upgrade request with a body",
+        ),
         (_post("/z", b"x" * (LIMIT + 1)), 413, f"over the limit of {LIMIT} bytes"),
         (_post("/z", gzip.compress(bytes(1 << 24)), "Content-Encoding: gzip"), 413, "over the limit"),
     ],
@@ -198,6 +210,9 @@ def test_chunked_and_compressed_bodies_reach_the_handler_whole_and_inflated(serv
         "not gzip",
         "cut gzip",
         "expect",
+        "http2",
+        "endless trailer",
+        "upgrade with a body",
         "too large",
         "bomb",
     ],
@@ -205,7 +220,9 @@ def test_chunked_and_compressed_bodies_reach_the_handler_whole_and_inflated(serv
 def test_refused_framing_is_answered_then_the_connection_ends(server, request_bytes, status, says):
     sock = _connect(server.port)
     try:
-        sock.sendall(request_bytes)
+        for piece in request_bytes if isinstance(request_bytes, list) else [request_bytes]:
+            sock.sendall(piece)
+            time.sleep(0.001)
     except OSError:
         pass  # refused before it was all sent
     got, headers, body = _read_answer(sock, bytearray())
@@ -227,6 +244,62 @@ def test_a_declared_oversized_body_is_refused_before_a_100_continue_and_a_good_o
     sock.sendall(b"{}")
     status, _, body = _read_answer(sock, bytearray())
     assert status == 200 and json.loads(body)["body"] == 2
+
+
+def test_a_pipelined_request_waits_its_turn_for_its_100_and_its_bodys_deadline():
+    """Behind a request answered after 1.5 s, a request that expects 100-continue is told to
+    send its body only once its turn comes, and its body's deadline (1 s) runs from then."""
+    made = _Server(delay=1.5)
+    try:
+        sock = _connect(made.port)
+        sock.sendall(
+            b"GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"
+            b"POST /next HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nExpect: 100-continue\r\n\r\n"
+        )
+        buffer = bytearray()
+        assert _read_answer(sock, buffer)[0] == 200  # the slow one, after 1.5 s
+        while b"\r\n\r\n" not in buffer:
+            buffer += sock.recv(100)
+        assert bytes(buffer) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        buffer.clear()
+        sock.sendall(b"{}")
+        status, _, body = _read_answer(sock, buffer)
+        assert status == 200 and json.loads(body)["body"] == 2
+    finally:
+        made.close()
+
+
+def test_a_deflate_body_whose_first_piece_is_one_byte_and_an_empty_expect(server):
+    body = zlib.compress(b'{"a": 1}')
+    sock = _connect(server.port)
+    sock.sendall(
+        _post("/d", b"", "Content-Encoding: deflate", "Expect:").replace(b"Length: 0", b"Length: %d" % len(body))
+    )
+    time.sleep(0.05)
+    sock.sendall(body[:1])
+    time.sleep(0.05)
+    sock.sendall(body[1:])
+    status, _, answer = _read_answer(sock, bytearray())
+    assert status == 200 and json.loads(answer)["body"] == 8
+
+
+def test_a_client_that_takes_no_answer_is_closed_after_the_bodys_deadline():
+    made = _Server(answer_bytes=32 << 20, body_timeout=1.0)
+    try:
+        sock = _connect(made.port)
+        sock.sendall(b"GET /0 HTTP/1.1\r\nHost: x\r\n\r\nGET /1 HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(2.0)  # reads nothing
+        assert len(made.seen) == 1
+        received = 0
+        sock.settimeout(5)
+        try:
+            while chunk := sock.recv(1 << 20):
+                received += len(chunk)
+        except ConnectionResetError:
+            pass
+        assert received < 32 << 20  # cut off: the first answer never came whole
+    finally:
+        made.close()
 
 
 def test_a_body_that_does_not_come_is_answered_408(server):

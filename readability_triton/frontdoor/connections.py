@@ -184,11 +184,13 @@ class Guard:
             connection.transport.abort()
 
     def close_all(self) -> None:
-        """Close every connection, each once what it has written is sent (the port is closing)."""
+        """Close every connection (the port is closing): at once where its client has not
+        taken what it was sent (a slow reader would hold the close), else once it is sent."""
         for connection in list(self.open):
             self.forget(connection)
-            if connection.transport is not None:
-                connection.transport.close()
+            transport = connection.transport
+            if transport is not None:
+                transport.abort() if transport.get_write_buffer_size() else transport.close()
 
     def forget(self, connection: _Guarded) -> None:
         if connection in self.open:

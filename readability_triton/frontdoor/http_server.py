@@ -33,16 +33,17 @@ What it does for every request, before its handler sees it:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections import deque
 from http import HTTPStatus
-from typing import Awaitable, Callable, NamedTuple
-from urllib.parse import unquote
+from typing import Awaitable, Callable
 
 import httptools
 
+from .http_messages import Answer, Request, error
 from .inflate import ENCODINGS, INFLATE_ERRORS, Inflater
+
+__all__ = ["Answer", "HTTPConnection", "Request", "error"]
 
 log = logging.getLogger(__name__)
 
@@ -59,62 +60,6 @@ _NO_BODY = frozenset({204, 304})
 _REASONS = {status.value: status.phrase.encode("ascii") for status in HTTPStatus} | {499: b"Client Closed Request"}
 #: An answer's body longer than this is written after its head, not copied into one buffer.
 _JOIN_LIMIT = 1 << 16
-
-
-class Request:
-    """One request, its body whole. `headers`: (name, value) pairs as sent (UTF-8, with
-    surrogates for other bytes); `path`: the target's path, percent-decoded; `target`: the
-    target as sent (origin form)."""
-
-    __slots__ = (
-        "method",
-        "target",
-        "path",
-        "version",
-        "headers",
-        "remote",
-        "body",
-        "keep_alive",
-        "_fields",
-        "_connection",
-    )
-
-    def __init__(self, connection: "HTTPConnection", method: str, target: str, version: str, headers, keep_alive: bool):
-        self._connection = connection
-        self.method, self.target, self.version, self.headers = method, target, version, headers
-        self.path = unquote(target.split("?", 1)[0], errors="surrogateescape")
-        self.remote = connection.remote
-        self.keep_alive = keep_alive
-        self.body = b""
-        self._fields: dict[str, str] = {}
-        for name, value in reversed(headers):  # the first of a name's values
-            self._fields[name.lower()] = value
-
-    def header(self, name: str) -> str | None:
-        """The first value of header `name` (any case), or None."""
-        return self._fields.get(name.lower())
-
-    def gone(self) -> bool:
-        """Whether the client has closed its connection."""
-        transport = self._connection.transport
-        return transport is None or transport.is_closing()
-
-    def hold(self) -> None:
-        """From now on the client's leaving does not cancel the handler (which asks `gone()`
-        where it matters): what it does next must run to its end."""
-        self._connection.held = True
-
-
-class Answer(NamedTuple):
-    status: int
-    headers: list[tuple[str, str]]
-    body: bytes
-
-
-def error(status: int, message: str, headers: dict[str, str] | None = None) -> Answer:
-    """An answer whose body is the KServe v2 error object."""
-    pairs = [("Content-Type", "application/json"), *(headers or {}).items()]
-    return Answer(status, pairs, json.dumps({"error": message}).encode())
 
 
 class _Refusal(Exception):
@@ -147,6 +92,7 @@ class HTTPConnection(asyncio.Protocol):
         self._url = b""
         self._headers: list[tuple[bytes, bytes]] = []
         self._head_bytes = -1  # bytes fed since its message began, until its head is read (-1: none begun)
+        self._wire = 0  # bytes fed while its body (chunk framing and trailers included) is read (-1: from this read)
         self._head_size = 0  # the bytes of its headers read whole
         self._request: Request | None = None
         self._body = bytearray()
@@ -159,6 +105,7 @@ class HTTPConnection(asyncio.Protocol):
         self.held = False  # its handler is not cancelled when the client leaves (`Request.hold`)
         self._refused: Answer | None = None  # the framing refused: answered after those before it
         self._lingering = False
+        self._closing = False  # its last answer is written: it closes once that is sent
         self._closed = False
         self._paused_reading = False
         self._writable: asyncio.Future | None = None  # set while the client does not read its answers
@@ -166,7 +113,13 @@ class HTTPConnection(asyncio.Protocol):
     # -- what the guard reads -------------------------------------------------------------
     def waiting(self) -> bool:
         """Whether it waits for a request's head: nothing is being answered or read."""
-        return self._task is None and not self._ready and self._request is None and self._refused is None
+        return (
+            self._task is None
+            and not self._ready
+            and self._request is None
+            and self._refused is None
+            and not self._closing
+        )
 
     # -- the transport's events ------------------------------------------------------------
     def connection_made(self, transport) -> None:
@@ -193,8 +146,13 @@ class HTTPConnection(asyncio.Protocol):
                 self._refuse(
                     error(431, f"the request's head is over {HEAD_LIMIT} bytes; send fewer or shorter headers")
                 )
-        if self._request is not None and self._timer is None:  # a body still to come: its deadline
-            self._timer = self._loop.call_later(self.body_timeout, self._late)
+            elif self._request is not None:  # a body still to come: its bytes on the wire, framing
+                # and trailers included (this read whole where its head ended in it)
+                self._wire = len(data) if self._wire < 0 else self._wire + len(data)
+                if self._wire > self.limit + 2 * HEAD_LIMIT:
+                    self._refuse(self.too_large(None))
+        if self._request is not None and self._timer is None and self._task is None and not self._ready:
+            self._body_turn()  # a body still to come, and its turn: its deadline
         self._next()
 
     def eof_received(self) -> None:
@@ -231,16 +189,22 @@ class HTTPConnection(asyncio.Protocol):
             raise _Refusal(error(414, f"the request target is over {LINE_LIMIT} bytes"))
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        self._headers.append((name, value))
         self._head_size += len(name) + len(value) + 4
+        if self._request is not None:  # a trailer: counted, not kept
+            if self._head_size > HEAD_LIMIT:
+                raise _Refusal(error(431, f"the request's trailers are over {HEAD_LIMIT} bytes"))
+            return
+        self._headers.append((name, value))
         if self._head_size > HEAD_LIMIT:
             raise _Refusal(error(431, f"the request's head is over {HEAD_LIMIT} bytes; send fewer or shorter headers"))
         if len(self._headers) > MAX_HEADERS:
             raise _Refusal(error(431, f"the request has over {MAX_HEADERS} headers; send fewer"))
 
     def on_headers_complete(self) -> None:
-        self._head_bytes = -1
+        self._head_bytes, self._wire, self._head_size = -1, -1, 0
         parser = self._parser
+        if parser.get_http_version() not in ("1.1", "1.0"):
+            raise _Refusal(error(505, "this server speaks HTTP/1.1 and 1.0 only"))
         target = _decode(self._url)
         if not target.startswith("/"):  # absolute form (or `*`): its path and query
             try:
@@ -257,9 +221,11 @@ class HTTPConnection(asyncio.Protocol):
             headers,
             parser.should_keep_alive(),
         )
-        if parser.should_upgrade():
-            request.keep_alive = False  # what follows the head is another protocol's
         length = request.header("Content-Length")
+        if parser.should_upgrade():
+            if (length and length.strip() != "0") or request.header("Transfer-Encoding"):
+                raise _Refusal(error(400, "an Upgrade request with a body is not served; send it without Upgrade"))
+            request.keep_alive = False  # what follows the head is another protocol's
         if length is not None and length.strip().isdigit() and int(length) > self.limit:
             raise _Refusal(self.too_large(int(length)))
         encoding = (request.header("Content-Encoding") or "identity").strip().lower()
@@ -272,15 +238,16 @@ class HTTPConnection(asyncio.Protocol):
             )
         self._inflater = Inflater(encoding) if encoding in ENCODINGS else None
         expect = request.header("Expect") if request.version == "1.1" else None  # HTTP/1.0: ignored
-        if expect is not None and expect.strip().lower() != "100-continue":
+        expect = expect.strip() or None if expect is not None else None  # an empty one: none
+        if expect is not None and expect.lower() != "100-continue":
             raise _Refusal(
                 error(417, f"the Expect header {expect[:40]!r} is not one this server meets; send 100-continue")
             )
         self._continue = expect is not None
         self._request = request
         self._body = bytearray()
-        if self._continue and self._task is None and not self._ready:
-            self._send_continue()
+        if self._continue and self._task is None and not self._ready:  # its turn: the client may send
+            self._body_turn(deadline=False)  # (the deadline starts if the body is not here by the read's end)
 
     def on_body(self, data: bytes) -> None:
         if self._inflater is None:
@@ -336,10 +303,16 @@ class HTTPConnection(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
 
-    def _send_continue(self) -> None:
-        self._continue = False
-        if self.transport is not None:
-            self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+    def _body_turn(self, deadline: bool = True) -> None:
+        """The request being read is next to be answered: its client is told to send its body
+        (where it asked to be), and the body's deadline runs from now (not while requests
+        before it are answered, or reading is paused behind them)."""
+        if self._continue:
+            self._continue = False
+            if self.transport is not None:
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        if deadline and self._timer is None:
+            self._timer = self._loop.call_later(self.body_timeout, self._late)
 
     def _next(self) -> None:
         """Start answering the next request read, if none is being answered."""
@@ -350,8 +323,8 @@ class HTTPConnection(asyncio.Protocol):
             self._task = self._loop.create_task(self._answer(request))
         elif self._refused is not None:
             self._write(self._refused, None, close=True)
-        elif self._continue and self._request is not None:
-            self._send_continue()
+        elif self._request is not None:
+            self._body_turn()
 
     async def _answer(self, request: Request) -> None:
         """Answer `request`, then start on the next one (the connection is busy until its
@@ -381,8 +354,12 @@ class HTTPConnection(asyncio.Protocol):
             return False
         if self._writable is not None:  # the client is not reading its answers: wait until it does
             try:
-                await self._writable
+                taken, _ = await asyncio.wait({self._writable}, timeout=self.body_timeout)
             except asyncio.CancelledError:
+                return False
+            if not taken and self.transport is not None:  # as long as a body may take to come
+                log.info("front door: closed a connection whose client took no answer in %g s", self.body_timeout)
+                self.transport.abort()
                 return False
         return not self._closed
 
@@ -417,6 +394,7 @@ class HTTPConnection(asyncio.Protocol):
         transport = self.transport
         if transport is None:
             return
+        self._closing = True
         if not lingering or not transport.can_write_eof():
             transport.close()
             return

@@ -29,6 +29,7 @@ class Inflater:
     def __init__(self, encoding: str):
         self.encoding = encoding
         self._zlib: Any = None  # a zlib decompressobj
+        self._first = b""  # a deflate body's first byte, until its second says how it is wrapped
         self._brotli = brotli.Decompressor() if encoding == "br" and brotli is not None else None
 
     def _start(self, data: bytes):
@@ -46,8 +47,14 @@ class Inflater:
                 piece = self._brotli.process(b"", output_buffer_limit=INFLATE_PIECE)
                 yield piece
             return
+        if self._zlib is None and self.encoding == "deflate" and len(self._first) + len(data) < 2:
+            self._first += data
+            return
+        data, self._first = self._first + data, b""
         while data:
-            if self._zlib is None or (self._zlib.eof and self.encoding != "deflate"):
+            if self._zlib is not None and self._zlib.eof and data[:1] != b"\x1f":
+                return  # what follows the last gzip member (padding) is not read
+            if self._zlib is None or self._zlib.eof:
                 self._zlib = self._start(data)  # the first member, or the next of a gzip body's members
             yield self._zlib.decompress(data, INFLATE_PIECE)
             data = self._zlib.unconsumed_tail or self._zlib.unused_data
