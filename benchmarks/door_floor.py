@@ -8,10 +8,11 @@ CPU) is reached four ways, each its own process, in rotating rounds:
 - `direct`: the stand-in itself;
 - `protocol`: a bare proxy on asyncio protocols (the request's head parsed by hand, passed
   on over one kept connection, the answer passed back): about the least a Python hop does;
-- `aiohttp`: a bare proxy on aiohttp's low-level server and the door's own upstream
-  connections (`frontdoor.upstream`), the body parsed as JSON: the door's transport alone;
-- `door`: the HTTP front door itself (`front.FrontDoor`: the connection guard, the weigher,
-  the gate, the fair queue), with a gRPC port it does not use;
+- `aiohttp`: a bare proxy on aiohttp's low-level server (the door's server before it had
+  its own, `frontdoor.http_server`) and the door's upstream connections
+  (`frontdoor.upstream`), the body parsed as JSON: a common Python server's hop;
+- `door`: the HTTP front door itself (`front.FrontDoor`: its HTTP server, the connection
+  guard, the weigher, the gate, the fair queue), with a gRPC port it does not use;
 - `baseline` (with `--baseline-code DIR`): the same door by the package in DIR (a checkout
   of an earlier commit, `git worktree add`).
 

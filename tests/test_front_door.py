@@ -627,15 +627,15 @@ def _rss_mb(pid: int) -> float:
 
 def test_compression_bombs_are_refused_and_leave_serve_its_size(served):
     """HTTP bodies that inflate to 1 GiB, three at a time: 413 once the inflated bytes pass
-    the limit, and serve's memory near where it was. aiohttp's own read buffered 80-130 MB a
-    bomb in 16-32 MiB pieces that glibc kept in the front door's thread arena: these 15 left
-    serve 22-25 MB larger (3 runs; a stand-in server in a thread, 144-224 MB), and 10-14 MB
-    with the door's small pieces and glibc's fixed mmap threshold (4 runs)."""
+    the limit, and serve's memory near where it was. aiohttp's own read (the port's server
+    then) buffered 80-130 MB a bomb in 16-32 MiB pieces that glibc kept in the front door's
+    thread arena: these 15 left serve 22-25 MB larger (3 runs), and 10-14 MB with small
+    pieces and glibc's fixed mmap threshold (4 runs); the door's own server, 3-10 MB (2 runs)."""
     target, _ = served
     pid = target.process.pid
     before = _rss_mb(pid)
     try:
-        import brotli  # noqa: F401 - aiohttp inflates br where it is installed
+        import brotli  # noqa: F401 - the door inflates br where brotli is installed
 
         encodings = ["br"] * 9 + ["gzip", "deflate"] * 3
     except ImportError:
