@@ -412,11 +412,14 @@ def _door_run(
     leave_after: float | None = None,
     gone_before: bool = False,
     gone_check=None,
+    inline: bool = False,
 ):
     """Door.run for one request whose forward() answers `answers` in turn (a string with a
     shed sign is the entrance's refusal, DEAD a dead stub's answer, which a supervisor
     repairs at once); with `leave_after`, its client leaves after that many seconds; with
     `gone_before`, it had left before the send (the answer is then the exception raised).
+    `inline`: run as the HTTP port runs it (in the caller's task, never cancelled: a client
+    that leaves is seen by `client_gone` alone).
     (the final answer or None, how many sends, the snapshot, repairs, quickest())."""
     import asyncio
 
@@ -431,6 +434,7 @@ def _door_run(
         door._running.set()
         ticket = await door.admit("127.0.0.2", 1.0, patience)
         sends = []
+        left: list[bool] = []
 
         async def forward():
             sends.append(1)
@@ -444,11 +448,16 @@ def _door_run(
                 ok=lambda a: a == "ok",
                 dead_stub=lambda a: a == DEAD,
                 uncomputed=lambda a: shed(503, a),
-                client_gone=gone_check or (lambda: gone_before),
+                client_gone=gone_check or (lambda: gone_before or bool(left)),
+                inline=inline,
             )
         )
         answer = None
-        if gone_before:
+        if inline and leave_after is not None:
+            await asyncio.sleep(leave_after)
+            left.append(True)  # its connection closed: the handler goes on, and sees it
+            answer = await call
+        elif gone_before:
             try:
                 await call
             except D.ClientLeft as err:
@@ -516,15 +525,24 @@ def test_a_client_that_leaves_during_a_pause_is_not_sent_again():
     assert snap["abandoned_after_send"] == 1 and snap["requests_inside"] == 0
 
 
+def test_an_inline_run_sees_a_client_that_leaves_during_a_pause_and_does_not_send_again():
+    answer, sends, snap, _, _ = _door_run([SHED], leave_after=0.02, inline=True)
+    assert answer == SHED and sends == 1 and snap["resent"] == 1
+    assert snap["abandoned_after_send"] == 1 and snap["requests_inside"] == 0
+    answer, sends, snap, _, _ = _door_run([SHED, "ok"], inline=True)  # a client that stays
+    assert answer == "ok" and sends == 2 and snap["answered"] == 1 and snap["requests_inside"] == 0
+
+
 def test_a_client_gone_before_the_send_is_never_computed():
     """A client that sent its request and closed at once: its close is seen by the time the
     send starts, and the request is dropped uncomputed (Door.run raises ClientLeft)."""
     from readability_triton.frontdoor.door import ClientLeft
 
-    answer, sends, snap, _, _ = _door_run(["ok"], gone_before=True)
-    assert isinstance(answer, ClientLeft) and sends == 0
-    assert snap["dropped_before_compute"] == 1 and snap["abandoned_after_send"] == 0
-    assert snap["answered"] == 0 and snap["requests_inside"] == 0 and snap["texts_inside"] == 0
+    for inline in (False, True):
+        answer, sends, snap, _, _ = _door_run(["ok"], gone_before=True, inline=inline)
+        assert isinstance(answer, ClientLeft) and sends == 0
+        assert snap["dropped_before_compute"] == 1 and snap["abandoned_after_send"] == 0
+        assert snap["answered"] == 0 and snap["requests_inside"] == 0 and snap["texts_inside"] == 0
 
 
 def test_a_check_for_a_gone_client_that_fails_sends_the_request_and_leaks_nothing():

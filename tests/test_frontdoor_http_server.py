@@ -194,6 +194,13 @@ def test_chunked_and_compressed_bodies_reach_the_handler_whole_and_inflated(serv
             "over the limit",
         ),
         (
+            b"POST /z HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\nX-T: "
+            + b"a" * 70000
+            + b"\r\n\r\n",
+            431,
+            "trailers are over",
+        ),
+        (
             b"POST /z HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nConnection: upgrade\r\nUpgrade: h2c\r\n\r\n{}\n",
             400,
             "Upgrade request with a body",
@@ -212,6 +219,7 @@ def test_chunked_and_compressed_bodies_reach_the_handler_whole_and_inflated(serv
         "expect",
         "http2",
         "endless trailer",
+        "long trailer",
         "upgrade with a body",
         "too large",
         "bomb",
@@ -227,8 +235,10 @@ def test_refused_framing_is_answered_then_the_connection_ends(server, request_by
         pass  # refused before it was all sent
     got, headers, body = _read_answer(sock, bytearray())
     assert got == status and says in json.loads(body)["error"], body
-    assert headers["connection"] == "close" and _closed(sock)
+    assert headers["connection"] == "close" and _closed(sock)  # half-closed: the answer is read
     assert not server.seen  # no handler saw it
+    time.sleep(0.8)  # the linger (0.5 s) ends with the connection's close, though the client stays
+    assert all(connection.transport is None for connection in server.connections)
 
 
 def test_a_declared_oversized_body_is_refused_before_a_100_continue_and_a_good_one_gets_it(server):
@@ -267,6 +277,16 @@ def test_a_pipelined_request_waits_its_turn_for_its_100_and_its_bodys_deadline()
         assert status == 200 and json.loads(body)["body"] == 2
     finally:
         made.close()
+
+
+def test_an_empty_body_with_a_content_encoding_is_served(server):
+    sock = _connect(server.port)
+    buffer = bytearray()
+    sock.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\n\r\n")
+    assert _read_answer(sock, buffer)[0] == 200
+    sock.sendall(_post("/e", b"", "Content-Encoding: br"))
+    status, _, body = _read_answer(sock, buffer)
+    assert status == 200 and json.loads(body)["body"] == 0
 
 
 def test_a_deflate_body_whose_first_piece_is_one_byte_and_an_empty_expect(server):

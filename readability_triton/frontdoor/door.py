@@ -266,7 +266,12 @@ class Door:
         if inline:
             # one turn of the loop first: a close that came with the request (send and close at
             # once) is read in it, and the request is then not sent on for nobody
-            await asyncio.sleep(0)
+            try:
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:  # only as the loop ends: the ticket is given back
+                self.gate.release(ticket)
+                self._pump()
+                raise
             return await send()
         task = asyncio.ensure_future(send())
         self._tasks.add(task)

@@ -1,30 +1,35 @@
 """The HTTP port's own HTTP/1.1 server: an asyncio protocol on `httptools` (llhttp, the parser
 uvicorn uses) that frames requests and answers and leaves the rest to a handler
 (`http_front`). It replaced aiohttp's low-level server, whose request and response objects,
-payload streams and writer cost the door 0.1-0.25 ms of CPU per request (`door_floor.py`).
+payload streams, writer and handler task cost the door 0.07-0.30 ms of CPU per request
+(`door_floor.py`).
 
 What it does for every request, before its handler sees it:
 
 - reads the head within HEAD_LIMIT bytes and MAX_HEADERS headers (else 431), a request
-  target within LINE_LIMIT (else 414); a request that is not HTTP/1.x is answered 400 and its connection closed;
+  target within LINE_LIMIT (else 414); HTTP/2.0 or 0.9 is answered 505, what is not HTTP
+  400;
 - refuses a body whose Content-Length is over `limit` at once (413, before a `100
   Continue`, so that a client that asked for one never sends it), and one that passes it as
   it arrives (chunked, or inflated: gzip, deflate and br are inflated piece by piece, never
-  more than the limit at once; another Content-Encoding is answered 415);
+  more than the limit at once, `inflate`; another Content-Encoding is answered 415), or
+  whose bytes on the wire (chunk framing, trailers) pass the limit and twice HEAD_LIMIT;
 - answers `Expect: 100-continue` when the request's turn comes, and any other Expect 417;
-- gives the body BODY_TIMEOUT s from the end of its head (else 408);
+- gives the body `body_timeout` s from its turn (the end of its head, or of the answers
+  pipelined before it), else 408;
 - hands the whole request (`Request`: the body read, inflated and de-chunked) to
   `handle(request)`, one at a time per connection: pipelined requests are answered in order,
   and reading pauses while more than PIPELINE of them wait;
-- writes each `Answer` with its Content-Length in one buffer; a connection is closed after
-  an answer when the client asked for it (`Connection: close`, HTTP/1.0 without keep-alive)
-  or the door refused its framing. Refused with part of its body unread, the connection is
-  half-closed and read (and discarded) for `linger` s, so that its client reads the answer
-  before the connection's end;
+- writes each `Answer` with its Content-Length; a connection is closed after an answer when
+  the client asked for it (`Connection: close`, HTTP/1.0 without keep-alive) or the door
+  refused its framing (then after the answers before it). Refused, the connection is
+  half-closed and read (discarding, uninflated) for `linger` s, so that its client reads the
+  answer before the connection's end;
 - cancels the handler when the client closes its connection (or half-closes it), as
   aiohttp's `handler_cancellation` did, until the handler holds its request (`hold()`);
 - waits, before the next request's handler, until a client that does not read its answers
-  has taken them (the transport's write buffer under its high-water mark).
+  has taken them (the transport's write buffer under its high-water mark), for at most
+  `body_timeout` s: then the connection is cut off.
 
 `waiting()` says whether the connection waits for a request's head (the guard's timeouts,
 `connections`).
@@ -271,7 +276,7 @@ class HTTPConnection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if self._inflater is not None and not self._inflater.finished():
+        if self._inflater is not None and self._inflater.fed and not self._inflater.finished():
             raise _Refusal(error(400, "the request body's compressed stream is incomplete"))
         request.body = bytes(self._body)
         self._body = bytearray()

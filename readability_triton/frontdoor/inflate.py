@@ -11,9 +11,12 @@ from typing import Any, Iterator
 
 #: What is read of one piece of a compressed body at a time.
 INFLATE_PIECE = 1 << 16
-try:  # br is read where brotli is installed (as aiohttp did)
+try:  # br is read where brotli 1.2 or later is installed (its output limit; tritonclient brings it)
     import brotli
-except ImportError:  # pragma: no cover - brotli comes with the client extra's tritonclient
+
+    if not hasattr(brotli.Decompressor(), "can_accept_more_data"):  # pragma: no cover - brotli < 1.2
+        brotli = None
+except ImportError:  # pragma: no cover
     brotli = None
 #: What a body that does not inflate raises.
 INFLATE_ERRORS: tuple[type[Exception], ...] = (zlib.error,) + ((brotli.error,) if brotli is not None else ())
@@ -30,6 +33,7 @@ class Inflater:
         self.encoding = encoding
         self._zlib: Any = None  # a zlib decompressobj
         self._first = b""  # a deflate body's first byte, until its second says how it is wrapped
+        self.fed = False  # a byte of the body came
         self._brotli = brotli.Decompressor() if encoding == "br" and brotli is not None else None
 
     def _start(self, data: bytes):
@@ -39,6 +43,7 @@ class Inflater:
         return zlib.decompressobj(16 + zlib.MAX_WBITS)
 
     def pieces(self, data: bytes) -> Iterator[bytes]:
+        self.fed = self.fed or bool(data)
         if self._brotli is not None:
             piece = self._brotli.process(data, output_buffer_limit=INFLATE_PIECE)
             yield piece

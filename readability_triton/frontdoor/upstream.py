@@ -54,7 +54,7 @@ def _head(method: str, target: str, host: str, headers: list[tuple[str, str]], b
     lines += [f"{name}: {value}" for name, value in headers if "\r" not in value and "\n" not in value]
     if body or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
         lines.append(f"Content-Length: {len(body)}")
-    # the bytes the client sent (aiohttp decodes them as UTF-8, surrogates for the rest)
+    # the bytes the client sent (`http_messages` decodes them as UTF-8, surrogates for the rest)
     return ("\r\n".join(lines) + "\r\n\r\n").encode("utf-8", "surrogateescape")
 
 
