@@ -182,7 +182,7 @@ def test_chunked_and_compressed_bodies_reach_the_handler_whole_and_inflated(serv
         (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", 414, "request target is over"),
         (b"GET / HTTP/1.1\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(200)) + b"\r\n", 431, "headers"),
         (b"GET / HTTP/1.1\r\nX-Big: " + b"a" * 70000 + b"\r\n\r\n", 431, "head is over"),
-        (_post("/z", b"xx", "Content-Encoding: zstd-from-the-future"), 415, "not one this server reads"),
+        (_post("/z", b"xx", "Content-Encoding: zstd-from-the-future"), 415, "send gzip, deflate"),
         (_post("/z", b"not gzip at all", "Content-Encoding: gzip"), 400, "does not inflate"),
         (_post("/z", gzip.compress(b"a" * 1000)[:-12], "Content-Encoding: gzip"), 400, "incomplete"),
         (_post("/z", b"{}", "Expect: something-else"), 417, "Expect header"),

@@ -238,7 +238,8 @@ class HTTPConnection(asyncio.Protocol):
             raise _Refusal(
                 error(
                     415,
-                    f"the Content-Encoding {encoding[:40]!r} is not one this server reads; send gzip, deflate or none",
+                    f"the Content-Encoding {encoding[:40]!r} is not one this server reads; "
+                    f"send {', '.join(e for e in ENCODINGS if e != 'x-gzip')} or none",
                 )
             )
         self._inflater = Inflater(encoding) if encoding in ENCODINGS else None
