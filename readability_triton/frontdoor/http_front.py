@@ -74,8 +74,9 @@ _REQUEST_HOP = _HOP | {"content-encoding", "expect"}
 #: Seconds a refused upload may go on being read (and discarded) so that its client sees
 #: the answer before the connection closes.
 LINGER = 2.0
-#: Seconds a request's body has to arrive once its headers have (a slow upload holds a
-#: connection and a handler: `connections` bounds the rest of a connection's life).
+#: Seconds a request's body has to arrive once its turn comes (the end of its headers, or of
+#: the answers pipelined before it), and a client has to take an answer (a slow upload or
+#: reader holds a connection: `connections` bounds the rest of a connection's life).
 BODY_TIMEOUT = 30.0
 #: A body longer than this is weighed (its JSON parsed) in a thread, not in the loop's turn.
 OFFLOAD_BYTES = 1 << 20
