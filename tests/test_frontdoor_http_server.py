@@ -26,6 +26,7 @@ class _Server:
 
     def __init__(self, delay: float = 0.0, answer_bytes: int = 0, body_timeout: float = 1.0):
         self.seen: list[Request] = []
+        self.gone: list[bool] = []  # what `Request.gone()` said as the handler began (path /gone)
         self.cancelled = 0
         self.connections: list[HTTPConnection] = []
         self.delay, self.answer_bytes = delay, answer_bytes
@@ -34,6 +35,8 @@ class _Server:
 
         async def handle(request: Request):
             self.seen.append(request)
+            if request.path == "/gone":
+                self.gone.append(request.gone())
             if request.path == "/fail":
                 raise RuntimeError("a handler's bug")
             try:
@@ -392,3 +395,52 @@ def test_a_client_that_reads_slowly_gets_every_answer_whole_and_in_order():
 def test_error_answers_are_kserve_error_objects():
     status, headers, body = error(503, "busy", {"Retry-After": "2"})
     assert status == 503 and ("Retry-After", "2") in headers and json.loads(body) == {"error": "busy"}
+
+
+def test_a_request_whose_client_sent_it_and_closed_at_once_is_gone_before_the_loop_reads_the_close(server):
+    """The handler's first step (before any turn of the loop that would read the close) sees
+    a client that sent its request and closed in one burst as gone: the kernel's state of
+    the connection (`http_messages.peer_closed`); a client that stays is not gone."""
+    request = b"POST /gone HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}"
+    for _ in range(5):
+        sock = _connect(server.port)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_CORK, 1)
+        sock.sendall(request)
+        sock.close()
+    kept = _connect(server.port)
+    deadline = time.monotonic() + 5
+    while len(server.gone) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    kept.sendall(request)
+    assert b"200 OK" in kept.recv(65536)
+    kept.close()
+    assert server.gone == [True] * 5 + [False]
+
+
+def test_peer_closed_reads_the_kernels_state_of_the_connection():
+    from readability_triton.frontdoor.http_messages import peer_closed
+
+    class Transport:
+        def __init__(self, sock):
+            self.sock = sock
+
+        def get_extra_info(self, name):
+            return self.sock if name == "socket" else None
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())
+    accepted, _ = listener.accept()
+    try:
+        assert not peer_closed(Transport(accepted))
+        client.close()
+        deadline = time.monotonic() + 5
+        while not peer_closed(Transport(accepted)) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert peer_closed(Transport(accepted))
+        assert not peer_closed(Transport(None))  # no socket: nothing known, not gone
+        udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        assert not peer_closed(Transport(udp))  # not TCP: nothing known
+        udp.close()
+    finally:
+        accepted.close()
+        listener.close()

@@ -206,8 +206,8 @@ class Door:
         """`forward()` sent on for `ticket`, awaited to its end even if the client leaves
         (the caller is then cancelled and the answer dropped). Just before the send, a
         client that has left already (the caller was cancelled, or `client_gone()` says so:
-        an HTTP client that sent its request and closed at once is seen by then, its close
-        read in the loop's turn that accepted the request; a gRPC call past its deadline)
+        an HTTP client that sent its request and closed at once, as the kernel knows before
+        the loop reads the close, `http_messages.peer_closed`; a gRPC call past its deadline)
         gets `ClientLeft` instead of an answer nobody reads. `forward` must not touch the
         client's connection (it may be gone): it returns the answer, `ok(answer)` says
         whether it is a success (the gate's rate counts successes only),
@@ -264,14 +264,6 @@ class Door:
                 self._pump()
 
         if inline:
-            # one turn of the loop first: a close that came with the request (send and close at
-            # once) is read in it, and the request is then not sent on for nobody
-            try:
-                await asyncio.sleep(0)
-            except asyncio.CancelledError:  # only as the loop ends: the ticket is given back
-                self.gate.release(ticket)
-                self._pump()
-                raise
             return await send()
         task = asyncio.ensure_future(send())
         self._tasks.add(task)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 from typing import NamedTuple, Protocol
 from urllib.parse import unquote
 
@@ -51,14 +52,34 @@ class Request:
         return self._fields.get(name.lower())
 
     def gone(self) -> bool:
-        """Whether the client has closed its connection."""
+        """Whether the client has closed its connection: as the loop has seen, or as the
+        kernel has (`peer_closed`: a close that came with the request is known before the
+        loop reads it)."""
         transport = self._connection.transport
-        return transport is None or transport.is_closing()
+        return transport is None or transport.is_closing() or peer_closed(transport)
 
     def hold(self) -> None:
         """From now on the client's leaving does not cancel the handler (which asks `gone()`
         where it matters): what it does next must run to its end."""
         self._connection.held = True
+
+
+#: Linux's TCP states (include/net/tcp_states.h): the connection is open both ways.
+_ESTABLISHED = 1
+
+
+def peer_closed(transport: asyncio.BaseTransport) -> bool:
+    """Whether the kernel has seen the peer of a TCP connection close or reset it (its state,
+    the first byte of TCP_INFO, is no longer ESTABLISHED): one getsockopt, no turn of the
+    loop. False where that cannot be read (another platform or transport)."""
+    sock = transport.get_extra_info("socket")
+    try:
+        return sock is not None and sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 1)[0] != _ESTABLISHED
+    except (OSError, AttributeError, IndexError):
+        return False
+
+
+_TCP_INFO = getattr(socket, "TCP_INFO", 11)
 
 
 class Answer(NamedTuple):
