@@ -1,4 +1,4 @@
-"""What any gRPC front door on grpc.aio costs at least, beside the door itself, in one run.
+"""What a gRPC front door in Python costs at least (bare grpcio proxies), beside the door itself.
 
 One `serve` of a repository (the `portable` tiny set by default, whose models are almost
 free, so that what is measured is the plumbing); closed loops of 1, 4 and 16 tritonclient
