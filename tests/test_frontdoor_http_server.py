@@ -10,6 +10,7 @@ import asyncio
 import gzip
 import json
 import socket
+import sys
 import threading
 import time
 import zlib
@@ -397,6 +398,7 @@ def test_error_answers_are_kserve_error_objects():
     assert status == 503 and ("Retry-After", "2") in headers and json.loads(body) == {"error": "busy"}
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the TCP state is read on Linux only (TCP_INFO)")
 def test_a_request_whose_client_sent_it_and_closed_at_once_is_gone_before_the_loop_reads_the_close(server):
     """The handler's first step (before any turn of the loop that would read the close) sees
     a client that sent its request and closed in one burst as gone: the kernel's state of
@@ -417,6 +419,7 @@ def test_a_request_whose_client_sent_it_and_closed_at_once_is_gone_before_the_lo
     assert server.gone == [True] * 5 + [False]
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the TCP state is read on Linux only (TCP_INFO)")
 def test_peer_closed_reads_the_kernels_state_of_the_connection():
     from readability_triton.frontdoor.http_messages import peer_closed
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sys
 from typing import NamedTuple, Protocol
 from urllib.parse import unquote
 
@@ -64,22 +65,25 @@ class Request:
         self._connection.held = True
 
 
-#: Linux's TCP states (include/net/tcp_states.h): the connection is open both ways.
+#: Linux's TCP states (include/net/tcp_states.h): the connection is open both ways. An
+#: accepted connection whose request is being handled is ESTABLISHED, CLOSE_WAIT once its
+#: client has sent FIN, or CLOSE once it was reset. (Other systems number the states their
+#: own way: there the check is not made.)
 _ESTABLISHED = 1
+_TCP_INFO = getattr(socket, "TCP_INFO", None) if sys.platform.startswith("linux") else None
 
 
 def peer_closed(transport: asyncio.BaseTransport) -> bool:
     """Whether the kernel has seen the peer of a TCP connection close or reset it (its state,
     the first byte of TCP_INFO, is no longer ESTABLISHED): one getsockopt, no turn of the
-    loop. False where that cannot be read (another platform or transport)."""
+    loop. False where that cannot be read (not Linux, not TCP, no socket)."""
     sock = transport.get_extra_info("socket")
+    if sock is None or _TCP_INFO is None:
+        return False
     try:
-        return sock is not None and sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 1)[0] != _ESTABLISHED
+        return sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 1)[0] != _ESTABLISHED
     except (OSError, AttributeError, IndexError):
         return False
-
-
-_TCP_INFO = getattr(socket, "TCP_INFO", 11)
 
 
 class Answer(NamedTuple):
