@@ -38,6 +38,8 @@ import sys
 import tempfile
 import time
 
+from readability_triton.frontdoor.protobuf import fields, varint
+
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 #: tritonserver's HTTP statuses as gRPC codes' names (src/http_server.cc `HttpCodeFromError`
 #: read backwards: 400 also covers UNKNOWN, ALREADY_EXISTS and CANCELLED)
@@ -63,8 +65,6 @@ def _field(number: int, payload: bytes) -> bytes:
 
 def _shape(value, kind: int) -> list[int]:
     """A packed (or single) repeated int64."""
-    from readability_triton.frontdoor.protobuf import varint
-
     if kind == 0:
         return [value]
     dims, pos = [], 0
@@ -77,8 +77,6 @@ def _shape(value, kind: int) -> list[int]:
 def translate_request(message: bytes) -> tuple[str, str, str, bytes, bytes]:
     """(model, version, id, JSON header, binary tensors) of a ModelInferRequest for tritonserver's
     HTTP port; ValueError for what this floor does not translate."""
-    from readability_triton.frontdoor.protobuf import fields
-
     model = version = request_id = ""
     inputs, outputs, raws = [], [], []
     for number, _, value in fields(memoryview(message)):

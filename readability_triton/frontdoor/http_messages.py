@@ -82,7 +82,7 @@ def peer_closed(transport: asyncio.BaseTransport) -> bool:
         return False
     try:
         return sock.getsockopt(socket.IPPROTO_TCP, _TCP_INFO, 1)[0] != _ESTABLISHED
-    except (OSError, AttributeError, IndexError):
+    except OSError:  # not TCP
         return False
 
 
