@@ -3,7 +3,7 @@ the floor under `bench_door.py`'s figures.
 
 A stand-in for tritonserver (an asyncio protocol that answers every KServe v2 request with
 a fixed one-score answer, `--delay` ms after it arrived: the pipeline's time, without its
-CPU) is reached four ways, each its own process, in rotating rounds:
+CPU) is reached five ways, each its own process, in rotating rounds:
 
 - `direct`: the stand-in itself;
 - `protocol`: a bare proxy on asyncio protocols (the request's head parsed by hand, passed
@@ -13,6 +13,9 @@ CPU) is reached four ways, each its own process, in rotating rounds:
   (`frontdoor.upstream`), the body parsed as JSON: a common Python server's hop;
 - `door`: the HTTP front door itself (`front.FrontDoor`: its HTTP server, the connection
   guard, the weigher, the gate, the fair queue), with a gRPC port it does not use;
+- `nginx`: one nginx process passing requests on over kept connections
+  (`native_proxy.py`): what a native hop costs; left out, with a line saying so, where nginx
+  is not installed;
 - `baseline` (with `--baseline-code DIR`): the same door by the package in DIR (a checkout
   of an earlier commit, `git worktree add`).
 
@@ -23,8 +26,8 @@ before its clients start to just after they stop) per request, each the median o
 rounds; with a baseline, the door's CPU, requests/s and p50 against the baseline's as the
 medians (and ranges) of their per-round ratios. The proxies and the door run this checkout's
 package, the baseline DIR's (PYTHONPATH); the package each imports is printed and recorded.
-Rounds rotate the order of the ways: a multiple of their number (4, or 5 with a baseline)
-gives each the same share of every position.
+Rounds rotate the order of the ways: a multiple of their number (4, and one more each for
+nginx and a baseline) gives each the same share of every position.
 
     python benchmarks/door_floor.py --rounds 5 --duration 3 --delay 5
 """
@@ -35,6 +38,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -267,11 +271,16 @@ def main(argv=None) -> int:
         return 0
     # here, not at the top: the proxies' processes import only what their role needs
     from bench_door import cpu_seconds
+    from native_proxy import MISSING, nginx_binary, start
 
     from readability_triton.server.tritonserver import free_ports
 
-    ports = free_ports(7)
+    ports = free_ports(8)
     upstream, ways = ports[0], {"direct": ports[0], "protocol": ports[1], "aiohttp": ports[2], "door": ports[3]}
+    if nginx_binary():
+        ways["nginx"] = ports[7]
+    else:
+        print(MISSING, file=sys.stderr)
     me = os.path.abspath(__file__)
     here = os.path.dirname(os.path.dirname(me))  # this checkout: what the proxies and the door run
 
@@ -301,6 +310,7 @@ def main(argv=None) -> int:
         processes[name] = subprocess.Popen(
             [sys.executable, me, role, str(ways[name]), str(upstream), *extra], env=env_of(code)
         )
+    nginx_folder = None
     counts = [int(n) for n in args.clients.split(",")]
     samples: dict[tuple[int, str], list[dict]] = {}
     code = (
@@ -308,6 +318,9 @@ def main(argv=None) -> int:
         "door_floor.clients(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), sys.argv[5])"
     )
     try:
+        if "nginx" in ways:
+            nginx_folder = tempfile.mkdtemp(prefix="door-floor-nginx-")
+            processes["nginx"] = start(nginx_folder, ways["nginx"], f"127.0.0.1:{upstream}")
         for port in ways.values():
             _wait_for(port)
         with tempfile.TemporaryDirectory(prefix="door-floor-") as tmp:
@@ -355,6 +368,8 @@ def main(argv=None) -> int:
         for process in processes.values():
             process.kill()
             process.wait()
+        if nginx_folder:
+            shutil.rmtree(nginx_folder, ignore_errors=True)
     rows = []
     print(
         f"\none proxy hop against the door ({args.rounds} rounds of {args.duration:g} s, answers after "

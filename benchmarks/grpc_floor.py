@@ -1,8 +1,9 @@
-"""What a gRPC front door in Python costs at least (bare grpcio proxies), beside the door itself.
+"""What a gRPC front door in Python costs at least (bare grpcio proxies), beside the door itself
+and a native proxy.
 
 One `serve` of a repository (the `portable` tiny set by default, whose models are almost
 free, so that what is measured is the plumbing); closed loops of 1, 4 and 16 tritonclient
-gRPC clients, one text per request (`bench_door.measure`), each sent five ways in rotating
+gRPC clients, one text per request (`bench_door.measure`), each sent six ways in rotating
 rounds, to the same tritonserver at the same moment of the run:
 
 - `direct`: serve's own tritonserver's gRPC port;
@@ -16,7 +17,10 @@ rounds, to the same tritonserver at the same moment of the run:
   as a ModelInferResponse: the floor of a gRPC door whose upstream half is HTTP. It
   translates only what this benchmark sends (inputs in `raw_input_contents`, no parameters,
   no shared memory) and refuses anything else (UNIMPLEMENTED): a measurement, not a door;
-- `door`: serve's published gRPC port, through the front door.
+- `door`: serve's published gRPC port, through the front door;
+- `nginx`: one nginx process relaying gRPC over HTTP/2 on kept connections
+  (`native_proxy.py`): what a native relay costs; left out, with a line saying so, where
+  nginx is not installed.
 
 Per clients and way: texts/s and p50 (medians of the rounds), the way's texts/s over
 direct's (median of the per-round ratios) and the CPU per request of the way's own process
@@ -238,6 +242,7 @@ def main(argv=None) -> int:
         return 0
     # here, not at the top: the proxies' processes import only what their role needs
     from bench_door import measure, server_ports
+    from native_proxy import MISSING, nginx_binary, start
 
     from readability_triton import contracts as C
     from readability_triton.client.readability import ThreadClients, text_input
@@ -258,16 +263,21 @@ def main(argv=None) -> int:
             direct = server_ports(server_pid)
             upstream = (f"127.0.0.1:{direct['grpc']}", f"127.0.0.1:{direct['http']}")
             kinds = {"grpc proxy": "grpc", "sync proxy": "sync", "grpc to http": "http"}
-            ports = dict(zip(kinds, free_ports(len(kinds))))
+            ports = dict(zip([*kinds, "nginx"], free_ports(len(kinds) + 1)))
             proxies = {
-                way: subprocess.Popen([sys.executable, me, str(port), *upstream, kinds[way]])
-                for way, port in ports.items()
+                way: subprocess.Popen([sys.executable, me, str(ports[way]), *upstream, kind])
+                for way, kind in kinds.items()
             }
             try:
+                if nginx_binary():
+                    proxies["nginx"] = start(os.path.join(tmp, "nginx"), ports["nginx"], upstream[0], grpc=True)
+                else:
+                    print(MISSING, file=sys.stderr)
                 ways = {
                     "direct": (direct["grpc"], server_pid),
-                    **{way: (port, proxies[way].pid) for way, port in ports.items()},
+                    **{way: (ports[way], proxies[way].pid) for way in kinds},
                     "door": (serve.ports["grpc"], serve.pid),
+                    **({"nginx": (ports["nginx"], proxies["nginx"].pid)} if "nginx" in proxies else {}),
                 }
                 scores = {}
                 for way, (port, _) in ways.items():  # every way answers, and the same

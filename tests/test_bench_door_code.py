@@ -13,6 +13,82 @@ import pytest
 from harness import load_benchmark
 
 
+def _nginx() -> bool:
+    """Whether nginx is here (CI installs it): the floors then measure it too, and must."""
+    return load_benchmark("native_proxy").nginx_binary() is not None
+
+
+@pytest.mark.parametrize("grpc", [False, True], ids=["http", "grpc"])
+def test_nginx_takes_the_floors_configuration_and_serves_each_protocol(tmp_path, grpc):
+    """benchmarks/native_proxy.py: nginx takes the configuration it writes (`nginx -t`) and,
+    as one process on a port of its own, passes an HTTP/1.1 request on to what listens behind
+    it, or (gRPC) speaks HTTP/2 in cleartext with prior knowledge. That it relays gRPC to
+    tritonserver is checked by the grpc_floor run below, where every way must score alike."""
+    import socket
+    import threading
+
+    native = load_benchmark("native_proxy")
+    if native.nginx_binary() is None:
+        pytest.skip("nginx is not installed (apt-get install nginx; .ci/run installs it)")
+    from readability_triton.server.tritonserver import free_ports
+
+    def read(connection: socket.socket, enough) -> bytes:
+        data = b""
+        while not enough(data):
+            chunk = connection.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return data
+
+    seen: list[bytes] = []
+
+    def answer() -> None:  # one connection: read what the relay sends, answer an HTTP/1.1 200
+        connection, _ = backend.accept()
+        with connection:
+            connection.settimeout(10)
+            seen.append(read(connection, lambda data: data.endswith(b"\r\n\r\n{}")))
+            connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+
+    backend = socket.create_server(("127.0.0.1", 0))
+    backend.settimeout(10)
+    process = None
+    try:
+        port = free_ports(1)[0]
+        upstream = f"127.0.0.1:{backend.getsockname()[1]}"
+        listen = f"listen 127.0.0.1:{port}{' http2' if grpc else ''};"
+        assert listen in native.config(str(tmp_path), port, upstream, grpc)
+        process = native.start(str(tmp_path / "nginx"), port, upstream, grpc=grpc)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                client = socket.create_connection(("127.0.0.1", port), timeout=10)
+                break
+            except OSError:
+                assert time.monotonic() < deadline and process.poll() is None, "nginx did not listen"
+                time.sleep(0.05)
+        if grpc:
+            # an HTTP/2 connection's preface is all nginx needs to answer with its SETTINGS frame
+            with client:
+                client.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+                frame = read(client, lambda data: len(data) >= 9)
+            assert len(frame) >= 9 and frame[3] == 4, frame  # type 4: SETTINGS
+        else:
+            thread = threading.Thread(target=answer, daemon=True)
+            thread.start()
+            with client:
+                client.sendall(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\n{}")
+                reply = read(client, lambda data: data.endswith(b"\r\n\r\nok"))
+            thread.join(10)
+            assert reply.startswith(b"HTTP/1.1 200") and reply.endswith(b"ok"), reply
+            assert seen and seen[0].startswith(b"POST /v2/models/m/infer HTTP/1.1\r\n"), seen
+    finally:
+        if process is not None:
+            process.kill()
+            process.wait()
+        backend.close()
+
+
 def test_cpu_seconds_is_the_process_own_time_and_grows_with_its_work():
     bench = load_benchmark("bench_door")
     before = bench.cpu_seconds(os.getpid())
@@ -39,9 +115,10 @@ def test_server_ports_are_read_from_tritonservers_command_line():
 
 @pytest.mark.slow
 def test_the_floor_benchmark_measures_every_way_and_each_answer_is_a_success(tmp_path):
-    """benchmarks/door_floor.py, briefly: the stand-in, the two bare proxies and the door
-    (and the door again as the 'baseline' of this same checkout) each answer every request
-    with a 200 (the benchmark fails on any other), and a proxy's CPU is counted."""
+    """benchmarks/door_floor.py, briefly: the stand-in, the two bare proxies, the door (and
+    the door again as the 'baseline' of this same checkout) and, where it is installed, nginx
+    each answer every request with a 200 (the benchmark fails on any other), and a proxy's
+    CPU is counted."""
     import json
 
     out = tmp_path / "floor.json"
@@ -56,13 +133,16 @@ def test_the_floor_benchmark_measures_every_way_and_each_answer_is_a_success(tmp
     assert done.returncode == 0, done.stderr[-3000:]
     measured = json.loads(out.read_text())
     rows = {(row["clients"], row["way"]): row for row in measured["rows"]}
-    ways = ("direct", "protocol", "aiohttp", "door", "baseline")
+    ways = ("direct", "protocol", "aiohttp", "door", "baseline") + (("nginx",) if _nginx() else ())
     assert set(rows) == {(n, way) for n in (1, 2) for way in ways}
     assert all(row["requests_per_s"] > 20 for row in rows.values()), rows
     assert all(rows[(n, way)]["cpu_ms"] > 0 for n in (1, 2) for way in ways[1:]), rows
     assert "| 2 | door |" in done.stdout
     # the proxies and the door run this checkout's package; the baseline the one it was given
-    assert all(rows[(1, way)]["package"].startswith(os.path.join(root, "readability_triton")) for way in ways[1:])
+    assert all(
+        rows[(1, way)]["package"].startswith(os.path.join(root, "readability_triton"))
+        for way in ("protocol", "aiohttp", "door", "baseline")
+    )
     assert [row["clients"] for row in measured["against_baseline"]] == [1, 2]
 
 
@@ -122,9 +202,9 @@ def test_the_grpc_floors_translation_is_a_model_infer_response_tritonclient_read
 
 @pytest.mark.integration
 def test_the_grpc_floor_benchmark_measures_every_way_and_they_agree(tiny_artifacts, tmp_path):
-    """benchmarks/grpc_floor.py, briefly, on the tiny set: direct, the three bare proxies and
-    the door each answer (the benchmark first checks that all five score a text alike), and
-    each proxy's CPU is counted."""
+    """benchmarks/grpc_floor.py, briefly, on the tiny set: direct, the three bare proxies, the
+    door and, where it is installed, nginx each answer (the benchmark first checks that every
+    way scores a text alike), and each proxy's CPU is counted."""
     import json
 
     out = tmp_path / "grpc-floor.json"
@@ -138,9 +218,11 @@ def test_the_grpc_floor_benchmark_measures_every_way_and_they_agree(tiny_artifac
     )
     assert done.returncode == 0, done.stderr[-3000:]
     measured = json.loads(out.read_text())
-    ways = ("direct", "grpc proxy", "sync proxy", "grpc to http", "door")
+    ways = ("direct", "grpc proxy", "sync proxy", "grpc to http", "door") + (("nginx",) if _nginx() else ())
     assert [row["way"] for row in measured["rows"]] == list(ways)
     assert set(measured["scores"]) == set(ways) and len(set(measured["scores"].values())) == 1
     assert all(row["texts_per_s"] > 5 for row in measured["rows"]), measured["rows"]
-    assert all(row["cpu_ms"] > 0 for row in measured["rows"][1:]), measured["rows"]
+    # nginx's share of half a second can be under the 10 ms that /proc counts in
+    assert all(row["cpu_ms"] > 0 for row in measured["rows"][1:] if row["way"] != "nginx"), measured["rows"]
+    assert all(row["cpu_ms"] >= 0 for row in measured["rows"][1:]), measured["rows"]
     assert "| 1 | grpc to http |" in done.stdout
