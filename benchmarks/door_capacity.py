@@ -9,6 +9,12 @@ so that the kernel steers them over the workers as it would distinct clients), s
 be measured instead of the door's). All share the machine's cores with serve and
 tritonserver: on 2 vCPUs the ceiling is the cores, not only the door.
 
+Each round also counts the CPU that every part spends per request: the door (serve's
+process and its workers), tritonserver (its process and its python-backend stubs) and the
+clients (the senders, from their loops' start). Their sum is what the machine spends on a
+request that way, and the machine's CPUs divided by it is the most that way can pass here
+(`at most`): what more door workers could reach on these cores, whatever the door does.
+
     python benchmarks/door_capacity.py --workers 1,2 --rounds 3 --duration 5
 """
 
@@ -125,6 +131,7 @@ def _grpc_sender(port: int, calls: int, warm: float, seconds: float, queue) -> N
 
     request = _grpc_request()
     tally: dict[str, list[float]] = {"latencies": [], "failed": [], "all": []}
+    begun = time.process_time()
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -154,6 +161,7 @@ def _grpc_sender(port: int, calls: int, warm: float, seconds: float, queue) -> N
             await channel.close()
 
     asyncio.run(main())
+    tally["cpu"] = [time.process_time() - begun]
     queue.put(tally)
 
 
@@ -164,6 +172,7 @@ def _sender(port: int, sources: list[str], warm: float, seconds: float, queue) -
         f"Content-Length: {len(body)}\r\n\r\n"
     ).encode() + body
     tally: dict[str, list[float]] = {"latencies": [], "failed": [], "all": []}
+    begun = time.process_time()
 
     async def main() -> None:
         loop = asyncio.get_running_loop()
@@ -172,6 +181,7 @@ def _sender(port: int, sources: list[str], warm: float, seconds: float, queue) -
         await asyncio.gather(*(_connection(port, source, request, start, stop, tally) for source in sources))
 
     asyncio.run(main())
+    tally["cpu"] = [time.process_time() - begun]
     queue.put(tally)
 
 
@@ -179,7 +189,7 @@ def blast(
     port: int, protocol: str, connections: int, networks: int, senders: int, seconds: float, warm: float = 1.0
 ) -> dict:
     """`connections` closed loops against `port` for `seconds` (after `warm`): requests/s,
-    p50 ms and failures."""
+    p50 ms, failures, and the CPU seconds the senders spent."""
     sources = [f"127.0.{1 + i % networks}.{1 + i // networks % 250}" for i in range(connections)]
     context = multiprocessing.get_context("spawn")  # grpc's threads do not survive a fork
     queue = context.Queue()
@@ -211,6 +221,7 @@ def blast(
         "failed": sum(len(t["failed"]) for t in tallies),
         # every answer, the warm-up's too: what the CPU measured over the whole blast served
         "answered": sum(len(t["all"]) for t in tallies),
+        "clients_cpu_s": sum(t["cpu"][0] for t in tallies),
     }
 
 
@@ -236,7 +247,8 @@ def main(argv=None) -> int:
     samples: dict[tuple[str, str], list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="door-capacity-") as tmp, contextlib.ExitStack() as stack:
         repo = write_trivial(os.path.join(tmp, "repository"))
-        ways: dict[tuple[str, str], tuple[int, list[int]]] = {}
+        # (protocol, way): the port, the door's processes, and the tritonserver reached
+        ways: dict[tuple[str, str], tuple[int, list[int], int]] = {}
         for n in counts:
             serve = stack.enter_context(
                 launch_serve(repo, os.path.join(tmp, f"serve-{n}"), args=["--door-workers", str(n)], stop_timeout=120)
@@ -248,25 +260,33 @@ def main(argv=None) -> int:
                 if protocol == "http" or n == counts[0]:
                     # serve and its door workers: its process tree less tritonserver's
                     pids = sorted(set(process_tree(serve.pid)) - set(process_tree(server_pid)))
-                    ways[(protocol, f"door x{n}")] = (int(serve.ports[protocol]), pids)
+                    ways[(protocol, f"door x{n}")] = (int(serve.ports[protocol]), pids, server_pid)
                 if (protocol, "direct") not in ways:
-                    ways[(protocol, "direct")] = (direct[protocol], [])
+                    ways[(protocol, "direct")] = (direct[protocol], [], server_pid)
         if args.baseline_code:
             serve = stack.enter_context(baseline_serve(repo, os.path.join(tmp, "serve-baseline"), args.baseline_code))
+            baseline_server = int(serve.status(timeout=10)["pid"])
             for protocol in protocols:
-                ways[(protocol, "baseline")] = (int(serve.ports[protocol]), [serve.pid])
+                ways[(protocol, "baseline")] = (int(serve.ports[protocol]), [serve.pid], baseline_server)
         names = list(ways)
         for r in range(args.rounds):
             for protocol, name in names[r % len(names) :] + names[: r % len(names)]:
-                port, pids = ways[(protocol, name)]
-                before, started = process_cpu(pids), time.monotonic()
+                port, pids, server = ways[(protocol, name)]
+                tree = process_tree(server)
+                before, busy, started = process_cpu(pids), process_cpu(tree), time.monotonic()
                 row = blast(port, protocol, args.connections, args.networks, args.senders, args.duration)
-                row["door_cpu_ms"] = (process_cpu(pids) - before) * 1e3 / max(1, row["answered"])
+                answered = max(1, row["answered"])
+                row["door_cpu_ms"] = (process_cpu(pids) - before) * 1e3 / answered
+                row["server_cpu_ms"] = (process_cpu(tree) - busy) * 1e3 / answered
+                row["clients_cpu_ms"] = row.pop("clients_cpu_s") * 1e3 / answered
+                row["all_cpu_ms"] = row["door_cpu_ms"] + row["server_cpu_ms"] + row["clients_cpu_ms"]
+                row["at_most"] = (os.cpu_count() or 1) * 1e3 / row["all_cpu_ms"]
                 samples.setdefault((protocol, name), []).append(row)
                 print(
                     f"round {r + 1}: {protocol:>4} {name:>8}: {row['requests_per_s']:7.0f} requests/s, "
-                    f"p50 {row['p50_ms']:6.2f} ms, {row['failed']} failed, door {row['door_cpu_ms']:.3f} ms "
-                    f"CPU/request, {time.monotonic() - started:.0f} s",
+                    f"p50 {row['p50_ms']:6.2f} ms, {row['failed']} failed, CPU ms/request: door "
+                    f"{row['door_cpu_ms']:.3f}, tritonserver {row['server_cpu_ms']:.3f}, clients "
+                    f"{row['clients_cpu_ms']:.3f}; at most {row['at_most']:.0f}/s, {time.monotonic() - started:.0f} s",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -276,8 +296,11 @@ def main(argv=None) -> int:
         f"{args.connections} closed loops in {args.senders} processes, HTTP from {args.networks} networks, "
         f"{os.cpu_count()} CPUs; medians)\n"
     )
-    print(f"| protocol | way | requests/s | against {base} | p50 ms | door CPU ms/request | failed |")
-    print("|---|---|---|---|---|---|---|")
+    print(
+        f"| protocol | way | requests/s | against {base} | p50 ms | door CPU ms/request | tritonserver's "
+        "| clients' | all | at most requests/s | failed |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     table = []
     for protocol, name in names:
         rows, baseline = samples[(protocol, name)], samples[(protocol, base)]
@@ -288,14 +311,29 @@ def main(argv=None) -> int:
             "ratio": statistics.median(a["requests_per_s"] / b["requests_per_s"] for a, b in zip(rows, baseline)),
             "p50_ms": statistics.median(r["p50_ms"] for r in rows),
             "failed": sum(r["failed"] for r in rows),
-            "door_cpu_ms": statistics.median(r["door_cpu_ms"] for r in rows),
+            **{
+                key: statistics.median(r[key] for r in rows)
+                for key in ("door_cpu_ms", "server_cpu_ms", "clients_cpu_ms", "all_cpu_ms", "at_most")
+            },
         }
+        entry["headroom"] = statistics.median(r["at_most"] / r["requests_per_s"] for r in rows)
         table.append(entry)
         print(
             f"| {protocol} | {name} | {entry['requests_per_s']:.0f} | {entry['ratio']:.2f} | {entry['p50_ms']:.2f} | "
             + (f"{entry['door_cpu_ms']:.3f}" if name != "direct" else "-")
-            + f" | {entry['failed']} |"
+            + f" | {entry['server_cpu_ms']:.3f} | {entry['clients_cpu_ms']:.3f} | {entry['all_cpu_ms']:.3f} "
+            f"| {entry['at_most']:.0f} | {entry['failed']} |"
         )
+    cpus = os.cpu_count() or 1
+    for entry in table:
+        if entry["way"] == base:
+            print(
+                f"\n{entry['protocol']}, {base}: the door, tritonserver and the clients spend "
+                f"{entry['all_cpu_ms']:.3f} ms of CPU per request together; {cpus} CPUs pass at most "
+                f"{entry['at_most']:.0f} a second at that cost, {entry['headroom']:.2f} times what it passed (median "
+                "of the rounds). More door workers add door processes and take none of the others' CPU: that is as "
+                "far as they can go on this machine."
+            )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
             json.dump({"rounds": args.rounds, "duration": args.duration, "rows": table}, handle, indent=2)

@@ -228,7 +228,8 @@ def test_two_door_workers_serve_every_network_and_outlive_one_killed(repo, tmp_p
 @pytest.mark.integration
 def test_the_capacity_benchmark_measures_every_way(tmp_path):
     """benchmarks/door_capacity.py, briefly: both worker counts over HTTP, one over gRPC,
-    and direct, every request answered."""
+    and direct, every request answered; the CPU of the door, tritonserver and the clients
+    counted, and no way passing more than the machine's CPUs allow at that cost."""
     out = tmp_path / "capacity.json"
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     done = subprocess.run(
@@ -249,6 +250,11 @@ def test_the_capacity_benchmark_measures_every_way(tmp_path):
     }
     assert all(row["requests_per_s"] > 50 and row["failed"] == 0 for row in rows.values()), rows
     assert "| http | door x2 |" in done.stdout
+    assert all(row["server_cpu_ms"] > 0 and row["clients_cpu_ms"] > 0 for row in rows.values()), rows
+    assert all(row["door_cpu_ms"] > 0 for (_, way), row in rows.items() if way != "direct"), rows
+    # the bound is a bound: CPU counted in whole ticks, and others on the machine only take from the rate
+    assert all(row["requests_per_s"] <= 1.15 * row["at_most"] for row in rows.values()), rows
+    assert "door x1: the door, tritonserver and the clients spend" in done.stdout
 
 
 @pytest.mark.integration
