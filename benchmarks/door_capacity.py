@@ -12,8 +12,10 @@ tritonserver: on 2 vCPUs the ceiling is the cores, not only the door.
 Each round also counts the CPU that every part spends per request: the door (serve's
 process and its workers), tritonserver (its process and its python-backend stubs) and the
 clients (the senders, from their loops' start). Their sum is what the machine spends on a
-request that way, and the machine's CPUs divided by it is the most that way can pass here
-(`at most`): what more door workers could reach on these cores, whatever the door does.
+request that way, and the CPUs the benchmark may use (its affinity, within a container's
+CPU limit) divided by it is the most that way can pass here at those costs (`at most`);
+with one door worker, the most any number of workers could reach on these cores, so long
+as tritonserver's and the clients' costs per request do not fall with more workers.
 
     python benchmarks/door_capacity.py --workers 1,2 --rounds 3 --duration 5
 """
@@ -35,6 +37,8 @@ from queue import Empty
 from bench_door import baseline_serve, cpu_seconds, server_ports
 
 from readability_triton import contracts as C
+from readability_triton import threads
+from readability_triton.frontdoor.workers import cpu_quota
 from readability_triton.measure.honest import infer_body
 from readability_triton.measure.launch import launch_serve
 from readability_triton.measure.load import process_tree
@@ -237,13 +241,14 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--baseline-code",
         metavar="DIR",
-        help="also serve with another checkout's package (DIR holds its readability_triton/; one door worker): "
-        "the way 'baseline'",
+        help="also serve with another checkout's package (DIR holds its readability_triton/; its default door "
+        "workers): the way 'baseline'",
     )
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     counts = [int(n) for n in args.workers.split(",")]
     protocols = args.protocols.split(",")
+    cpus = min(threads.cores(), cpu_quota() or threads.cores())
     samples: dict[tuple[str, str], list[dict]] = {}
     with tempfile.TemporaryDirectory(prefix="door-capacity-") as tmp, contextlib.ExitStack() as stack:
         repo = write_trivial(os.path.join(tmp, "repository"))
@@ -266,8 +271,9 @@ def main(argv=None) -> int:
         if args.baseline_code:
             serve = stack.enter_context(baseline_serve(repo, os.path.join(tmp, "serve-baseline"), args.baseline_code))
             baseline_server = int(serve.status(timeout=10)["pid"])
+            pids = sorted(set(process_tree(serve.pid)) - set(process_tree(baseline_server)))
             for protocol in protocols:
-                ways[(protocol, "baseline")] = (int(serve.ports[protocol]), [serve.pid], baseline_server)
+                ways[(protocol, "baseline")] = (int(serve.ports[protocol]), pids, baseline_server)
         names = list(ways)
         for r in range(args.rounds):
             for protocol, name in names[r % len(names) :] + names[: r % len(names)]:
@@ -280,7 +286,9 @@ def main(argv=None) -> int:
                 row["server_cpu_ms"] = (process_cpu(tree) - busy) * 1e3 / answered
                 row["clients_cpu_ms"] = row.pop("clients_cpu_s") * 1e3 / answered
                 row["all_cpu_ms"] = row["door_cpu_ms"] + row["server_cpu_ms"] + row["clients_cpu_ms"]
-                row["at_most"] = (os.cpu_count() or 1) * 1e3 / row["all_cpu_ms"]
+                row["at_most"] = cpus * 1e3 / row["all_cpu_ms"] if row["all_cpu_ms"] > 0 else float("inf")
+                # the share of the CPUs the way kept busy
+                row["busy"] = row["requests_per_s"] * row["all_cpu_ms"] / 1e3 / cpus
                 samples.setdefault((protocol, name), []).append(row)
                 print(
                     f"round {r + 1}: {protocol:>4} {name:>8}: {row['requests_per_s']:7.0f} requests/s, "
@@ -294,13 +302,13 @@ def main(argv=None) -> int:
     print(
         f"\nthe front door's capacity, trivial pipeline ({args.rounds} rounds of {args.duration:g} s, "
         f"{args.connections} closed loops in {args.senders} processes, HTTP from {args.networks} networks, "
-        f"{os.cpu_count()} CPUs; medians)\n"
+        f"{cpus} CPUs; medians, each column its own)\n"
     )
     print(
         f"| protocol | way | requests/s | against {base} | p50 ms | door CPU ms/request | tritonserver's "
-        "| clients' | all | at most requests/s | failed |"
+        "| clients' | all | at most requests/s | CPUs busy | failed |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     table = []
     for protocol, name in names:
         rows, baseline = samples[(protocol, name)], samples[(protocol, base)]
@@ -316,23 +324,27 @@ def main(argv=None) -> int:
                 for key in ("door_cpu_ms", "server_cpu_ms", "clients_cpu_ms", "all_cpu_ms", "at_most")
             },
         }
-        entry["headroom"] = statistics.median(r["at_most"] / r["requests_per_s"] for r in rows)
+        # per round: the most the CPUs pass at its costs over what it passed (1 / the CPUs' busy share)
+        ratios = sorted(r["at_most"] / r["requests_per_s"] if r["requests_per_s"] else float("inf") for r in rows)
+        entry["headroom"] = statistics.median(ratios)
+        entry["headroom_range"] = [ratios[0], ratios[-1]]
+        entry["busy"] = statistics.median(r["busy"] for r in rows)
         table.append(entry)
         print(
             f"| {protocol} | {name} | {entry['requests_per_s']:.0f} | {entry['ratio']:.2f} | {entry['p50_ms']:.2f} | "
             + (f"{entry['door_cpu_ms']:.3f}" if name != "direct" else "-")
             + f" | {entry['server_cpu_ms']:.3f} | {entry['clients_cpu_ms']:.3f} | {entry['all_cpu_ms']:.3f} "
-            f"| {entry['at_most']:.0f} | {entry['failed']} |"
+            f"| {entry['at_most']:.0f} | {entry['busy']:.2f} | {entry['failed']} |"
         )
-    cpus = os.cpu_count() or 1
     for entry in table:
         if entry["way"] == base:
             print(
                 f"\n{entry['protocol']}, {base}: the door, tritonserver and the clients spend "
-                f"{entry['all_cpu_ms']:.3f} ms of CPU per request together; {cpus} CPUs pass at most "
-                f"{entry['at_most']:.0f} a second at that cost, {entry['headroom']:.2f} times what it passed (median "
-                "of the rounds). More door workers add door processes and take none of the others' CPU: that is as "
-                "far as they can go on this machine."
+                f"{entry['all_cpu_ms']:.3f} ms of CPU per request together and keep {entry['busy']:.2f} of the "
+                f"{cpus} CPUs busy; at its costs the CPUs pass at most {entry['headroom']:.2f} times what it passed "
+                f"(median of the rounds' ratios, {entry['headroom_range'][0]:.2f}-{entry['headroom_range'][1]:.2f}). "
+                "Unless more workers lower what tritonserver and the clients spend per request, that is as far as "
+                "they can go on this machine."
             )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as handle:
